@@ -1,0 +1,759 @@
+"""The on-disk memory tree of an Agents SDK sandbox workspace.
+
+This is the only module that knows the file formats: how a workspace directory or a
+``LocalSnapshot`` tar is read without following links or leaving the workspace, how
+layouts are discovered, and how each kind of memory file is parsed. It never imports
+Django.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import tarfile
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+ROLLOUT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+TERMINAL_STATES = (
+    "completed",
+    "interrupted",
+    "cancelled",
+    "failed",
+    "max_turns_exceeded",
+    "guardrail_tripped",
+)
+DEFAULT_MEMORIES_DIR = "memories"
+DEFAULT_SESSIONS_DIR = "sessions"
+RAW_MEMORY_HEADERS = (
+    "rollout_id",
+    "updated_at",
+    "rollout_path",
+    "rollout_summary_file",
+    "terminal_state",
+)
+SUMMARY_HEADERS = ("session_id", "updated_at", "rollout_path", "terminal_state")
+MAX_JSON_DEPTH = 64
+
+
+class TreeError(Exception):
+    """The whole source cannot be read (missing, not a directory or archive)."""
+
+
+class FileKind(StrEnum):
+    ROLLOUT = "rollout"
+    RAW_MEMORY = "raw_memory"
+    ROLLOUT_SUMMARY = "rollout_summary"
+    MEMORY_INDEX = "memory_index"
+    MEMORY_SUMMARY = "memory_summary"
+    RAW_MEMORIES_MERGED = "raw_memories_merged"
+    SELECTION = "selection"
+    SKILL = "skill"
+    WORKSPACE_FILE = "workspace_file"
+    DIRECTORY = "directory"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits applied while reading. A file over ``huge_file_bytes`` is kept but
+    flagged; one over ``max_file_bytes`` is not read; reading stops once
+    ``max_total_bytes`` have been read (the guard against archive bombs)."""
+
+    huge_file_bytes: int = 5 * 1024 * 1024
+    max_file_bytes: int = 256 * 1024 * 1024
+    max_total_bytes: int = 4 * 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One regular file (``data`` set) or directory (``data`` None) of a workspace."""
+
+    path: str
+    data: bytes | None
+    mode: int
+    mtime: int
+
+    @property
+    def is_dir(self) -> bool:
+        return self.data is None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something in the source that could not be taken as it is, in words for a person."""
+
+    path: str
+    error: str
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- reading a workspace -------------------------------------------------------------
+
+
+def read_source(source: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
+    """Yield the entries of a workspace directory or snapshot archive, and a Problem
+    for everything skipped. Raises TreeError only when the source itself is unusable."""
+    if source.is_symlink():
+        raise TreeError(f"{source} is a symbolic link; give the real path.")
+    if source.is_dir():
+        return read_directory(source, limits)
+    if source.is_file():
+        if not tarfile.is_tarfile(source):
+            raise TreeError(f"{source} is neither a directory nor a tar archive.")
+        return read_archive(source, limits)
+    raise TreeError(f"{source} does not exist.")
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in name
+
+
+def read_directory(root: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
+    """Walk ``root`` without following any link; never opens anything outside it."""
+    total = 0
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    while stack:
+        abs_dir, rel_dir = stack.pop()
+        try:
+            with os.scandir(abs_dir) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            yield Problem(rel_dir or ".", f"directory could not be listed ({exc.strerror})")
+            continue
+        subdirs = []
+        for child in children:
+            rel = f"{rel_dir}/{child.name}" if rel_dir else child.name
+            if not _valid_name(child.name):
+                yield Problem(_printable(rel), "file name is not valid UTF-8; skipped")
+                continue
+            try:
+                st = child.stat(follow_symlinks=False)
+            except OSError as exc:
+                yield Problem(rel, f"could not be read ({exc.strerror})")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                yield Problem(rel, "symbolic link; links are never followed, skipped")
+            elif stat.S_ISDIR(st.st_mode):
+                yield Entry(rel, None, stat.S_IMODE(st.st_mode), int(st.st_mtime))
+                subdirs.append((child.path, rel))
+            elif stat.S_ISREG(st.st_mode):
+                if st.st_size > limits.max_file_bytes:
+                    yield Problem(rel, _too_large(st.st_size, limits))
+                    continue
+                if total + st.st_size > limits.max_total_bytes:
+                    yield Problem(rel, _total_exceeded(limits))
+                    return
+                try:
+                    data = _read_no_follow(child.path)
+                except OSError as exc:
+                    yield Problem(rel, f"could not be read ({exc.strerror})")
+                    continue
+                total += len(data)
+                yield Entry(rel, data, stat.S_IMODE(st.st_mode), int(st.st_mtime))
+            else:
+                yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")
+        stack.extend(reversed(subdirs))
+
+
+def _read_no_follow(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _printable(name: str) -> str:
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _too_large(size: int, limits: Limits) -> str:
+    return (
+        f"file is {human_size(size)}, over the {human_size(limits.max_file_bytes)} "
+        "limit; not imported"
+    )
+
+
+def _total_exceeded(limits: Limits) -> str:
+    return (
+        f"the workspace expands past {human_size(limits.max_total_bytes)}; "
+        "import stopped reading here"
+    )
+
+
+def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
+    """Read an SDK snapshot tar (plain or compressed) member by member, refusing what
+    the SDK's own restore refuses: absolute names, ``..``, links, devices, FIFOs."""
+    total = 0
+    seen: set[str] = set()
+    try:
+        archive = tarfile.open(path, mode="r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise TreeError(f"{path.name} could not be opened as a tar archive ({exc}).") from exc
+    with archive:
+        try:
+            for member in archive:
+                name = member.name
+                if not _valid_name(name):
+                    yield Problem(_printable(name), "member name is not valid UTF-8; skipped")
+                    continue
+                rel = _normalize_member_name(name)
+                if rel is None:
+                    continue  # the archive root "."
+                if name.startswith("/") or PurePosixPath(name).is_absolute():
+                    yield Problem(name, "absolute path in archive; skipped")
+                    continue
+                if ".." in PurePosixPath(rel).parts:
+                    yield Problem(name, "path climbs out of the workspace with '..'; skipped")
+                    continue
+                if member.issym() or member.islnk():
+                    kind = "symbolic" if member.issym() else "hard"
+                    yield Problem(rel, f"{kind} link in archive; links are never followed, skipped")
+                    continue
+                if member.ischr() or member.isblk() or member.isfifo():
+                    yield Problem(rel, "device or FIFO in archive; skipped")
+                    continue
+                if rel in seen:
+                    yield Problem(rel, "appears twice in the archive; kept the first")
+                    continue
+                seen.add(rel)
+                if member.isdir():
+                    yield Entry(rel, None, member.mode & 0o7777, int(member.mtime))
+                    continue
+                if not member.isreg():
+                    yield Problem(rel, "not a regular file; skipped")
+                    continue
+                if member.size > limits.max_file_bytes:
+                    yield Problem(rel, _too_large(member.size, limits))
+                    continue
+                if total + member.size > limits.max_total_bytes:
+                    yield Problem(rel, _total_exceeded(limits))
+                    return
+                fh = archive.extractfile(member)
+                data = fh.read() if fh is not None else b""
+                total += len(data)
+                yield Entry(rel, data, member.mode & 0o7777, int(member.mtime))
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            yield Problem(path.name, f"archive is damaged or truncated ({exc}); read up to here")
+
+
+def _normalize_member_name(name: str) -> str | None:
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if not parts:
+        return None
+    return "/".join(parts)
+
+
+# --- layouts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutDirs:
+    memories_dir: str
+    sessions_dir: str
+
+
+_MARKER_DIRS = ("raw_memories", "rollout_summaries")
+_MARKER_FILES = ("memory_summary.md", "phase_two_selection.json", "raw_memories.md")
+_LAYOUT_SUBDIRS = ("raw_memories", "rollout_summaries", "skills")
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+def discover_layouts(entries: Iterable[Entry]) -> list[LayoutDirs]:
+    """Find every (memories_dir, sessions_dir) pair in a workspace.
+
+    A memories dir is any directory holding the SDK's markers. Its sessions dir comes
+    from the ``rollout_path`` headers of its raw memories, else from the naming
+    convention (``memories/x`` pairs with ``sessions/x``). A directory of rollouts that
+    no memories dir claims becomes a layout of its own by the same convention.
+    """
+    entries = list(entries)
+    dirs = {e.path for e in entries if e.is_dir}
+    files = [e for e in entries if not e.is_dir]
+    for f in files:  # archives and partial trees may omit directory members
+        parent = _parent(f.path)
+        while parent and parent not in dirs:
+            dirs.add(parent)
+            parent = _parent(parent)
+
+    candidates: set[str] = set()
+    for d in dirs:
+        name = d.rpartition("/")[2]
+        if name in _MARKER_DIRS:
+            candidates.add(_parent(d))
+    for f in files:
+        if f.path.rpartition("/")[2] in _MARKER_FILES:
+            candidates.add(_parent(f.path))
+    # A directory inside another layout's own subdirectories is data, not a layout.
+    candidates = {
+        c
+        for c in candidates
+        if c
+        and not any(
+            c == f"{o}/{sub}" or c.startswith(f"{o}/{sub}/")
+            for o in candidates
+            for sub in _LAYOUT_SUBDIRS
+        )
+    }
+
+    header_sessions: dict[str, Counter[str]] = {c: Counter() for c in candidates}
+    for f in files:
+        parent = _parent(f.path)
+        if not parent.endswith("raw_memories") or not f.path.endswith(".md"):
+            continue
+        memories_dir = _parent(parent)
+        if memories_dir not in candidates:
+            continue
+        rollout_path = _header_value(f.data or b"", "rollout_path")
+        if rollout_path:
+            sessions_dir = _normalize_member_name(_parent(rollout_path.strip()))
+            if sessions_dir and ".." not in sessions_dir.split("/"):
+                header_sessions[memories_dir][sessions_dir] += 1
+
+    layouts: dict[str, str] = {}
+    for c in sorted(candidates):
+        if header_sessions[c]:
+            layouts[c] = header_sessions[c].most_common(1)[0][0]
+        else:
+            layouts[c] = _convention_sessions_dir(c)
+
+    claimed_sessions = set(layouts.values())
+    rollout_dirs = {
+        _parent(f.path)
+        for f in files
+        if f.path.endswith(".jsonl") and _parent(f.path)
+    }
+    for d in sorted(rollout_dirs - claimed_sessions):
+        memories_dir = _convention_memories_dir(d)
+        if memories_dir and memories_dir not in layouts:
+            layouts[memories_dir] = d
+    return [LayoutDirs(m, s) for m, s in sorted(layouts.items())]
+
+
+def _convention_sessions_dir(memories_dir: str) -> str:
+    parts = memories_dir.split("/")
+    if DEFAULT_MEMORIES_DIR in parts:
+        i = parts.index(DEFAULT_MEMORIES_DIR)
+        parts[i] = DEFAULT_SESSIONS_DIR
+        return "/".join(parts)
+    return f"{memories_dir}_sessions"
+
+
+def _convention_memories_dir(sessions_dir: str) -> str | None:
+    parts = sessions_dir.split("/")
+    if DEFAULT_SESSIONS_DIR in parts:
+        i = parts.index(DEFAULT_SESSIONS_DIR)
+        parts[i] = DEFAULT_MEMORIES_DIR
+        return "/".join(parts)
+    return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a workspace file belongs: its layout (None outside every layout) and kind."""
+
+    layout: LayoutDirs | None
+    kind: FileKind
+
+
+def classify(path: str, layouts: list[LayoutDirs], *, is_dir: bool = False) -> Placement:
+    """Assign a path to the layout with the longest matching directory prefix."""
+    best: tuple[int, LayoutDirs, str, bool] | None = None
+    for layout in layouts:
+        for base, is_memories in ((layout.memories_dir, True), (layout.sessions_dir, False)):
+            if path.startswith(base + "/") and (best is None or len(base) > best[0]):
+                best = (len(base), layout, path[len(base) + 1 :], is_memories)
+    if is_dir:
+        return Placement(best[1] if best else None, FileKind.DIRECTORY)
+    if best is None:
+        return Placement(None, FileKind.WORKSPACE_FILE)
+    _, layout, rel, is_memories = best
+    parts = rel.split("/")
+    if not is_memories:
+        kind = FileKind.ROLLOUT if len(parts) == 1 and rel.endswith(".jsonl") else None
+    elif len(parts) == 1:
+        kind = {
+            "MEMORY.md": FileKind.MEMORY_INDEX,
+            "memory_summary.md": FileKind.MEMORY_SUMMARY,
+            "raw_memories.md": FileKind.RAW_MEMORIES_MERGED,
+            "phase_two_selection.json": FileKind.SELECTION,
+        }.get(rel)
+    elif parts[0] == "skills":
+        kind = FileKind.SKILL
+    elif len(parts) == 2 and rel.endswith(".md") and parts[0] == "raw_memories":
+        kind = FileKind.RAW_MEMORY
+    elif len(parts) == 2 and rel.endswith(".md") and parts[0] == "rollout_summaries":
+        kind = FileKind.ROLLOUT_SUMMARY
+    else:
+        kind = None
+    return Placement(layout, kind or FileKind.WORKSPACE_FILE)
+
+
+def layout_relative(path: str, base: str) -> str:
+    return path[len(base) + 1 :] if base and path.startswith(base + "/") else path
+
+
+# --- text ------------------------------------------------------------------------------
+
+
+def decode_text(data: bytes) -> tuple[str, str | None]:
+    """Decode UTF-8 for display; bad bytes become U+FFFD and the problem is described."""
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return (
+            data.decode("utf-8", "replace"),
+            f"not valid UTF-8 (first bad byte at offset {exc.start}); "
+            "shown with replacement characters, stored unchanged",
+        )
+
+
+def _header_value(data: bytes, key: str) -> str:
+    """The SDK's rule: the first line anywhere that starts with ``key:``."""
+    prefix = f"{key}:".encode()
+    for line in data.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].decode("utf-8", "replace").strip()
+    return ""
+
+
+def read_headers(text: str, keys: Iterable[str]) -> dict[str, str]:
+    wanted = {f"{k}:": k for k in keys}
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        for prefix, key in wanted.items():
+            if key not in found and line.startswith(prefix):
+                found[key] = line[len(prefix) :].strip()
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def split_header_block(text: str) -> tuple[str, str]:
+    """Split ``key: value`` lines at the top of a file from the body after them."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*:", lines[i]):
+        i += 1
+    if i == 0:
+        return "", text
+    head = "".join(lines[:i])
+    rest = lines[i:]
+    if rest and not rest[0].strip():
+        head += rest[0]
+        rest = rest[1:]
+    return head, "".join(rest)
+
+
+# --- rollouts --------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    line: int
+    updated_at: str
+    rollout_id: str
+    input: list[Any]
+    generated_items: list[Any]
+    interruptions: list[Any] | None
+    terminal_metadata: dict[str, Any]
+    final_output: Any
+    has_final_output_key: bool
+
+    @property
+    def terminal_state(self) -> str:
+        state = self.terminal_metadata.get("terminal_state")
+        return state if isinstance(state, str) and state else "unknown"
+
+
+@dataclass
+class ParsedRollout:
+    segments: list[Segment] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def last(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def updated_at(self) -> str:
+        return self.last.updated_at if self.last and self.last.updated_at else "unknown"
+
+    @property
+    def terminal_state(self) -> str:
+        return self.last.terminal_state if self.last else "unknown"
+
+    @property
+    def title(self) -> str:
+        """The first thing the user asked, for lists."""
+        for seg in self.segments:
+            for item in seg.input:
+                if isinstance(item, dict) and item.get("role") == "user":
+                    text = message_text(item)
+                    if text:
+                        return " ".join(text.split())[:200]
+        return ""
+
+    @property
+    def item_count(self) -> int:
+        return sum(len(s.input) + len(s.generated_items) for s in self.segments)
+
+
+def message_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return ""
+
+
+def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return False
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):  # a plain string input
+        return [{"content": value, "role": "user"}]
+    return []
+
+
+def parse_rollout(data: bytes) -> ParsedRollout:
+    """Parse a rollout JSONL file into its run segments. A bad line is reported and
+    skipped; the good segments around it are kept."""
+    result = ParsedRollout()
+    if not data.strip():
+        result.problems.append("empty file: no run segments")
+        return result
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            result.problems.append(
+                f"line {number}: not valid UTF-8 (bad byte at column {exc.start + 1}); "
+                "segment skipped"
+            )
+            continue
+        try:
+            value = json.loads(line)
+        except RecursionError:
+            result.problems.append(f"line {number}: JSON nested absurdly deep; segment skipped")
+            continue
+        except ValueError as exc:
+            msg = getattr(exc, "msg", str(exc))
+            col = getattr(exc, "colno", None)
+            where = f" at column {col}" if col else ""
+            result.problems.append(
+                f"line {number}: not valid JSON ({msg}{where}); segment skipped"
+            )
+            continue
+        if not isinstance(value, dict):
+            result.problems.append(
+                f"line {number}: a JSON {type(value).__name__.replace('dict', 'object')}"
+                ", not an object; segment skipped"
+            )
+            continue
+        if _too_deep(value):
+            result.problems.append(
+                f"line {number}: JSON nested more than {MAX_JSON_DEPTH} levels deep; "
+                "segment skipped"
+            )
+            continue
+        terminal = value.get("terminal_metadata")
+        interruptions = value.get("interruptions")
+        result.segments.append(
+            Segment(
+                line=number,
+                updated_at=str(value.get("updated_at") or ""),
+                rollout_id=str(value.get("rollout_id") or ""),
+                input=_as_list(value.get("input")),
+                generated_items=_as_list(value.get("generated_items")),
+                interruptions=interruptions if isinstance(interruptions, list) else None,
+                terminal_metadata=terminal if isinstance(terminal, dict) else {},
+                final_output=value.get("final_output"),
+                has_final_output_key="final_output" in value,
+            )
+        )
+    if not result.segments and not result.problems:
+        result.problems.append("empty file: no run segments")
+    return result
+
+
+# --- raw memories, summaries, selection ------------------------------------------------
+
+
+@dataclass
+class RawMemory:
+    headers: dict[str, str]
+    body: str
+    problems: list[str]
+
+    @property
+    def rollout_id(self) -> str:
+        return self.headers.get("rollout_id", "")
+
+    @property
+    def selectable(self) -> bool:
+        """Phase two only considers raw memories with both of these headers."""
+        return bool(self.headers.get("rollout_id") and self.headers.get("rollout_summary_file"))
+
+
+def parse_raw_memory(text: str) -> RawMemory:
+    headers = {k: v for k, v in read_headers(text, RAW_MEMORY_HEADERS).items()}
+    _, body = split_header_block(text)
+    problems = []
+    if not text.strip():
+        problems.append("empty file")
+    else:
+        missing = [k for k in ("rollout_id", "rollout_summary_file") if not headers.get(k)]
+        if missing:
+            problems.append(
+                "no " + " or ".join(f"`{k}:`" for k in missing) + " header; phase two "
+                "will never select this raw memory"
+            )
+    return RawMemory(headers=headers, body=body, problems=problems)
+
+
+def updated_at_sort_key(updated_at: str) -> tuple[int, str]:
+    """Phase two's order: a real timestamp first, compared as a string."""
+    value = (updated_at or "").strip()
+    if not value or value == "unknown":
+        return (0, "")
+    return (1, value)
+
+
+@dataclass
+class RolloutSummary:
+    headers: dict[str, str]
+    body: str
+    rollout_id: str
+    slug: str
+    problems: list[str]
+
+
+def parse_rollout_summary(filename: str, text: str, known_ids: Iterable[str] = ()) -> RolloutSummary:
+    """Parse ``<rollout_id>_<slug>.md``. Ids and slugs may both contain ``_``, so the id
+    comes from the ``rollout_path`` header, else from a known rollout id that prefixes
+    the name, else from the first underscore."""
+    headers = read_headers(text, SUMMARY_HEADERS)
+    stem = filename[:-3] if filename.endswith(".md") else filename
+    rollout_id = ""
+    rollout_path = headers.get("rollout_path", "")
+    if rollout_path:
+        candidate = PurePosixPath(rollout_path).name
+        if candidate.endswith(".jsonl"):
+            candidate = candidate[: -len(".jsonl")]
+        if stem.startswith(candidate + "_"):
+            rollout_id = candidate
+    if not rollout_id:
+        prefixes = sorted((i for i in known_ids if stem.startswith(i + "_")), key=len)
+        rollout_id = prefixes[-1] if prefixes else stem.partition("_")[0]
+    slug = stem[len(rollout_id) + 1 :]
+    _, body = split_header_block(text)
+    problems = []
+    if not text.strip():
+        problems.append("empty file")
+    elif not headers:
+        problems.append("no header lines (session_id, updated_at, rollout_path, terminal_state)")
+    return RolloutSummary(headers, body, rollout_id, slug, problems)
+
+
+@dataclass
+class SelectionItem:
+    rollout_id: str
+    updated_at: str
+    rollout_path: str
+    rollout_summary_file: str
+    terminal_state: str
+
+
+@dataclass
+class Selection:
+    items: list[SelectionItem]
+    updated_at: str
+    problem: str | None
+
+
+def parse_selection(data: bytes) -> Selection:
+    """Parse ``phase_two_selection.json`` leniently, as the SDK does: anything invalid
+    means "no previous selection", and a malformed item is skipped."""
+    invalid = "; the SDK treats it as no previous selection"
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return Selection([], "", "not valid UTF-8" + invalid)
+    except (ValueError, RecursionError) as exc:
+        return Selection([], "", f"not valid JSON ({getattr(exc, 'msg', exc)})" + invalid)
+    if not isinstance(payload, dict):
+        return Selection([], "", "not a JSON object" + invalid)
+    selected = payload.get("selected")
+    if not isinstance(selected, list):
+        return Selection([], "", 'no "selected" list' + invalid)
+    items = []
+    skipped = 0
+    for raw in selected:
+        if not isinstance(raw, dict):
+            skipped += 1
+            continue
+        rollout_id = str(raw.get("rollout_id") or "").strip()
+        summary_file = str(raw.get("rollout_summary_file") or "").strip()
+        if not rollout_id or not summary_file:
+            skipped += 1
+            continue
+        items.append(
+            SelectionItem(
+                rollout_id=rollout_id,
+                updated_at=str(raw.get("updated_at") or "").strip(),
+                rollout_path=str(raw.get("rollout_path") or "").strip(),
+                rollout_summary_file=summary_file,
+                terminal_state=str(raw.get("terminal_state") or "").strip(),
+            )
+        )
+    problem = None
+    if skipped:
+        problem = f"{skipped} selected item(s) lack rollout_id or rollout_summary_file; ignored"
+    return Selection(items, str(payload.get("updated_at") or ""), problem)

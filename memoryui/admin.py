@@ -1,0 +1,83 @@
+from django.contrib import admin
+
+from .models import (
+    Blob,
+    ImportRun,
+    Layout,
+    MemoryVersion,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    Workspace,
+    WorkspaceFile,
+)
+
+
+@admin.register(Workspace)
+class WorkspaceAdmin(admin.ModelAdmin):
+    list_display = ["name", "source_kind", "source_path", "last_imported_at"]
+    search_fields = ["name", "source_path"]
+
+
+@admin.register(Layout)
+class LayoutAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "memories_dir", "sessions_dir", "missing_since"]
+    list_filter = ["workspace"]
+    list_select_related = ["workspace"]
+
+
+@admin.register(Blob)
+class BlobAdmin(admin.ModelAdmin):
+    list_display = ["sha256", "size"]
+    search_fields = ["sha256"]
+    exclude = ["data"]
+    readonly_fields = ["sha256", "size"]
+
+
+@admin.register(WorkspaceFile)
+class WorkspaceFileAdmin(admin.ModelAdmin):
+    list_display = ["path", "workspace", "kind", "size", "missing_since", "problem"]
+    list_filter = ["kind", "workspace"]
+    search_fields = ["path"]
+    list_select_related = ["workspace"]
+    raw_id_fields = ["blob", "layout"]
+
+
+@admin.register(Rollout)
+class RolloutAdmin(admin.ModelAdmin):
+    list_display = ["rollout_id", "layout", "terminal_state", "segment_count", "updated_at"]
+    list_filter = ["terminal_state"]
+    search_fields = ["rollout_id", "title"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["file", "layout"]
+
+
+@admin.register(RawMemory)
+class RawMemoryAdmin(admin.ModelAdmin):
+    list_display = ["rollout_id", "layout", "updated_at_raw", "terminal_state"]
+    search_fields = ["rollout_id"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["file", "layout"]
+
+
+@admin.register(RolloutSummary)
+class RolloutSummaryAdmin(admin.ModelAdmin):
+    list_display = ["rollout_id", "slug", "layout", "updated_at_raw", "terminal_state"]
+    search_fields = ["rollout_id", "slug"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["file", "layout"]
+
+
+@admin.register(MemoryVersion)
+class MemoryVersionAdmin(admin.ModelAdmin):
+    list_display = ["layout", "document", "number", "author_kind", "author", "created_at"]
+    list_filter = ["document", "author_kind"]
+    list_select_related = ["layout__workspace", "author"]
+    raw_id_fields = ["blob", "layout"]
+
+
+@admin.register(ImportRun)
+class ImportRunAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "started_at", "status", "added", "changed", "unchanged", "missing"]
+    list_filter = ["status"]
+    list_select_related = ["workspace"]

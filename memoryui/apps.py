@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MemoryuiConfig(AppConfig):
+    name = "memoryui"
+    verbose_name = "memoryui"

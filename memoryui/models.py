@@ -1,0 +1,256 @@
+"""What memoryui keeps: every imported file's exact bytes, what was parsed from them,
+and every version of the consolidated memory files.
+
+The database is the record because a sandbox's disk can change or vanish. Models never
+parse files; ``generation.tree`` does, and ``memoryui.importer`` stores the results.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+from generation.tree import FileKind
+
+
+class Workspace(models.Model):
+    class SourceKind(models.TextChoices):
+        DIRECTORY = "directory", "Directory"
+        SNAPSHOT = "snapshot", "Snapshot archive"
+
+    name = models.CharField(max_length=100, unique=True)
+    source_kind = models.CharField(max_length=16, choices=SourceKind.choices)
+    source_path = models.CharField(max_length=1024)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_imported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("memoryui:workspace_detail", args=[self.name])
+
+
+class LayoutQuerySet(models.QuerySet["Layout"]):
+    def present(self) -> LayoutQuerySet:
+        return self.filter(missing_since__isnull=True)
+
+
+class Layout(models.Model):
+    """One agent's memory inside a workspace: a memories dir and its sessions dir."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="layouts")
+    memories_dir = models.CharField(max_length=512)
+    sessions_dir = models.CharField(max_length=512)
+    missing_since = models.DateTimeField(null=True, blank=True)
+
+    objects = LayoutQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["workspace", "memories_dir"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "memories_dir"], name="layout_unique_memories_dir"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace.name}: {self.memories_dir}"
+
+
+class Blob(models.Model):
+    """File content, stored once per distinct sha256."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    size = models.BigIntegerField()
+    data = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"{self.sha256[:12]} ({self.size} bytes)"
+
+
+class FileQuerySet(models.QuerySet["WorkspaceFile"]):
+    def present(self) -> FileQuerySet:
+        return self.filter(missing_since__isnull=True)
+
+    def with_problems(self) -> FileQuerySet:
+        return self.exclude(problem="")
+
+
+class WorkspaceFile(models.Model):
+    """A file (or directory) of an imported workspace, as it was last seen on disk."""
+
+    Kind = models.TextChoices("Kind", [(k.name, k.value) for k in FileKind])
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="files")
+    layout = models.ForeignKey(
+        Layout, null=True, blank=True, on_delete=models.SET_NULL, related_name="files"
+    )
+    path = models.CharField(max_length=1024)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    blob = models.ForeignKey(Blob, null=True, blank=True, on_delete=models.PROTECT)
+    size = models.BigIntegerField(default=0)
+    mode = models.IntegerField(default=0o644)
+    mtime = models.BigIntegerField(default=0)
+    problem = models.TextField(blank=True, help_text="Why this file was not taken as it is.")
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    changed_at = models.DateTimeField(auto_now_add=True)
+    missing_since = models.DateTimeField(null=True, blank=True)
+
+    objects = FileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["workspace", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "path"], name="file_unique_path")
+        ]
+        indexes = [models.Index(fields=["layout", "kind"])]
+
+    def __str__(self) -> str:
+        return self.path
+
+    @property
+    def sha256(self) -> str:
+        return self.blob_id or ""
+
+
+class Rollout(models.Model):
+    """One ``<sessions_dir>/<rollout_id>.jsonl``: one or more run segments."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="rollouts")
+    file = models.OneToOneField(WorkspaceFile, on_delete=models.CASCADE, related_name="rollout")
+    rollout_id = models.CharField(max_length=128)
+    segment_count = models.PositiveIntegerField(default=0)
+    item_count = models.PositiveIntegerField(default=0)
+    updated_at_raw = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    terminal_state = models.CharField(max_length=32, blank=True, db_index=True)
+    title = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at", "rollout_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["layout", "rollout_id"], name="rollout_unique_id")
+        ]
+
+    def __str__(self) -> str:
+        return self.rollout_id
+
+
+class RawMemory(models.Model):
+    """``<memories_dir>/raw_memories/<rollout_id>.md``: phase one's memory of a rollout."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="raw_memories")
+    file = models.OneToOneField(
+        WorkspaceFile, on_delete=models.CASCADE, related_name="raw_memory"
+    )
+    rollout_id = models.CharField(max_length=128, db_index=True)
+    updated_at_raw = models.CharField(max_length=64, blank=True)
+    rollout_path = models.CharField(max_length=1024, blank=True)
+    rollout_summary_file = models.CharField(max_length=1024, blank=True)
+    terminal_state = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at_raw", "rollout_id"]
+        verbose_name_plural = "raw memories"
+
+    def __str__(self) -> str:
+        return self.rollout_id
+
+
+class RolloutSummary(models.Model):
+    """``<memories_dir>/rollout_summaries/<rollout_id>_<slug>.md``."""
+
+    layout = models.ForeignKey(
+        Layout, on_delete=models.CASCADE, related_name="rollout_summaries"
+    )
+    file = models.OneToOneField(
+        WorkspaceFile, on_delete=models.CASCADE, related_name="rollout_summary"
+    )
+    rollout_id = models.CharField(max_length=128, db_index=True)
+    slug = models.CharField(max_length=128, blank=True)
+    session_id = models.CharField(max_length=128, blank=True)
+    updated_at_raw = models.CharField(max_length=64, blank=True)
+    terminal_state = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at_raw", "rollout_id"]
+        verbose_name_plural = "rollout summaries"
+
+    def __str__(self) -> str:
+        return f"{self.rollout_id}_{self.slug}"
+
+
+class MemoryVersion(models.Model):
+    """One version of a layout's ``MEMORY.md`` or ``memory_summary.md``.
+
+    Imports add a version whenever the file on disk differs from the latest one;
+    people and the pipeline add versions later. The latest is the current text.
+    """
+
+    class Document(models.TextChoices):
+        MEMORY_MD = "memory_md", "MEMORY.md"
+        MEMORY_SUMMARY = "memory_summary", "memory_summary.md"
+
+    class Author(models.TextChoices):
+        AGENT = "agent", "Agent / SDK (on disk)"
+        PERSON = "person", "Person"
+        PIPELINE = "pipeline", "memoryui pipeline"
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="versions")
+    document = models.CharField(max_length=32, choices=Document.choices)
+    number = models.PositiveIntegerField()
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT)
+    author_kind = models.CharField(max_length=16, choices=Author.choices)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["layout", "document", "-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["layout", "document", "number"], name="version_unique_number"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_document_display()} v{self.number}"
+
+
+class ImportRun(models.Model):
+    """One run of the importer over a workspace, with the report it printed."""
+
+    class Status(models.TextChoices):
+        OK = "ok", "Imported"
+        WITH_ERRORS = "with_errors", "Imported with errors"
+        FAILED = "failed", "Nothing imported"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="imports")
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    added = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    missing = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict)
+    triggered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.workspace.name} @ {self.started_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def errors(self) -> list[dict[str, str]]:
+        return list(self.report.get("errors", []))

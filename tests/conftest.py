@@ -1,0 +1,26 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+FIXTURE_NAMES = ["small-a", "small-b", "medium-300"]
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """The SDK-written fixture trees (read-only); the suite cannot run without them."""
+    assert FIXTURES.is_dir(), f"shared fixtures not found at {FIXTURES}"
+    return FIXTURES
+
+
+@pytest.fixture
+def workspace_copy(tmp_path: Path, fixtures_dir: Path):
+    """Copy a fixture workspace into a temporary directory that a test may change."""
+
+    def copy(name: str = "small-a") -> Path:
+        target = tmp_path / name / "workspace"
+        shutil.copytree(fixtures_dir / name / "workspace", target, symlinks=True)
+        return target
+
+    return copy
