@@ -343,11 +343,7 @@ def discover_layouts(entries: Iterable[Entry]) -> list[LayoutDirs]:
             layouts[c] = _convention_sessions_dir(c)
 
     claimed_sessions = set(layouts.values())
-    rollout_dirs = {
-        _parent(f.path)
-        for f in files
-        if f.path.endswith(".jsonl") and _parent(f.path)
-    }
+    rollout_dirs = {_parent(f.path) for f in files if f.path.endswith(".jsonl") and _parent(f.path)}
     for d in sorted(rollout_dirs - claimed_sessions):
         memories_dir = _convention_memories_dir(d)
         if memories_dir and memories_dir not in layouts:
@@ -587,9 +583,7 @@ def parse_rollout(data: bytes) -> ParsedRollout:
             msg = getattr(exc, "msg", str(exc))
             col = getattr(exc, "colno", None)
             where = f" at column {col}" if col else ""
-            result.problems.append(
-                f"line {number}: not valid JSON ({msg}{where}); segment skipped"
-            )
+            result.problems.append(f"line {number}: not valid JSON ({msg}{where}); segment skipped")
             continue
         if not isinstance(value, dict):
             result.problems.append(
@@ -675,7 +669,9 @@ class RolloutSummary:
     problems: list[str]
 
 
-def parse_rollout_summary(filename: str, text: str, known_ids: Iterable[str] = ()) -> RolloutSummary:
+def parse_rollout_summary(
+    filename: str, text: str, known_ids: Iterable[str] = ()
+) -> RolloutSummary:
     """Parse ``<rollout_id>_<slug>.md``. Ids and slugs may both contain ``_``, so the id
     comes from the ``rollout_path`` header, else from a known rollout id that prefixes
     the name, else from the first underscore."""

@@ -150,7 +150,9 @@ def import_workspace(
     return result
 
 
-def _misplaced_layout_problems(entries: list[Entry], layouts: list[LayoutDirs]) -> list[dict[str, str]]:
+def _misplaced_layout_problems(
+    entries: list[Entry], layouts: list[LayoutDirs]
+) -> list[dict[str, str]]:
     """A snapshot whose content sits under one top-level folder restores, but the SDK
     looks for memory at the workspace root and finds none: say so."""
     top = {PurePosixPath(layout.memories_dir).parts[0] for layout in layouts}
@@ -206,7 +208,9 @@ class _Sync:
         return {m: existing[m] for m in wanted}
 
     # -- files ---------------------------------------------------------------------
-    def run(self, entries: list[Entry], read_problems: list[dict[str, str]], user: Any) -> ImportResult:
+    def run(
+        self, entries: list[Entry], read_problems: list[dict[str, str]], user: Any
+    ) -> ImportResult:
         layouts = self.sync_layouts()
         stored = {
             row[0]: row
@@ -214,7 +218,10 @@ class _Sync:
                 "path", "pk", "blob_id", "kind", "layout_id", "missing_since", "mode", "mtime"
             )
         }
-        counts = {m: LayoutCounts(m, d.sessions_dir) for m, d in ((d.memories_dir, d) for d in self.layout_dirs)}
+        counts = {
+            m: LayoutCounts(m, d.sessions_dir)
+            for m, d in ((d.memories_dir, d) for d in self.layout_dirs)
+        }
         seen: set[str] = set()
         to_create: list[WorkspaceFile] = []
         to_update: list[WorkspaceFile] = []
@@ -236,12 +243,15 @@ class _Sync:
             digest = hashlib.sha256(entry.data).hexdigest() if entry.data is not None else None
             old = stored.get(entry.path)
             layout_id = layout.pk if layout else None
-            if old is not None and (old[2], old[3], old[4], old[5]) == (digest, kind, layout_id, None):
+            if old is not None and (old[2], old[3], old[4], old[5]) == (
+                digest,
+                kind,
+                layout_id,
+                None,
+            ):
                 unchanged += 1
                 if (old[6], old[7]) != (entry.mode, entry.mtime):
-                    to_update.append(
-                        WorkspaceFile(pk=old[1], mode=entry.mode, mtime=entry.mtime)
-                    )
+                    to_update.append(WorkspaceFile(pk=old[1], mode=entry.mode, mtime=entry.mtime))
                 continue
             if digest is not None and entry.data is not None:
                 blobs[digest] = entry.data
@@ -276,7 +286,17 @@ class _Sync:
         stat_only = [f for f in to_update if not f.path]
         WorkspaceFile.objects.bulk_update(
             full,
-            ["layout", "kind", "blob", "size", "mode", "mtime", "changed_at", "missing_since", "problem"],
+            [
+                "layout",
+                "kind",
+                "blob",
+                "size",
+                "mode",
+                "mtime",
+                "changed_at",
+                "missing_since",
+                "problem",
+            ],
             batch_size=BATCH,
         )
         WorkspaceFile.objects.bulk_update(stat_only, ["mode", "mtime"], batch_size=BATCH)
@@ -378,13 +398,19 @@ class _Sync:
                 )
             )
         Blob.objects.bulk_create(
-            [Blob(sha256=d, size=len(data), data=data) for d, data in blobs.items() if d not in have],
+            [
+                Blob(sha256=d, size=len(data), data=data)
+                for d, data in blobs.items()
+                if d not in have
+            ],
             batch_size=100,
             ignore_conflicts=True,
         )
 
     # -- parsed rows ---------------------------------------------------------------
-    def _parse(self, queue: list[tuple[WorkspaceFile, Entry, str | None]], layouts: dict[str, Layout]) -> None:
+    def _parse(
+        self, queue: list[tuple[WorkspaceFile, Entry, str | None]], layouts: dict[str, Layout]
+    ) -> None:
         rollouts: list[Rollout] = []
         raws: list[RawMemory] = []
         summaries: list[tuple[WorkspaceFile, Entry, Layout]] = []
@@ -438,8 +464,12 @@ class _Sync:
                         known_ids.setdefault(layout.pk, set()).add(raw.rollout_id)
                 else:
                     summaries.append((obj, entry, layout))
-            elif obj.kind in (FileKind.MEMORY_INDEX, FileKind.MEMORY_SUMMARY, FileKind.SKILL,
-                              FileKind.RAW_MEMORIES_MERGED):
+            elif obj.kind in (
+                FileKind.MEMORY_INDEX,
+                FileKind.MEMORY_SUMMARY,
+                FileKind.SKILL,
+                FileKind.RAW_MEMORIES_MERGED,
+            ):
                 _, bad = tree.decode_text(entry.data)
                 if bad:
                     notes.append(bad)
@@ -539,9 +569,7 @@ def _upsert_by_file(model: Any, rows: list[Any], file_ids: list[int]) -> None:
     for start in range(0, len(stale), BATCH):
         model.objects.filter(pk__in=stale[start : start + BATCH]).delete()
     fields = [
-        f.name
-        for f in model._meta.concrete_fields
-        if not f.primary_key and f.name not in ("file",)
+        f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in ("file",)
     ]
     model.objects.bulk_update(updates, fields, batch_size=BATCH)
     model.objects.bulk_create(creates, batch_size=BATCH)

@@ -145,9 +145,7 @@ class RawMemory(models.Model):
     """``<memories_dir>/raw_memories/<rollout_id>.md``: phase one's memory of a rollout."""
 
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="raw_memories")
-    file = models.OneToOneField(
-        WorkspaceFile, on_delete=models.CASCADE, related_name="raw_memory"
-    )
+    file = models.OneToOneField(WorkspaceFile, on_delete=models.CASCADE, related_name="raw_memory")
     rollout_id = models.CharField(max_length=128, db_index=True)
     updated_at_raw = models.CharField(max_length=64, blank=True)
     rollout_path = models.CharField(max_length=1024, blank=True)
@@ -165,9 +163,7 @@ class RawMemory(models.Model):
 class RolloutSummary(models.Model):
     """``<memories_dir>/rollout_summaries/<rollout_id>_<slug>.md``."""
 
-    layout = models.ForeignKey(
-        Layout, on_delete=models.CASCADE, related_name="rollout_summaries"
-    )
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="rollout_summaries")
     file = models.OneToOneField(
         WorkspaceFile, on_delete=models.CASCADE, related_name="rollout_summary"
     )

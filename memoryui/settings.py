@@ -173,7 +173,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 MEMORYUI_WORKSPACE_ROOTS = [
     Path(p).resolve()
     for p in env_list(
-        "MEMORYUI_WORKSPACE_ROOTS", [str(BASE_DIR / "sample"), str(VAR_DIR / "workspaces")],
+        "MEMORYUI_WORKSPACE_ROOTS",
+        [str(BASE_DIR / "sample"), str(VAR_DIR / "workspaces")],
         sep=os.pathsep,
     )
 ]

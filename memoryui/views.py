@@ -87,7 +87,9 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 @require_GET
 def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
-    run = get_object_or_404(ImportRun.objects.select_related("workspace"), workspace__name=name, pk=pk)
+    run = get_object_or_404(
+        ImportRun.objects.select_related("workspace"), workspace__name=name, pk=pk
+    )
     return render(request, "memoryui/import_detail.html", {"run": run, "workspace": run.workspace})
 
 

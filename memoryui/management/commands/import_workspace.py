@@ -37,9 +37,11 @@ class Command(BaseCommand):
             if as_json:
                 self.stdout.write(
                     json.dumps(
-                        {"workspace": name, "layouts": [], "errors": [
-                            {"path": ".", "error": str(exc)}
-                        ]}
+                        {
+                            "workspace": name,
+                            "layouts": [],
+                            "errors": [{"path": ".", "error": str(exc)}],
+                        }
                     )
                 )
                 sys.exit(1)

@@ -1,0 +1,450 @@
+"""Importing SDK-written workspaces: counts, exact bytes, re-import, bad input."""
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from generation import tree
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    Blob,
+    ImportRun,
+    Layout,
+    MemoryVersion,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    WorkspaceFile,
+)
+
+pytestmark = pytest.mark.django_db
+
+FIXTURES = ["small-a", "small-b", "medium-300"]
+
+
+def manifest(fixtures_dir: Path, name: str) -> dict:
+    return json.loads((fixtures_dir / name / "manifest.json").read_text())
+
+
+def snapshot_path(fixtures_dir: Path, name: str) -> Path:
+    return fixtures_dir / name / manifest(fixtures_dir, name)["snapshot"]["path"]
+
+
+def run_import_json(path: Path, *extra: str) -> dict:
+    out = io.StringIO()
+    call_command("import_workspace", str(path), "--json", *extra, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def expected_layouts(m: dict) -> list[dict]:
+    return sorted(
+        (
+            {
+                "memories_dir": c["memories_dir"],
+                "sessions_dir": c["sessions_dir"],
+                "rollouts": c["rollouts"],
+                "raw_memories": c["raw_memories"],
+                "rollout_summaries": c["rollout_summaries"],
+                "memory_md": any(
+                    f["kind"] == "memory_index" and f["layout"] == key for f in m["files"]
+                ),
+                "memory_summary_md": any(
+                    f["kind"] == "memory_summary" and f["layout"] == key for f in m["files"]
+                ),
+                "skills": c["skills_files"],
+            }
+            for key, c in m["counts"].items()
+        ),
+        key=lambda layout: layout["memories_dir"],
+    )
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("source", ["directory", "snapshot"])
+def test_fixture_imports_with_manifest_counts_and_exact_bytes(fixtures_dir, name, source):
+    m = manifest(fixtures_dir, name)
+    path = (
+        fixtures_dir / name / "workspace"
+        if source == "directory"
+        else snapshot_path(fixtures_dir, name)
+    )
+
+    report = run_import_json(path, "--name", f"{name}-{source}")
+
+    assert report["workspace"] == f"{name}-{source}"
+    assert report["errors"] == []
+    assert sorted(report["layouts"], key=lambda x: x["memories_dir"]) == expected_layouts(m)
+    stored = {
+        f.path: f
+        for f in WorkspaceFile.objects.filter(workspace__name=f"{name}-{source}").select_related(
+            "blob"
+        )
+    }
+    for item in m["files"]:
+        row = stored[item["workspace_path"]]
+        assert row.blob_id == item["sha256"], item["workspace_path"]
+        assert row.size == item["size"]
+        assert tree.sha256(bytes(row.blob.data)) == item["sha256"]
+        assert row.kind == item["kind"]
+
+
+def test_import_records_rollouts_raw_memories_and_summaries_per_layout(fixtures_dir):
+    m = manifest(fixtures_dir, "medium-300")
+    import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
+
+    for counts in m["counts"].values():
+        layout = Layout.objects.get(workspace__name="medium", memories_dir=counts["memories_dir"])
+        assert layout.sessions_dir == counts["sessions_dir"]
+        assert layout.rollouts.count() == counts["rollouts"]
+        assert (
+            sum(layout.rollouts.values_list("segment_count", flat=True))
+            == counts["rollout_segments"]
+        )
+        assert layout.raw_memories.count() == counts["raw_memories"]
+        assert layout.rollout_summaries.count() == counts["rollout_summaries"]
+        with_memory = set(layout.raw_memories.values_list("rollout_id", flat=True))
+        without = set(layout.rollouts.values_list("rollout_id", flat=True)) - with_memory
+        assert without == set(counts["rollouts_without_raw_memory"])
+    # Rollout summaries are linked to their rollout even when ids and slugs hold "_".
+    summary_ids = set(RolloutSummary.objects.values_list("rollout_id", flat=True))
+    assert summary_ids <= set(Rollout.objects.values_list("rollout_id", flat=True))
+
+
+def test_multi_segment_rollout_takes_last_segment_state(fixtures_dir):
+    import_workspace(fixtures_dir / "small-a" / "workspace", "a")
+    rollout = Rollout.objects.get(rollout_id="gtm-pipeline-65f53e")
+    assert rollout.segment_count == 2
+    last = json.loads(
+        (fixtures_dir / "small-a/workspace/sessions/gtm-pipeline-65f53e.jsonl")
+        .read_text()
+        .splitlines()[-1]
+    )
+    assert rollout.updated_at_raw == last["updated_at"]
+    assert rollout.terminal_state == last["terminal_metadata"]["terminal_state"]
+    assert rollout.title
+
+
+def test_reimport_of_unchanged_tree_changes_nothing(fixtures_dir):
+    path = fixtures_dir / "small-b" / "workspace"
+    first = import_workspace(path, "b")
+    counts = {
+        model: model.objects.count()
+        for model in (
+            WorkspaceFile,
+            Blob,
+            Rollout,
+            RawMemory,
+            RolloutSummary,
+            MemoryVersion,
+            Layout,
+        )
+    }
+    rows = list(WorkspaceFile.objects.values_list("pk", "blob_id", "changed_at", "missing_since"))
+
+    second = import_workspace(path, "b")
+
+    assert first.added > 0 and second.added == second.changed == second.missing == 0
+    assert second.unchanged == first.added
+    assert {model: model.objects.count() for model in counts} == counts
+    assert (
+        list(WorkspaceFile.objects.values_list("pk", "blob_id", "changed_at", "missing_since"))
+        == rows
+    )
+    assert second.as_json() == first.as_json()
+
+
+def test_changed_memory_md_becomes_a_new_agent_version(workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    memory_md = ws / "memories" / "engineering" / "MEMORY.md"
+    original = memory_md.read_bytes()
+    memory_md.write_bytes(original + b"\n- agent added this line during a live update\n")
+
+    result = import_workspace(ws, "a")
+
+    assert result.changed == 1
+    versions = MemoryVersion.objects.filter(
+        layout__memories_dir="memories/engineering", document=MemoryVersion.Document.MEMORY_MD
+    ).order_by("number")
+    assert [v.number for v in versions] == [1, 2]
+    assert bytes(versions[0].blob.data) == original
+    assert bytes(versions[1].blob.data).endswith(b"during a live update\n")
+    assert versions[1].author_kind == MemoryVersion.Author.AGENT
+    assert versions[1].reason == "changed on disk"
+
+
+def test_files_gone_from_disk_are_marked_not_deleted(workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    gone = ws / "sessions" / "prefs-6e64dc.jsonl"
+    gone.unlink()
+
+    result = import_workspace(ws, "a")
+
+    assert result.missing == 1
+    row = WorkspaceFile.objects.get(path="sessions/prefs-6e64dc.jsonl")
+    assert row.missing_since is not None
+    assert Rollout.objects.filter(rollout_id="prefs-6e64dc").exists()
+    assert bytes(row.blob.data)  # the content is still there
+
+    # and a file that comes back is current again
+    gone.write_bytes(bytes(row.blob.data))
+    import_workspace(ws, "a")
+    assert WorkspaceFile.objects.get(path="sessions/prefs-6e64dc.jsonl").missing_since is None
+
+
+def test_import_never_modifies_the_source_tree(workspace_copy):
+    ws = workspace_copy("small-b")
+
+    def snapshot():
+        return {
+            p.relative_to(ws).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(ws.rglob("*"))
+            if p.is_file()
+        }
+
+    before = snapshot()
+    import_workspace(ws, "b")
+    import_workspace(ws, "b")
+    assert snapshot() == before
+
+
+# --- bad input -------------------------------------------------------------------
+
+
+def errors_by_path(result) -> dict[str, str]:
+    return {e["path"]: e["error"] for e in result.errors}
+
+
+def test_malformed_jsonl_line_keeps_the_good_segments(workspace_copy):
+    ws = workspace_copy("small-a")
+    path = ws / "sessions" / "gtm-pipeline-65f53e.jsonl"
+    first, second = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(first + b'{"updated_at": "2026-11-30", oops\n' + second)
+
+    result = import_workspace(ws, "a")
+
+    error = errors_by_path(result)["sessions/gtm-pipeline-65f53e.jsonl"]
+    assert "line 2: not valid JSON" in error
+    assert Rollout.objects.get(rollout_id="gtm-pipeline-65f53e").segment_count == 2
+    assert result.run.status == ImportRun.Status.WITH_ERRORS
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe not utf-8\n", "line 1: not valid UTF-8"),
+        (b"[1, 2, 3]\n", "line 1: a JSON list, not an object"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: JSON nested"),
+        (b'{"a":' * 200 + b"1" + b"}" * 200 + b"\n", "nested more than 64 levels"),
+        (b"", "empty file"),
+    ],
+    ids=["non-utf8", "not-an-object", "absurdly-deep", "deep", "empty"],
+)
+def test_bad_rollout_file_is_reported_and_the_rest_imports(workspace_copy, content, expected):
+    ws = workspace_copy("small-a")
+    (ws / "sessions" / "broken-1.jsonl").write_bytes(content)
+
+    result = import_workspace(ws, "a")
+
+    assert expected in errors_by_path(result)["sessions/broken-1.jsonl"]
+    assert Rollout.objects.filter(layout__memories_dir="memories").count() == 4
+    assert Rollout.objects.get(rollout_id="broken-1").segment_count == 0
+    assert WorkspaceFile.objects.get(path="sessions/broken-1.jsonl").size == len(content)
+
+
+def test_non_utf8_memory_file_is_stored_exactly_and_reported(workspace_copy):
+    ws = workspace_copy("small-a")
+    path = ws / "memories" / "MEMORY.md"
+    data = path.read_bytes() + b"\n- caf\xe9 in latin-1\n"
+    path.write_bytes(data)
+
+    result = import_workspace(ws, "a")
+
+    assert "not valid UTF-8" in errors_by_path(result)["memories/MEMORY.md"]
+    row = WorkspaceFile.objects.get(path="memories/MEMORY.md")
+    assert bytes(row.blob.data) == data
+
+
+def test_invalid_rollout_id_file_name_is_reported(workspace_copy):
+    ws = workspace_copy("small-a")
+    (ws / "sessions" / "-bad id!.jsonl").write_bytes(b'{"rollout_id":"x"}\n')
+
+    result = import_workspace(ws, "a")
+
+    assert "not a valid rollout id" in errors_by_path(result)["sessions/-bad id!.jsonl"]
+    assert not Rollout.objects.filter(file__path="sessions/-bad id!.jsonl").exists()
+    assert result.layouts[0].rollouts == 3
+
+
+def test_raw_memory_without_headers_is_reported(workspace_copy):
+    ws = workspace_copy("small-a")
+    (ws / "memories" / "raw_memories" / "orphan-1.md").write_text("just some notes\n")
+
+    result = import_workspace(ws, "a")
+
+    assert "no `rollout_id:`" in errors_by_path(result)["memories/raw_memories/orphan-1.md"]
+    assert RawMemory.objects.get(rollout_id="orphan-1").rollout_summary_file == ""
+
+
+def test_invalid_phase_two_selection_is_reported(workspace_copy):
+    ws = workspace_copy("small-a")
+    (ws / "memories" / "phase_two_selection.json").write_text("{not json")
+
+    result = import_workspace(ws, "a")
+
+    error = errors_by_path(result)["memories/phase_two_selection.json"]
+    assert "not valid JSON" in error and "no previous selection" in error
+
+
+def test_symlinks_are_never_followed(workspace_copy, tmp_path):
+    ws = workspace_copy("small-a")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    (ws / "memories" / "raw_memories" / "leak.md").symlink_to(secret)
+    (ws / "sessions" / "linked-dir").symlink_to(tmp_path)
+
+    result = import_workspace(ws, "a")
+
+    errors = errors_by_path(result)
+    assert "symbolic link" in errors["memories/raw_memories/leak.md"]
+    assert "symbolic link" in errors["sessions/linked-dir"]
+    assert all(b"TOP-SECRET" not in bytes(b.data) for b in Blob.objects.all())
+
+
+def test_fifo_is_skipped_without_blocking(workspace_copy):
+    ws = workspace_copy("small-a")
+    os.mkfifo(ws / "memories" / "pipe")
+
+    result = import_workspace(ws, "a")
+
+    assert "FIFO" in errors_by_path(result)["memories/pipe"]
+
+
+def test_huge_file_is_stored_and_flagged(workspace_copy, settings):
+    settings.MEMORYUI_HUGE_FILE_BYTES = 1000
+    ws = workspace_copy("small-a")
+    big = b"x" * 5000 + b"\n"
+    (ws / "memories" / "engineering" / "skills" / "big.md").write_bytes(big)
+
+    result = import_workspace(ws, "a")
+
+    assert "stored in full" in errors_by_path(result)["memories/engineering/skills/big.md"]
+    assert (
+        bytes(WorkspaceFile.objects.get(path="memories/engineering/skills/big.md").blob.data) == big
+    )
+
+
+def test_file_over_the_hard_limit_is_not_imported(workspace_copy, settings):
+    settings.MEMORYUI_MAX_FILE_BYTES = 10_000
+    ws = workspace_copy("small-a")
+    (ws / "data" / "dump.bin").write_bytes(b"\0" * 20_000)
+
+    result = import_workspace(ws, "a")
+
+    assert "not imported" in errors_by_path(result)["data/dump.bin"]
+    assert not WorkspaceFile.objects.filter(path="data/dump.bin").exists()
+    assert result.layouts[0].rollouts == 3
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes = b"x", **attrs) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+
+
+def test_unsafe_archive_members_are_refused_and_the_rest_imports(fixtures_dir, tmp_path):
+    archive = tmp_path / "evil.tar"
+    with (
+        tarfile.open(snapshot_path(fixtures_dir, "small-a")) as src,
+        tarfile.open(archive, "w") as dst,
+    ):
+        for member in src.getmembers():
+            dst.addfile(member, src.extractfile(member) if member.isreg() else None)
+        _add(dst, "/etc/passwd")
+        _add(dst, "../outside.md")
+        _add(dst, "./memories/../../escape.md")
+        _add(dst, "./memories/link.md", b"", type=tarfile.SYMTYPE, linkname="/etc/shadow")
+        _add(dst, "./memories/hard.md", b"", type=tarfile.LNKTYPE, linkname="README.md")
+        _add(dst, "./dev-null", b"", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+        _add(dst, "./memories/fifo", b"", type=tarfile.FIFOTYPE)
+
+    result = import_workspace(archive, "evil")
+
+    errors = errors_by_path(result)
+    assert "absolute path" in errors["/etc/passwd"]
+    assert "'..'" in errors["../outside.md"]
+    assert "'..'" in errors["./memories/../../escape.md"]
+    assert "symbolic link" in errors["memories/link.md"]
+    assert "hard link" in errors["memories/hard.md"]
+    assert "device or FIFO" in errors["dev-null"]
+    assert "device or FIFO" in errors["memories/fifo"]
+    assert [layout.rollouts for layout in result.layouts] == [3, 3]
+    assert not WorkspaceFile.objects.filter(path__contains="..").exists()
+    assert not (tmp_path.parent / "outside.md").exists()
+
+
+def test_compressed_archive_expanding_past_the_limit_stops_with_a_clear_error(tmp_path, settings):
+    settings.MEMORYUI_MAX_IMPORT_BYTES = 1_000_000
+    archive = tmp_path / "bomb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        _add(tar, "./sessions/a-1.jsonl", b'{"rollout_id":"a-1"}\n')
+        for i in range(5):
+            _add(tar, f"./data/zeros-{i}.bin", b"\0" * 400_000)
+
+    result = import_workspace(archive, "bomb")
+
+    assert archive.stat().st_size < 20_000
+    assert any("expands past" in e["error"] for e in result.errors)
+    assert WorkspaceFile.objects.filter(workspace__name="bomb").count() < 5
+
+
+def test_nothing_importable_exits_non_zero(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("import_workspace", str(empty), "--json")
+    assert exit_info.value.code == 1
+    assert json.loads(capsys.readouterr().out)["layouts"] == []
+
+
+def test_missing_path_gives_a_clear_error_not_a_traceback(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("import_workspace", str(tmp_path / "nope"), "--json")
+    assert exit_info.value.code == 1
+    out = json.loads(capsys.readouterr().out)
+    assert "does not exist" in out["errors"][0]["error"]
+
+
+def test_json_output_is_exactly_one_object(fixtures_dir, capsys):
+    call_command("import_workspace", str(fixtures_dir / "small-a" / "workspace"), "--json")
+    out = capsys.readouterr().out
+    assert out.count("\n") <= 1
+    report = json.loads(out)
+    assert set(report) == {"workspace", "layouts", "errors"}
+    assert report["workspace"] == "small-a"
+    for layout in report["layouts"]:
+        assert set(layout) == {
+            "memories_dir",
+            "sessions_dir",
+            "rollouts",
+            "raw_memories",
+            "rollout_summaries",
+            "memory_md",
+            "memory_summary_md",
+            "skills",
+        }
+
+
+def test_readable_summary_without_json(fixtures_dir, capsys):
+    call_command("import_workspace", str(fixtures_dir / "small-a" / "workspace"))
+    out = capsys.readouterr().out
+    assert "layout memories/engineering + sessions/engineering: 3 rollouts" in out
+    assert "no problems" in out

@@ -1,0 +1,118 @@
+"""The dashboard pages of the foundation: login, workspaces, import reports."""
+
+import pytest
+from django.urls import reverse
+
+from memoryui.importer import import_workspace
+from memoryui.models import ImportRun
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def imported(fixtures_dir):
+    return import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/",
+        "/w/small-a/",
+        "/admin/",
+    ],
+)
+def test_anonymous_visitor_is_sent_to_login(client, imported, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert "login" in response["Location"]
+
+
+def test_anonymous_import_report_is_sent_to_login(client, imported):
+    response = client.get(reverse("memoryui:import_detail", args=["small-a", imported.run.pk]))
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_login_then_workspace_list_shows_counts(client, imported):
+    make_user("ada")
+    response = client.post(
+        reverse("login"), {"username": "ada", "password": "pw-for-tests-9"}, follow=True
+    )
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "small-a" in page
+    assert "Imported" in page
+    row = page[page.index('id="workspace-') :]
+    assert ">2</td>" in row and ">6</td>" in row  # layouts, rollouts
+
+
+def test_workspace_list_runs_a_constant_number_of_queries(
+    client, fixtures_dir, django_assert_max_num_queries
+):
+    for i in range(5):
+        import_workspace(fixtures_dir / "small-b" / "workspace", f"b{i}")
+    client.force_login(make_user())
+    with django_assert_max_num_queries(6):
+        response = client.get("/")
+    assert response.content.decode().count('<tr id="workspace-') == 5
+
+
+def test_workspace_page_lists_layouts_and_imports(client, imported):
+    client.force_login(make_user())
+    page = client.get("/w/small-a/").content.decode()
+    assert "memories/engineering" in page and "sessions/engineering" in page
+    assert "Imported" in page
+
+
+def test_unknown_workspace_is_a_404_not_a_500(client):
+    client.force_login(make_user())
+    assert client.get("/w/nope/").status_code == 404
+    assert client.get("/w/..%2F..%2Fetc/").status_code == 404
+
+
+def test_import_report_lists_each_problem(client, workspace_copy):
+    ws = workspace_copy("small-a")
+    (ws / "sessions" / "broken-1.jsonl").write_bytes(b"<script>alert(1)</script>\n")
+    result = import_workspace(ws, "a")
+    client.force_login(make_user())
+
+    page = client.get(reverse("memoryui:import_detail", args=["a", result.run.pk])).content.decode()
+
+    assert "sessions/broken-1.jsonl" in page
+    assert "not valid JSON" in page
+    assert "<script>alert(1)</script>" not in page
+
+
+def test_reimport_button_is_refused_to_non_staff(client, imported):
+    client.force_login(make_user())
+    response = client.post(reverse("memoryui:workspace_reimport", args=["small-a"]))
+    assert response.status_code == 302 and "login" in response["Location"]
+    assert ImportRun.objects.count() == 1
+
+
+def test_reimport_runs_the_import_task(
+    client, imported, settings, django_capture_on_commit_callbacks
+):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    from memoryui.celery import app
+
+    app.conf.task_always_eager = True
+    client.force_login(make_user(staff=True))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("memoryui:workspace_reimport", args=["small-a"]))
+    app.conf.task_always_eager = False
+    assert response.status_code == 302
+    runs = ImportRun.objects.order_by("pk")
+    assert runs.count() == 2
+    assert runs.last().unchanged == imported.added
+    assert runs.last().triggered_by.username == "reviewer"
+
+
+def test_reimport_requires_post_and_csrf(imported):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user(staff=True))
+    assert client.get(reverse("memoryui:workspace_reimport", args=["small-a"])).status_code == 405
+    assert client.post(reverse("memoryui:workspace_reimport", args=["small-a"])).status_code == 403

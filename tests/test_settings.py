@@ -1,0 +1,47 @@
+"""Configuration from the environment: production settings are safe, bad values are
+explained."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")
+    }
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+
+
+def test_production_settings_pass_the_deploy_check(tmp_path):
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DEBUG="0",
+        SECRET_KEY="a-long-random-production-secret-" + "x9" * 20,
+        ALLOWED_HOSTS="memory.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/0",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_without_secret_key_refuses_to_start():
+    result = manage("check", DEBUG="0", ALLOWED_HOSTS="memory.example.com")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_bad_boolean_is_explained():
+    result = manage("check", DEBUG="maybe")
+    assert result.returncode != 0
+    assert "DEBUG must be a boolean" in result.stderr
