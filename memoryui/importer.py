@@ -10,6 +10,7 @@ the rest of the import goes on.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ def import_workspace(
     Raises ``tree.TreeError`` when the source cannot be read at all.
     """
     limits = limits or default_limits()
-    source = Path(source).absolute()
+    source = Path(os.path.normpath(Path(source).absolute()))
     reader = tree.read_source(source, limits)  # raises TreeError before any write
     entries: list[Entry] = []
     problems: list[dict[str, str]] = []

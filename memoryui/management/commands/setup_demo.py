@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
 from memoryui.importer import import_workspace
+from memoryui.models import Workspace, WorkspaceFile
 
 SAMPLE = Path(settings.BASE_DIR) / "sample" / "small-a"
 
@@ -22,7 +23,10 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000/")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        result = import_workspace(SAMPLE, "small-a")
+        if not Workspace.objects.filter(name="small-a").exists():
+            import_workspace(SAMPLE, "small-a")
+        workspace = Workspace.objects.get(name="small-a")
+        rollouts = workspace.files.present().filter(kind=WorkspaceFile.Kind.ROLLOUT).count()
         User = get_user_model()
         user, _ = User.objects.get_or_create(username=options["username"])
         password = secrets.token_urlsafe(12)
@@ -30,8 +34,8 @@ class Command(BaseCommand):
         user.is_staff = user.is_superuser = True
         user.save()
         self.stdout.write(
-            f"Sample workspace 'small-a': {len(result.layouts)} layouts, "
-            f"{sum(layout.rollouts for layout in result.layouts)} rollouts.\n"
+            f"Sample workspace 'small-a': {workspace.layouts.present().count()} layouts, "
+            f"{rollouts} rollouts.\n"
             + self.style.SUCCESS(
                 f"\n  memoryui is at {options['url']}\n"
                 f"  Log in as  {user.get_username()}  with password  {password}\n"
