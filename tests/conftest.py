@@ -1,9 +1,14 @@
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+FIXTURES = Path(
+    os.environ.get(
+        "MEMORYUI_FIXTURES", Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+    )
+)
 FIXTURE_NAMES = ["small-a", "small-b", "medium-300"]
 
 

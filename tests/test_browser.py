@@ -8,10 +8,6 @@ from playwright.sync_api import Page, sync_playwright
 from memoryui.importer import import_workspace
 from tests.factories import make_user
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls made by the
-# test itself (fixtures) are still synchronous and safe.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = "/usr/bin/chromium"
@@ -33,6 +29,13 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(autouse=True)
+def allow_orm_beside_playwright(monkeypatch):
+    # Playwright's sync API runs an event loop in the test's thread; the ORM calls the
+    # test makes itself are still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture
