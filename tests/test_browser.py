@@ -25,17 +25,14 @@ CHROMIUM_ARGS = [
 @pytest.fixture(scope="module")
 def browser():
     assert os.path.exists(CHROMIUM), "Debian's chromium is required (bin/install-browser)"
-    with sync_playwright() as p:
+    # Playwright's sync API keeps an event loop running in this thread for the module;
+    # the ORM calls that the tests and their database teardown make are still plain
+    # synchronous calls, so Django's async guard is lifted for this module only.
+    with pytest.MonkeyPatch.context() as mp, sync_playwright() as p:
+        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
-
-
-@pytest.fixture(autouse=True)
-def allow_orm_beside_playwright(monkeypatch):
-    # Playwright's sync API runs an event loop in the test's thread; the ORM calls the
-    # test makes itself are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture
