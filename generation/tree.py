@@ -753,3 +753,114 @@ def parse_selection(data: bytes) -> Selection:
     if skipped:
         problem = f"{skipped} selected item(s) lack rollout_id or rollout_summary_file; ignored"
     return Selection(items, str(payload.get("updated_at") or ""), problem)
+
+
+def select_for_consolidation(raw_memory_texts: Iterable[str], limit: int) -> list[SelectionItem]:
+    """Phase two's input: the ``limit`` most recent selectable raw memories, ordered by
+    (has a real ``updated_at``, ``updated_at`` as a string, rollout id), newest first."""
+    ranked: list[tuple[tuple[int, str], str, SelectionItem]] = []
+    for text in raw_memory_texts:
+        headers = read_headers(text.rstrip("\n"), RAW_MEMORY_HEADERS)
+        rollout_id = headers.get("rollout_id", "")
+        summary_file = headers.get("rollout_summary_file", "")
+        if not rollout_id or not summary_file:
+            continue
+        item = SelectionItem(
+            rollout_id=rollout_id,
+            updated_at=headers.get("updated_at", ""),
+            rollout_path=headers.get("rollout_path", ""),
+            rollout_summary_file=summary_file,
+            terminal_state=headers.get("terminal_state", ""),
+        )
+        ranked.append((updated_at_sort_key(item.updated_at), rollout_id, item))
+    ranked.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
+    return [entry[2] for entry in ranked[:limit]]
+
+
+@dataclass(frozen=True)
+class SelectionDiff:
+    retained: list[str]
+    added: list[str]
+    removed: list[str]
+
+
+def diff_selection(
+    previous: Iterable[SelectionItem], current: Iterable[SelectionItem]
+) -> SelectionDiff:
+    """What a consolidation keeps, brings in and forgets, by rollout id."""
+    before = [item.rollout_id for item in previous]
+    now = [item.rollout_id for item in current]
+    before_set, now_set = set(before), set(now)
+    return SelectionDiff(
+        retained=[r for r in now if r in before_set],
+        added=[r for r in now if r not in before_set],
+        removed=[r for r in before if r not in now_set],
+    )
+
+
+def dump_selection(items: Iterable[SelectionItem], updated_at: str) -> str:
+    payload = {
+        "version": 1,
+        "updated_at": updated_at,
+        "selected": [
+            {
+                "rollout_id": item.rollout_id,
+                "updated_at": item.updated_at,
+                "rollout_path": item.rollout_path,
+                "rollout_summary_file": item.rollout_summary_file,
+                "terminal_state": item.terminal_state,
+            }
+            for item in items
+        ],
+    }
+    return json.dumps(payload, indent=2) + "\n"
+
+
+def merge_raw_memories(texts_in_order: Iterable[str]) -> str:
+    """``raw_memories.md``: the selected raw memories joined by a blank line."""
+    return "\n\n".join(text.rstrip("\n") for text in texts_in_order)
+
+
+def dump_raw_memory(
+    *,
+    rollout_id: str,
+    updated_at: str,
+    rollout_path: str,
+    rollout_summary_file: str,
+    terminal_state: str,
+    body: str,
+) -> str:
+    return (
+        f"rollout_id: {rollout_id}\n"
+        f"updated_at: {updated_at}\n"
+        f"rollout_path: {rollout_path}\n"
+        f"rollout_summary_file: {rollout_summary_file}\n"
+        f"terminal_state: {terminal_state}\n\n"
+        f"{body.rstrip()}\n"
+    )
+
+
+def dump_rollout_summary(
+    *, session_id: str, updated_at: str, rollout_path: str, terminal_state: str, body: str
+) -> str:
+    return (
+        f"session_id: {session_id}\n"
+        f"updated_at: {updated_at}\n"
+        f"rollout_path: {rollout_path}\n"
+        f"terminal_state: {terminal_state}\n\n"
+        f"{body.rstrip()}\n"
+    )
+
+
+def normalize_slug(value: str) -> str | None:
+    """The SDK's slug rule: strip, drop one trailing ``.md``, then validate."""
+    slug = value.strip()
+    if slug.endswith(".md"):
+        slug = slug[: -len(".md")]
+    return slug if SLUG_RE.fullmatch(slug) else None
+
+
+def skill_name(layout_relative_path: str) -> str:
+    """``skills/<name>/...`` -> ``<name>``."""
+    parts = layout_relative_path.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "skills" else ""

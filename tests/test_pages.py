@@ -116,3 +116,23 @@ def test_reimport_requires_post_and_csrf(imported):
     client.force_login(make_user(staff=True))
     assert client.get(reverse("memoryui:workspace_reimport", args=["small-a"])).status_code == 405
     assert client.post(reverse("memoryui:workspace_reimport", args=["small-a"])).status_code == 403
+
+
+def test_every_model_is_in_the_admin_and_its_pages_open(client, imported):
+    from django.apps import apps
+    from django.contrib import admin
+
+    models = apps.get_app_config("memoryui").get_models()
+    admin_user = make_user("root", staff=True)
+    admin_user.is_superuser = True
+    admin_user.save()
+    client.force_login(admin_user)
+    for model in models:
+        assert admin.site.is_registered(model), model
+        opts = model._meta
+        changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        assert client.get(changelist).status_code == 200, changelist
+        obj = model.objects.first()
+        if obj is not None:
+            change = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+            assert client.get(change).status_code == 200, change
