@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 HEADING_RE = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t]*#*[ \t]*\r?\n?$")
 FENCE_RE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})")
+CLOSING_FENCE_RE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})[ \t]*\r?\n?$")
 BULLET_RE = re.compile(r"^(?:[-*+]|\d{1,9}[.)])(?:[ \t]|\r?\n|$)")
 CITATION_RE = re.compile(r"rollout_summaries/[A-Za-z0-9][A-Za-z0-9._-]*\.md")
 TASK_REF_RE = re.compile(r"\[Task (\d+)\]")
@@ -146,8 +147,8 @@ def parse(text: str) -> Block:
                 in_list = False
                 continue
             if fence_match:
-                fence = fence_match.group(1)[0] * 3
-        elif FENCE_RE.match(line) and line.lstrip().startswith(fence):
+                fence = fence_match.group(1)
+        elif _closes(fence, line):
             fence = None
             _append(current, line)
             continue
@@ -178,6 +179,13 @@ def parse(text: str) -> Block:
         root.text = ""
     _assign_keys(root, "")
     return root
+
+
+def _closes(fence: str, line: str) -> bool:
+    """A closing fence uses the opening's character, is at least as long, and carries
+    nothing after it (CommonMark)."""
+    match = CLOSING_FENCE_RE.match(line)
+    return bool(match) and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence)
 
 
 def _append(block: Block, line: str) -> None:

@@ -134,6 +134,12 @@ def _valid_name(name: str) -> bool:
 
 def read_directory(root: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
     """Walk ``root`` without following any link; never opens anything outside it."""
+    if root.is_symlink() or not root.is_dir():
+        raise TreeError(f"{root} is not a directory.")
+    return _walk(root, limits)
+
+
+def _walk(root: Path, limits: Limits) -> Iterator[Entry | Problem]:
     total = 0
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     while stack:
@@ -245,18 +251,36 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
                 if not member.isreg():
                     yield Problem(rel, "not a regular file; skipped")
                     continue
+                # Skipped members are decompressed too, to get past them: count them.
+                total += member.size
+                if total > limits.max_total_bytes:
+                    yield Problem(rel, _total_exceeded(limits))
+                    return
                 if member.size > limits.max_file_bytes:
                     yield Problem(rel, _too_large(member.size, limits))
                     continue
-                if total + member.size > limits.max_total_bytes:
-                    yield Problem(rel, _total_exceeded(limits))
-                    return
                 fh = archive.extractfile(member)
                 data = fh.read() if fh is not None else b""
-                total += len(data)
                 yield Entry(rel, data, member.mode & 0o7777, int(member.mtime))
+            if not _ends_cleanly(archive):
+                yield Problem(
+                    path.name,
+                    "archive ends inside a member header (truncated or damaged); "
+                    "read up to there",
+                )
         except (tarfile.TarError, OSError, EOFError) as exc:
             yield Problem(path.name, f"archive is damaged or truncated ({exc}); read up to here")
+
+
+def _ends_cleanly(archive: tarfile.TarFile) -> bool:
+    """Python's tar reader takes a header cut short after the first member for the
+    end of the archive; a whole archive ends with a zero block there instead."""
+    fileobj = archive.fileobj
+    if fileobj is None:
+        return True
+    fileobj.seek(archive.offset)
+    block = fileobj.read(tarfile.BLOCKSIZE)
+    return len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0")
 
 
 def _normalize_member_name(name: str) -> str | None:
@@ -535,6 +559,18 @@ def message_text(item: dict[str, Any]) -> str:
     return ""
 
 
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array"
+
+
 def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -587,8 +623,7 @@ def parse_rollout(data: bytes) -> ParsedRollout:
             continue
         if not isinstance(value, dict):
             result.problems.append(
-                f"line {number}: a JSON {type(value).__name__.replace('dict', 'object')}"
-                ", not an object; segment skipped"
+                f"line {number}: a JSON {_json_type(value)}, not an object; segment skipped"
             )
             continue
         if _too_deep(value):

@@ -239,7 +239,7 @@ def test_malformed_jsonl_line_keeps_the_good_segments(workspace_copy):
     ("content", "expected"),
     [
         (b"\xff\xfe not utf-8\n", "line 1: not valid UTF-8"),
-        (b"[1, 2, 3]\n", "line 1: a JSON list, not an object"),
+        (b"[1, 2, 3]\n", "line 1: a JSON array, not an object"),
         (b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: JSON nested"),
         (b'{"a":' * 200 + b"1" + b"}" * 200 + b"\n", "nested more than 64 levels"),
         (b"", "empty file"),
