@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 ROLLOUT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
@@ -79,7 +79,7 @@ class Entry:
     path: str
     data: bytes | None
     mode: int
-    mtime: int
+    mtime_ns: int
 
     @property
     def is_dir(self) -> bool:
@@ -92,6 +92,7 @@ class Problem:
 
     path: str
     error: str
+    stops: bool = False  # reading ended here: what follows was not seen
 
 
 def human_size(size: int) -> str:
@@ -136,11 +137,46 @@ def read_directory(root: Path, limits: Limits = Limits()) -> Iterator[Entry | Pr
     """Walk ``root`` without following any link; never opens anything outside it."""
     if root.is_symlink() or not root.is_dir():
         raise TreeError(f"{root} is not a directory.")
-    return _walk(root, limits)
+    return _read_scanned(root, limits)
 
 
-def _walk(root: Path, limits: Limits) -> Iterator[Entry | Problem]:
+def _read_scanned(root: Path, limits: Limits) -> Iterator[Entry | Problem]:
     total = 0
+    for item in scan_directory(root, limits):
+        if isinstance(item, Problem):
+            yield item
+        elif item.is_dir:
+            yield Entry(item.path, None, item.mode, item.mtime_ns)
+        else:
+            total += item.size
+            if total > limits.max_total_bytes:
+                yield Problem(item.path, total_exceeded(limits), stops=True)
+                return
+            try:
+                data = read_file(root, item.path, item)
+            except OSError as exc:
+                yield Problem(item.path, f"could not be read ({exc.strerror or exc})")
+                continue
+            yield Entry(item.path, data, item.mode, item.mtime_ns)
+
+
+class Stat(NamedTuple):
+    """What ``lstat`` says of a workspace entry, without reading it (a tuple: a scan
+    makes one per file, and tuples are the cheapest to build)."""
+
+    path: str
+    is_dir: bool
+    size: int
+    mtime_ns: int
+    mode: int
+    inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino)
+
+
+def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Problem]:
+    """List every directory and regular file under ``root`` (sorted, depth first) with
+    its stat, reporting links, devices, FIFOs, unreadable and oversized entries."""
+    if root.is_symlink() or not root.is_dir():
+        raise TreeError(f"{root} is not a directory.")
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     while stack:
         abs_dir, rel_dir = stack.pop()
@@ -161,33 +197,46 @@ def _walk(root: Path, limits: Limits) -> Iterator[Entry | Problem]:
             except OSError as exc:
                 yield Problem(rel, f"could not be read ({exc.strerror})")
                 continue
-            if stat.S_ISLNK(st.st_mode):
+            mode = st.st_mode
+            if stat.S_ISLNK(mode):
                 yield Problem(rel, "symbolic link; links are never followed, skipped")
-            elif stat.S_ISDIR(st.st_mode):
-                yield Entry(rel, None, stat.S_IMODE(st.st_mode), int(st.st_mtime))
+            elif stat.S_ISDIR(mode):
+                yield Stat(rel, True, 0, st.st_mtime_ns, stat.S_IMODE(mode))
                 subdirs.append((child.path, rel))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(mode):
                 if st.st_size > limits.max_file_bytes:
                     yield Problem(rel, _too_large(st.st_size, limits))
-                    continue
-                if total + st.st_size > limits.max_total_bytes:
-                    yield Problem(rel, _total_exceeded(limits))
-                    return
-                try:
-                    data = _read_no_follow(child.path)
-                except OSError as exc:
-                    yield Problem(rel, f"could not be read ({exc.strerror})")
-                    continue
-                total += len(data)
-                yield Entry(rel, data, stat.S_IMODE(st.st_mode), int(st.st_mtime))
+                else:
+                    yield Stat(
+                        rel,
+                        False,
+                        st.st_size,
+                        st.st_mtime_ns,
+                        stat.S_IMODE(mode),
+                        (st.st_dev, st.st_ino),
+                    )
             else:
                 yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")
         stack.extend(reversed(subdirs))
 
 
-def _read_no_follow(path: str) -> bytes:
+def read_file(root: Path, rel: str, expected: Stat | None = None) -> bytes:
+    """Read ``root/rel`` only if it is the regular file that the scan saw.
+
+    The scan never descends through links; the opened file must be the very inode it
+    listed, so a directory swapped for a link in between cannot lead outside ``root``.
+    Without a scan result, the path itself must contain no link.
+    """
+    path = os.path.join(root, rel)
+    if expected is None and os.path.realpath(path) != os.path.join(os.path.realpath(root), rel):
+        raise OSError(0, "path passes through a symbolic link")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        if expected is not None and (st.st_dev, st.st_ino) != expected.inode:
+            raise OSError(0, "replaced while being read")
         return fh.read()
 
 
@@ -202,7 +251,7 @@ def _too_large(size: int, limits: Limits) -> str:
     )
 
 
-def _total_exceeded(limits: Limits) -> str:
+def total_exceeded(limits: Limits) -> str:
     return (
         f"the workspace expands past {human_size(limits.max_total_bytes)}; "
         "import stopped reading here"
@@ -246,7 +295,7 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
                     continue
                 seen.add(rel)
                 if member.isdir():
-                    yield Entry(rel, None, member.mode & 0o7777, int(member.mtime))
+                    yield Entry(rel, None, member.mode & 0o7777, int(member.mtime) * 10**9)
                     continue
                 if not member.isreg():
                     yield Problem(rel, "not a regular file; skipped")
@@ -254,22 +303,24 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
                 # Skipped members are decompressed too, to get past them: count them.
                 total += member.size
                 if total > limits.max_total_bytes:
-                    yield Problem(rel, _total_exceeded(limits))
+                    yield Problem(rel, total_exceeded(limits), stops=True)
                     return
                 if member.size > limits.max_file_bytes:
                     yield Problem(rel, _too_large(member.size, limits))
                     continue
                 fh = archive.extractfile(member)
                 data = fh.read() if fh is not None else b""
-                yield Entry(rel, data, member.mode & 0o7777, int(member.mtime))
+                yield Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)
             if not _ends_cleanly(archive):
                 yield Problem(
                     path.name,
-                    "archive ends inside a member header (truncated or damaged); "
-                    "read up to there",
+                    "archive ends inside a member header (truncated or damaged); read up to there",
+                    stops=True,
                 )
         except (tarfile.TarError, OSError, EOFError) as exc:
-            yield Problem(path.name, f"archive is damaged or truncated ({exc}); read up to here")
+            yield Problem(
+                path.name, f"archive is damaged or truncated ({exc}); read up to here", stops=True
+            )
 
 
 def _ends_cleanly(archive: tarfile.TarFile) -> bool:
@@ -309,30 +360,50 @@ def _parent(path: str) -> str:
 
 
 def discover_layouts(entries: Iterable[Entry]) -> list[LayoutDirs]:
+    """Find every (memories_dir, sessions_dir) pair among read entries."""
+    entries = list(entries)
+    rollout_paths = {
+        e.path: header_value(e.data, "rollout_path")
+        for e in entries
+        if e.data is not None and is_raw_memory_path(e.path)
+    }
+    return find_layouts(
+        (e.path for e in entries if e.is_dir),
+        (e.path for e in entries if not e.is_dir),
+        rollout_paths,
+    )
+
+
+def is_raw_memory_path(path: str) -> bool:
+    return path.endswith(".md") and _parent(path).rpartition("/")[2] == "raw_memories"
+
+
+def find_layouts(
+    dir_paths: Iterable[str], file_paths: Iterable[str], rollout_paths: dict[str, str]
+) -> list[LayoutDirs]:
     """Find every (memories_dir, sessions_dir) pair in a workspace.
 
     A memories dir is any directory holding the SDK's markers. Its sessions dir comes
-    from the ``rollout_path`` headers of its raw memories, else from the naming
-    convention (``memories/x`` pairs with ``sessions/x``). A directory of rollouts that
-    no memories dir claims becomes a layout of its own by the same convention.
+    from the ``rollout_path`` headers of its raw memories (``rollout_paths`` maps a raw
+    memory's path to that header), else from the naming convention (``memories/x``
+    pairs with ``sessions/x``). A directory of rollouts that no memories dir claims
+    becomes a layout of its own by the same convention.
     """
-    entries = list(entries)
-    dirs = {e.path for e in entries if e.is_dir}
-    files = [e for e in entries if not e.is_dir]
+    dirs = set(dir_paths)
+    files = list(file_paths)
     for f in files:  # archives and partial trees may omit directory members
-        parent = _parent(f.path)
+        parent = _parent(f)
         while parent and parent not in dirs:
             dirs.add(parent)
             parent = _parent(parent)
 
     candidates: set[str] = set()
     for d in dirs:
-        name = d.rpartition("/")[2]
-        if name in _MARKER_DIRS:
+        if d.rpartition("/")[2] in _MARKER_DIRS:
             candidates.add(_parent(d))
     for f in files:
-        if f.path.rpartition("/")[2] in _MARKER_FILES:
-            candidates.add(_parent(f.path))
+        if f.rpartition("/")[2] in _MARKER_FILES:
+            candidates.add(_parent(f))
     # A directory inside another layout's own subdirectories is data, not a layout.
     candidates = {
         c
@@ -346,18 +417,13 @@ def discover_layouts(entries: Iterable[Entry]) -> list[LayoutDirs]:
     }
 
     header_sessions: dict[str, Counter[str]] = {c: Counter() for c in candidates}
-    for f in files:
-        parent = _parent(f.path)
-        if not parent.endswith("raw_memories") or not f.path.endswith(".md"):
+    for path, rollout_path in rollout_paths.items():
+        memories_dir = _parent(_parent(path))
+        if memories_dir not in candidates or not rollout_path:
             continue
-        memories_dir = _parent(parent)
-        if memories_dir not in candidates:
-            continue
-        rollout_path = _header_value(f.data or b"", "rollout_path")
-        if rollout_path:
-            sessions_dir = _normalize_member_name(_parent(rollout_path.strip()))
-            if sessions_dir and ".." not in sessions_dir.split("/"):
-                header_sessions[memories_dir][sessions_dir] += 1
+        sessions_dir = _normalize_member_name(_parent(rollout_path.strip()))
+        if sessions_dir and ".." not in sessions_dir.split("/"):
+            header_sessions[memories_dir][sessions_dir] += 1
 
     layouts: dict[str, str] = {}
     for c in sorted(candidates):
@@ -367,7 +433,7 @@ def discover_layouts(entries: Iterable[Entry]) -> list[LayoutDirs]:
             layouts[c] = _convention_sessions_dir(c)
 
     claimed_sessions = set(layouts.values())
-    rollout_dirs = {_parent(f.path) for f in files if f.path.endswith(".jsonl") and _parent(f.path)}
+    rollout_dirs = {_parent(f) for f in files if f.endswith(".jsonl") and _parent(f)}
     for d in sorted(rollout_dirs - claimed_sessions):
         memories_dir = _convention_memories_dir(d)
         if memories_dir and memories_dir not in layouts:
@@ -453,7 +519,7 @@ def decode_text(data: bytes) -> tuple[str, str | None]:
         )
 
 
-def _header_value(data: bytes, key: str) -> str:
+def header_value(data: bytes, key: str) -> str:
     """The SDK's rule: the first line anywhere that starts with ``key:``."""
     prefix = f"{key}:".encode()
     for line in data.splitlines():
@@ -462,7 +528,29 @@ def _header_value(data: bytes, key: str) -> str:
     return ""
 
 
+# str.splitlines() (the SDK's way to split lines) also breaks at these; text without
+# them can be searched line by line with a regular expression, much faster.
+_EXOTIC_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_HEADER_RES: dict[str, re.Pattern[str]] = {}
+_HEADER_BLOCK_RE = re.compile(r"\A(?:[A-Za-z_][A-Za-z0-9_]*:[^\n]*(?:\n|\Z))+(?:[ \t]*\n)?")
+
+
 def read_headers(text: str, keys: Iterable[str]) -> dict[str, str]:
+    """For each key, the value of the first line anywhere that starts with ``key:``."""
+    if _EXOTIC_LINE_BREAKS.search(text):
+        return _read_headers_slow(text, keys)
+    found: dict[str, str] = {}
+    for key in keys:
+        pattern = _HEADER_RES.get(key)
+        if pattern is None:
+            pattern = _HEADER_RES[key] = re.compile(f"^{re.escape(key)}:(.*)$", re.MULTILINE)
+        match = pattern.search(text)
+        if match:
+            found[key] = match.group(1).strip()
+    return found
+
+
+def _read_headers_slow(text: str, keys: Iterable[str]) -> dict[str, str]:
     wanted = {f"{k}:": k for k in keys}
     found: dict[str, str] = {}
     for line in text.splitlines():
@@ -476,6 +564,9 @@ def read_headers(text: str, keys: Iterable[str]) -> dict[str, str]:
 
 def split_header_block(text: str) -> tuple[str, str]:
     """Split ``key: value`` lines at the top of a file from the body after them."""
+    if not _EXOTIC_LINE_BREAKS.search(text):
+        match = _HEADER_BLOCK_RE.match(text)
+        return (match.group(0), text[match.end() :]) if match else ("", text)
     lines = text.splitlines(keepends=True)
     i = 0
     while i < len(lines) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*:", lines[i]):
@@ -572,15 +663,18 @@ def _json_type(value: Any) -> str:
 
 
 def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Whether containers nest more than ``limit`` levels (level by level, no recursion)."""
+    level = [value]
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+        below = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            below.extend(c for c in children if type(c) is dict or type(c) is list)
+        level = below
+        depth += 1
     return False
 
 
@@ -626,7 +720,8 @@ def parse_rollout(data: bytes) -> ParsedRollout:
                 f"line {number}: a JSON {_json_type(value)}, not an object; segment skipped"
             )
             continue
-        if _too_deep(value):
+        # Nesting can only pass the limit with more brackets than the limit.
+        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
             result.problems.append(
                 f"line {number}: JSON nested more than {MAX_JSON_DEPTH} levels deep; "
                 "segment skipped"

@@ -1,29 +1,39 @@
 """Import a workspace (directory or SDK snapshot tar) into the database.
 
-A re-runnable sync: unchanged files are skipped by hash, changed ones are stored again
-and re-parsed, files gone from disk are marked missing (never deleted), and a changed
+A re-runnable sync: unchanged files are skipped, changed ones are stored again and
+re-parsed, files gone from disk are marked missing (never deleted), and a changed
 ``MEMORY.md`` / ``memory_summary.md`` becomes a new version attributed to the agent.
 Nothing on disk is ever written. Bad input becomes an entry in the report's errors and
 the rest of the import goes on.
+
+Unchanged is decided by sha256. For a directory, a file whose size and nanosecond
+modification time equal what the last import stored is not read again (as git's index
+does), unless it was modified so close to that import that the two could coincide.
+
+The sync writes tens of thousands of rows for a large tree, so it inserts with
+``executemany`` rather than building model instances: the ORM's per-object cost was
+most of the import time (see ``bench/README.md``).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from generation import tree
-from generation.tree import Entry, FileKind, LayoutDirs, Problem
+from generation.tree import FileKind, LayoutDirs, Problem
 
 from .models import (
     Blob,
@@ -38,7 +48,11 @@ from .models import (
 )
 
 Progress = Callable[[str, int, int], None]
-BATCH = 500
+CHUNK = 1000
+# A file modified this close to the previous import may share its mtime with the
+# version that import read; such files are always read again.
+RACY_WINDOW = timedelta(seconds=2)
+WORKSPACE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 @dataclass
@@ -54,6 +68,20 @@ class LayoutCounts:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def count(self, kind: str) -> None:
+        if kind == FileKind.ROLLOUT:
+            self.rollouts += 1
+        elif kind == FileKind.RAW_MEMORY:
+            self.raw_memories += 1
+        elif kind == FileKind.ROLLOUT_SUMMARY:
+            self.rollout_summaries += 1
+        elif kind == FileKind.MEMORY_INDEX:
+            self.memory_md = True
+        elif kind == FileKind.MEMORY_SUMMARY:
+            self.memory_summary_md = True
+        elif kind == FileKind.SKILL:
+            self.skills += 1
 
 
 @dataclass
@@ -81,17 +109,6 @@ class ImportResult:
         }
 
 
-def default_limits() -> tree.Limits:
-    return tree.Limits(
-        huge_file_bytes=settings.MEMORYUI_HUGE_FILE_BYTES,
-        max_file_bytes=settings.MEMORYUI_MAX_FILE_BYTES,
-        max_total_bytes=settings.MEMORYUI_MAX_IMPORT_BYTES,
-    )
-
-
-WORKSPACE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
 def valid_workspace_name(name: str) -> bool:
     return bool(WORKSPACE_NAME_RE.fullmatch(name))
 
@@ -110,6 +127,27 @@ def default_name(source: Path) -> str:
     return name or "workspace"
 
 
+def default_limits() -> tree.Limits:
+    return tree.Limits(
+        huge_file_bytes=settings.MEMORYUI_HUGE_FILE_BYTES,
+        max_file_bytes=settings.MEMORYUI_MAX_FILE_BYTES,
+        max_total_bytes=settings.MEMORYUI_MAX_IMPORT_BYTES,
+    )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    # The sync keeps every file of the tree alive until it ends, so each collection
+    # walks all of them for nothing: a sixth of the import time on a large tree.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def import_workspace(
     source: Path,
     name: str | None = None,
@@ -124,21 +162,13 @@ def import_workspace(
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
-    reader = tree.read_source(source, limits)  # raises TreeError before any write
-    entries: list[Entry] = []
-    problems: list[dict[str, str]] = []
-    for item in reader:
-        if isinstance(item, Problem):
-            problems.append({"path": item.path, "error": item.error})
-        else:
-            entries.append(item)
-            if progress and len(entries) % 200 == 0:
-                progress("read", len(entries), 0)
-    layouts = tree.discover_layouts(entries)
-    problems.extend(_misplaced_layout_problems(entries, layouts))
-
-    kind = Workspace.SourceKind.DIRECTORY if source.is_dir() else Workspace.SourceKind.SNAPSHOT
-    with transaction.atomic():
+    if source.is_symlink():
+        raise tree.TreeError(f"{source} is a symbolic link; give the real path.")
+    is_dir = source.is_dir()
+    archive = None if is_dir else tree.read_source(source, limits)  # raises TreeError
+    started = timezone.now()
+    kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
+    with _gc_paused(), transaction.atomic():
         workspace, _ = Workspace.objects.get_or_create(
             name=name or default_name(source),
             defaults={"source_kind": kind, "source_path": str(source)},
@@ -146,171 +176,412 @@ def import_workspace(
         if (workspace.source_kind, workspace.source_path) != (kind, str(source)):
             workspace.source_kind, workspace.source_path = kind, str(source)
             workspace.save(update_fields=["source_kind", "source_path"])
-        sync = _Sync(workspace, layouts, limits, progress)
-        result = sync.run(entries, problems, user)
-    return result
+        sync = _Sync(workspace, limits, progress, started)
+        if archive is None:
+            sync.collect_directory(source)
+        else:
+            sync.collect_entries(archive)
+        return sync.finish(user)
 
 
-def _misplaced_layout_problems(
-    entries: list[Entry], layouts: list[LayoutDirs]
-) -> list[dict[str, str]]:
-    """A snapshot whose content sits under one top-level folder restores, but the SDK
-    looks for memory at the workspace root and finds none: say so."""
-    top = {PurePosixPath(layout.memories_dir).parts[0] for layout in layouts}
-    if not layouts or len(top) != 1 or top & {tree.DEFAULT_MEMORIES_DIR}:
-        return []
-    roots = {PurePosixPath(e.path).parts[0] for e in entries}
-    (folder,) = top
-    if roots == {folder} and all("/" in layout.memories_dir for layout in layouts):
-        return [
-            {
-                "path": folder,
-                "error": "everything sits under one top-level folder; the SDK restores "
-                "it there and will not find this memory at the workspace root",
-            }
-        ]
-    return []
+@dataclass(slots=True)
+class _Item:
+    path: str
+    is_dir: bool
+    size: int
+    mode: int
+    mtime_ns: int
+    data: bytes | None = None  # None for directories and files not read again
+    digest: str | None = None
+    kind: str = FileKind.WORKSPACE_FILE
+    layout_id: int | None = None
+    problem: str = ""
+    file_id: int | None = None
+    memories_dir: str | None = None
+    stat: tree.Stat | None = None
+
+
+class _Stored(NamedTuple):
+    file_id: int
+    blob_id: str | None
+    kind: str
+    layout_id: int | None
+    present: bool
+    mode: int
+    mtime_ns: int
+    size: int
 
 
 class _Sync:
     def __init__(
         self,
         workspace: Workspace,
-        layouts: list[LayoutDirs],
         limits: tree.Limits,
         progress: Progress | None,
+        started: datetime,
     ) -> None:
         self.workspace = workspace
-        self.layout_dirs = layouts
         self.limits = limits
         self.progress = progress
-        self.now = timezone.now()
+        self.now = started
+        self.items: dict[str, _Item] = {}
+        self.problems: list[dict[str, str]] = []
+        self.stored = self._load_stored()
+        self.root: Path | None = None
+        # Reading stopped early (size limit, damaged archive): what was not seen is not
+        # taken as gone from disk.
+        self.complete = True
 
-    # -- layouts -------------------------------------------------------------------
-    def sync_layouts(self) -> dict[str, Layout]:
+    def _load_stored(self) -> dict[str, _Stored]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
+                f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s",
+                [self.workspace.pk],
+            )
+            return {
+                path: _Stored(pk, blob, kind, layout, gone is None, mode, mtime_ns, size)
+                for path, pk, blob, kind, layout, gone, mode, mtime_ns, size in cursor.fetchall()
+            }
+
+    # -- reading -----------------------------------------------------------------
+    def collect_directory(self, root: Path) -> None:
+        self.root = root
+        last = self.workspace.imports.order_by("-started_at").values_list("started_at", flat=True)
+        previous = last.first()
+        racy_from = int((previous - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        total = 0
+        for stat in tree.scan_directory(root, self.limits):
+            if isinstance(stat, Problem):
+                self.problems.append({"path": stat.path, "error": stat.error})
+                continue
+            item = _Item(stat.path, stat.is_dir, stat.size, stat.mode, stat.mtime_ns)
+            item.stat = stat
+            self.items[stat.path] = item
+            if stat.is_dir:
+                continue
+            old = self.stored.get(stat.path)
+            if (
+                old is not None
+                and old.present
+                and old.blob_id is not None
+                and (old.size, old.mtime_ns) == (stat.size, stat.mtime_ns)
+                and stat.mtime_ns < racy_from
+            ):
+                item.digest = old.blob_id  # trusted: unchanged since the last import
+                continue
+            total += stat.size
+            if total > self.limits.max_total_bytes:
+                self.problems.append({"path": stat.path, "error": tree.total_exceeded(self.limits)})
+                del self.items[stat.path]
+                self.complete = False
+                break
+            self._read(item)
+            if self.progress and len(self.items) % 500 == 0:
+                self.progress("read", len(self.items), 0)
+
+    def _read(self, item: _Item) -> bool:
+        assert self.root is not None
+        try:
+            data = tree.read_file(self.root, item.path, item.stat)
+        except OSError as exc:
+            self.problems.append(
+                {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
+            )
+            self.items.pop(item.path, None)
+            return False
+        item.data = data
+        item.size = len(data)
+        item.digest = hashlib.sha256(data).hexdigest()
+        return True
+
+    def collect_entries(self, entries: Iterator[tree.Entry | Problem]) -> None:
+        for entry in entries:
+            if isinstance(entry, Problem):
+                self.problems.append({"path": entry.path, "error": entry.error})
+                self.complete = self.complete and not entry.stops
+                continue
+            item = _Item(
+                entry.path,
+                entry.is_dir,
+                len(entry.data or b""),
+                entry.mode,
+                entry.mtime_ns,
+                entry.data,
+                hashlib.sha256(entry.data).hexdigest() if entry.data is not None else None,
+            )
+            self.items[entry.path] = item
+            if self.progress and len(self.items) % 500 == 0:
+                self.progress("read", len(self.items), 0)
+
+    # -- layouts -----------------------------------------------------------------
+    def _layout_dirs(self) -> list[LayoutDirs]:
+        unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
+        if unchanged_tree and all(
+            item.data is None
+            and not item.is_dir
+            and path in self.stored
+            or item.is_dir
+            and path in self.stored
+            for path, item in self.items.items()
+        ):
+            # Same paths and no file read again: the layouts are the stored ones.
+            return [
+                LayoutDirs(m, s)
+                for m, s in self.workspace.layouts.present().values_list(
+                    "memories_dir", "sessions_dir"
+                )
+            ]
+        rollout_paths: dict[str, str] = {}
+        unread = [p for p, i in self.items.items() if i.data is None and not i.is_dir]
+        if unread:
+            rollout_paths.update(
+                RawMemory.objects.filter(file__workspace=self.workspace).values_list(
+                    "file__path", "rollout_path"
+                )
+            )
+        for path, item in self.items.items():
+            if item.data is not None and tree.is_raw_memory_path(path):
+                rollout_paths[path] = tree.header_value(item.data, "rollout_path")
+        rollout_paths = {p: v for p, v in rollout_paths.items() if p in self.items}
+        return tree.find_layouts(
+            (p for p, i in self.items.items() if i.is_dir),
+            (p for p, i in self.items.items() if not i.is_dir),
+            rollout_paths,
+        )
+
+    def _sync_layouts(self, dirs: list[LayoutDirs]) -> dict[str, Layout]:
         existing = {layout.memories_dir: layout for layout in self.workspace.layouts.all()}
-        wanted = {d.memories_dir: d for d in self.layout_dirs}
-        for memories_dir, dirs in wanted.items():
+        wanted = {d.memories_dir: d for d in dirs}
+        for memories_dir, d in wanted.items():
             layout = existing.get(memories_dir)
             if layout is None:
                 existing[memories_dir] = Layout.objects.create(
                     workspace=self.workspace,
                     memories_dir=memories_dir,
-                    sessions_dir=dirs.sessions_dir,
+                    sessions_dir=d.sessions_dir,
                 )
-            elif layout.sessions_dir != dirs.sessions_dir or layout.missing_since:
-                layout.sessions_dir = dirs.sessions_dir
+            elif layout.sessions_dir != d.sessions_dir or layout.missing_since:
+                layout.sessions_dir = d.sessions_dir
                 layout.missing_since = None
                 layout.save(update_fields=["sessions_dir", "missing_since"])
-        gone = [m for m in existing if m not in wanted]
         Layout.objects.filter(
-            workspace=self.workspace, memories_dir__in=gone, missing_since__isnull=True
+            workspace=self.workspace,
+            memories_dir__in=[m for m in existing if m not in wanted],
+            missing_since__isnull=True,
         ).update(missing_since=self.now)
         return {m: existing[m] for m in wanted}
 
-    # -- files ---------------------------------------------------------------------
-    def run(
-        self, entries: list[Entry], read_problems: list[dict[str, str]], user: Any
-    ) -> ImportResult:
-        layouts = self.sync_layouts()
-        stored = {
-            row[0]: row
-            for row in WorkspaceFile.objects.filter(workspace=self.workspace).values_list(
-                "path", "pk", "blob_id", "kind", "layout_id", "missing_since", "mode", "mtime"
-            )
-        }
-        counts = {
-            m: LayoutCounts(m, d.sessions_dir)
-            for m, d in ((d.memories_dir, d) for d in self.layout_dirs)
-        }
-        seen: set[str] = set()
-        to_create: list[WorkspaceFile] = []
-        to_update: list[WorkspaceFile] = []
-        blobs: dict[str, bytes] = {}
-        parse_queue: list[tuple[WorkspaceFile, Entry, str | None]] = []
-        added = changed = unchanged = 0
-
-        for index, entry in enumerate(entries, start=1):
-            placement = tree.classify(entry.path, self.layout_dirs, is_dir=entry.is_dir)
-            kind = placement.kind
-            layout = layouts[placement.layout.memories_dir] if placement.layout else None
-            if kind == FileKind.ROLLOUT:
-                stem = PurePosixPath(entry.path).name.removesuffix(".jsonl")
-                if not tree.ROLLOUT_ID_RE.fullmatch(stem):
-                    kind = FileKind.WORKSPACE_FILE
-            if layout is not None:
-                self._count(counts[layout.memories_dir], kind)
-            seen.add(entry.path)
-            digest = hashlib.sha256(entry.data).hexdigest() if entry.data is not None else None
-            old = stored.get(entry.path)
-            layout_id = layout.pk if layout else None
-            if old is not None and (old[2], old[3], old[4], old[5]) == (
-                digest,
-                kind,
-                layout_id,
-                None,
-            ):
+    # -- writing -----------------------------------------------------------------
+    def finish(self, user: Any) -> ImportResult:
+        dirs = self._layout_dirs()
+        before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
+        layouts = self._sync_layouts(dirs)
+        # With the same layouts, a file trusted by its stat keeps its stored placement.
+        same_layouts = before == {(d.memories_dir, d.sessions_dir) for d in dirs}
+        dirs_by_id = {layout.pk: m for m, layout in layouts.items()}
+        counts = {d.memories_dir: LayoutCounts(d.memories_dir, d.sessions_dir) for d in dirs}
+        new: list[_Item] = []
+        changed: list[_Item] = []
+        stat_only: list[_Item] = []
+        unchanged = 0
+        for path, item in list(self.items.items()):
+            old = self.stored.get(path)
+            if same_layouts and item.data is None and not item.is_dir and old is not None:
                 unchanged += 1
-                if (old[6], old[7]) != (entry.mode, entry.mtime):
-                    to_update.append(WorkspaceFile(pk=old[1], mode=entry.mode, mtime=entry.mtime))
+                item.file_id, item.kind, item.layout_id = old.file_id, old.kind, old.layout_id
+                if old.layout_id is not None:
+                    counts[dirs_by_id[old.layout_id]].count(old.kind)
+                if old.mode != item.mode:
+                    stat_only.append(item)
                 continue
-            if digest is not None and entry.data is not None:
-                blobs[digest] = entry.data
-            obj = WorkspaceFile(
-                pk=old[1] if old else None,
-                workspace=self.workspace,
-                layout=layout,
-                path=entry.path,
-                kind=kind,
-                blob_id=digest,
-                size=len(entry.data) if entry.data is not None else 0,
-                mode=entry.mode,
-                mtime=entry.mtime,
-                changed_at=self.now,
-                missing_since=None,
+            placement = tree.classify(path, dirs, is_dir=item.is_dir)
+            kind = placement.kind
+            if kind == FileKind.ROLLOUT and not tree.ROLLOUT_ID_RE.fullmatch(
+                PurePosixPath(path).name.removesuffix(".jsonl")
+            ):
+                kind = FileKind.WORKSPACE_FILE
+                item.problem = (
+                    "file name is not a valid rollout id (a letter or digit, then up to 127 "
+                    "letters, digits, '.', '_' or '-'); kept as a plain file"
+                )
+            item.kind = kind
+            if placement.layout is not None:
+                item.memories_dir = placement.layout.memories_dir
+                item.layout_id = layouts[item.memories_dir].pk
+                counts[item.memories_dir].count(kind)
+            same = old is not None and (old.blob_id, old.kind, old.layout_id, old.present) == (
+                item.digest,
+                kind,
+                item.layout_id,
+                True,
             )
-            obj.problem = self._file_problem(entry, kind, placement.kind)
+            if same:
+                assert old is not None
+                unchanged += 1
+                item.file_id = old.file_id
+                if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
+                    stat_only.append(item)
+                continue
+            if item.data is None and not item.is_dir and not self._read(item):
+                continue  # trusted by stat, but its layout or kind moved: read it now
+            if item.data is not None and len(item.data) > self.limits.huge_file_bytes:
+                item.problem = "; ".join(
+                    filter(
+                        None,
+                        [
+                            item.problem,
+                            f"large file ({tree.human_size(len(item.data))}, over "
+                            f"{tree.human_size(self.limits.huge_file_bytes)}): stored in "
+                            "full, pages show its head and tail",
+                        ],
+                    )
+                )
             if old is None:
-                added += 1
-                to_create.append(obj)
+                new.append(item)
             else:
-                changed += 1
-                to_update.append(obj)
-            if entry.data is not None:
-                parse_queue.append((obj, entry, layout.memories_dir if layout else None))
-            if self.progress and index % 200 == 0:
-                self.progress("store", index, len(entries))
+                item.file_id = old.file_id
+                changed.append(item)
 
-        self._store_blobs(blobs)
-        WorkspaceFile.objects.bulk_create(to_create, batch_size=BATCH)
-        full = [f for f in to_update if f.path]
-        stat_only = [f for f in to_update if not f.path]
-        WorkspaceFile.objects.bulk_update(
-            full,
+        parsed = _Parsed.build(new + changed, self.workspace, layouts)
+        self._write_blobs(new + changed)
+        self._write_files(new, changed, stat_only)
+        parsed.write(new, changed)
+        missing = [
+            old.file_id
+            for path, old in self.stored.items()
+            if old.present and path not in self.items and self.complete
+        ]
+        _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        new_versions = self._record_versions(new + changed, layouts)
+        return self._report(counts, dirs, new, changed, unchanged, missing, new_versions, user)
+
+    def _write_blobs(self, items: list[_Item]) -> None:
+        rows: dict[str, tuple[str, int, bytes]] = {}
+        for item in items:
+            if item.data is not None and item.digest is not None:
+                rows[item.digest] = (item.digest, len(item.data), item.data)
+        _insert_many(Blob, ["sha256", "size", "data"], list(rows.values()), ignore="sha256")
+
+    def _write_files(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
+        now = connection.ops.adapt_datetimefield_value(self.now)
+        _insert_many(
+            WorkspaceFile,
             [
-                "layout",
+                "workspace_id",
+                "layout_id",
+                "path",
                 "kind",
-                "blob",
+                "blob_id",
                 "size",
                 "mode",
-                "mtime",
+                "mtime_ns",
+                "problem",
+                "first_seen_at",
                 "changed_at",
                 "missing_since",
-                "problem",
             ],
-            batch_size=BATCH,
+            [
+                (
+                    self.workspace.pk,
+                    i.layout_id,
+                    i.path,
+                    i.kind,
+                    i.digest,
+                    i.size,
+                    i.mode,
+                    i.mtime_ns,
+                    i.problem,
+                    now,
+                    now,
+                    None,
+                )
+                for i in new
+            ],
         )
-        WorkspaceFile.objects.bulk_update(stat_only, ["mode", "mtime"], batch_size=BATCH)
+        if new:
+            ids = dict(
+                WorkspaceFile.objects.filter(workspace=self.workspace).values_list("path", "pk")
+            )
+            for item in new:
+                item.file_id = ids[item.path]
+        _update_many(
+            WorkspaceFile,
+            [
+                "layout_id",
+                "kind",
+                "blob_id",
+                "size",
+                "mode",
+                "mtime_ns",
+                "problem",
+                "changed_at",
+                "missing_since",
+            ],
+            [
+                (
+                    i.layout_id,
+                    i.kind,
+                    i.digest,
+                    i.size,
+                    i.mode,
+                    i.mtime_ns,
+                    i.problem,
+                    now,
+                    None,
+                    i.file_id,
+                )
+                for i in changed
+            ],
+        )
+        _update_many(
+            WorkspaceFile,
+            ["mode", "mtime_ns"],
+            [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
+        )
 
-        self._parse(parse_queue, layouts)
-        missing_paths = [p for p, row in stored.items() if p not in seen and row[5] is None]
-        for start in range(0, len(missing_paths), BATCH):
-            WorkspaceFile.objects.filter(
-                workspace=self.workspace, path__in=missing_paths[start : start + BATCH]
-            ).update(missing_since=self.now)
-        new_versions = self._record_versions(parse_queue, layouts)
+    def _record_versions(self, items: list[_Item], layouts: dict[str, Layout]) -> list[str]:
+        documents = {
+            FileKind.MEMORY_INDEX: MemoryVersion.Document.MEMORY_MD,
+            FileKind.MEMORY_SUMMARY: MemoryVersion.Document.MEMORY_SUMMARY,
+        }
+        created = []
+        for item in items:
+            document = documents.get(FileKind(item.kind))
+            if document is None or item.memories_dir is None:
+                continue
+            layout = layouts[item.memories_dir]
+            latest = (
+                MemoryVersion.objects.filter(layout=layout, document=document)
+                .order_by("-number")
+                .first()
+            )
+            if latest is not None and latest.blob_id == item.digest:
+                continue
+            MemoryVersion.objects.create(
+                layout=layout,
+                document=document,
+                number=(latest.number + 1) if latest else 1,
+                blob_id=item.digest,
+                author_kind=MemoryVersion.Author.AGENT,
+                reason="imported from disk" if latest is None else "changed on disk",
+                created_at=self.now,
+            )
+            created.append(item.path)
+        return created
 
-        errors = list(read_problems)
+    def _report(
+        self,
+        counts: dict[str, LayoutCounts],
+        dirs: list[LayoutDirs],
+        new: list[_Item],
+        changed: list[_Item],
+        unchanged: int,
+        missing: list[int],
+        new_versions: list[str],
+        user: Any,
+    ) -> ImportResult:
+        errors = list(self.problems)
         errors.extend(
             {"path": path, "error": problem}
             for path, problem in WorkspaceFile.objects.present()
@@ -319,22 +590,22 @@ class _Sync:
             .order_by("path")
             .values_list("path", "problem")
         )
-        present = len(entries)
-        if present == 0:
+        if not self.items:
             status = ImportRun.Status.FAILED
         elif errors:
             status = ImportRun.Status.WITH_ERRORS
         else:
             status = ImportRun.Status.OK
-        layout_counts = [counts[d.memories_dir] for d in self.layout_dirs]
+        layout_counts = [counts[d.memories_dir] for d in dirs]
         run = ImportRun.objects.create(
             workspace=self.workspace,
+            started_at=self.now,
             finished_at=timezone.now(),
             status=status,
-            added=added,
-            changed=changed,
+            added=len(new),
+            changed=len(changed),
             unchanged=unchanged,
-            missing=len(missing_paths),
+            missing=len(missing),
             report={
                 "layouts": [c.as_dict() for c in layout_counts],
                 "errors": errors,
@@ -349,231 +620,202 @@ class _Sync:
             run=run,
             layouts=layout_counts,
             errors=errors,
-            added=added,
-            changed=changed,
+            added=len(new),
+            changed=len(changed),
             unchanged=unchanged,
-            missing=len(missing_paths),
-            files=present,
+            missing=len(missing),
+            files=len(self.items),
             new_versions=new_versions,
         )
 
-    @staticmethod
-    def _count(counts: LayoutCounts, kind: FileKind) -> None:
-        if kind == FileKind.ROLLOUT:
-            counts.rollouts += 1
-        elif kind == FileKind.RAW_MEMORY:
-            counts.raw_memories += 1
-        elif kind == FileKind.ROLLOUT_SUMMARY:
-            counts.rollout_summaries += 1
-        elif kind == FileKind.MEMORY_INDEX:
-            counts.memory_md = True
-        elif kind == FileKind.MEMORY_SUMMARY:
-            counts.memory_summary_md = True
-        elif kind == FileKind.SKILL:
-            counts.skills += 1
 
-    def _file_problem(self, entry: Entry, kind: FileKind, placed_kind: FileKind) -> str:
-        """Problems that depend only on the bytes; parse problems are added later."""
-        notes = []
-        if placed_kind == FileKind.ROLLOUT and kind != FileKind.ROLLOUT:
-            notes.append(
-                "file name is not a valid rollout id (a letter or digit, then up to 127 "
-                "letters, digits, '.', '_' or '-'); kept as a plain file"
-            )
-        if entry.data is not None and len(entry.data) > self.limits.huge_file_bytes:
-            notes.append(
-                f"large file ({tree.human_size(len(entry.data))}, over "
-                f"{tree.human_size(self.limits.huge_file_bytes)}): stored in full, "
-                "pages show its head and tail"
-            )
-        return "; ".join(notes)
+@dataclass
+class _Parsed:
+    """Rows parsed from the new and changed files, keyed by the file's path."""
 
-    @staticmethod
-    def _store_blobs(blobs: dict[str, bytes]) -> None:
-        digests = list(blobs)
-        have: set[str] = set()
-        for start in range(0, len(digests), BATCH):
-            have.update(
-                Blob.objects.filter(pk__in=digests[start : start + BATCH]).values_list(
-                    "pk", flat=True
-                )
-            )
-        Blob.objects.bulk_create(
-            [
-                Blob(sha256=d, size=len(data), data=data)
-                for d, data in blobs.items()
-                if d not in have
-            ],
-            batch_size=100,
-            ignore_conflicts=True,
-        )
+    rollouts: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    raw_memories: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    summaries: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
-    # -- parsed rows ---------------------------------------------------------------
-    def _parse(
-        self, queue: list[tuple[WorkspaceFile, Entry, str | None]], layouts: dict[str, Layout]
-    ) -> None:
-        rollouts: list[Rollout] = []
-        raws: list[RawMemory] = []
-        summaries: list[tuple[WorkspaceFile, Entry, Layout]] = []
-        problem_updates: list[WorkspaceFile] = []
-        known_ids: dict[int, set[str]] = {}
+    ROLLOUT_COLUMNS = [
+        "layout_id",
+        "rollout_id",
+        "segment_count",
+        "item_count",
+        "updated_at_raw",
+        "updated_at",
+        "terminal_state",
+        "title",
+    ]
+    RAW_COLUMNS = [
+        "layout_id",
+        "rollout_id",
+        "updated_at_raw",
+        "rollout_path",
+        "rollout_summary_file",
+        "terminal_state",
+    ]
+    SUMMARY_COLUMNS = [
+        "layout_id",
+        "rollout_id",
+        "slug",
+        "session_id",
+        "updated_at_raw",
+        "terminal_state",
+    ]
 
-        for obj, entry, memories_dir in queue:
-            layout = layouts[memories_dir] if memories_dir else None
-            assert entry.data is not None
+    @classmethod
+    def build(cls, items: list[_Item], workspace: Workspace, layouts: dict[str, Layout]) -> _Parsed:
+        parsed = cls()
+        summaries: list[_Item] = []
+        for item in items:
+            if item.data is None:
+                continue
             notes: list[str] = []
-            if obj.kind == FileKind.ROLLOUT and layout is not None:
-                parsed = tree.parse_rollout(entry.data)
-                notes.extend(parsed.problems)
-                rollout_id = PurePosixPath(obj.path).name.removesuffix(".jsonl")
-                known_ids.setdefault(layout.pk, set()).add(rollout_id)
-                rollouts.append(
-                    Rollout(
-                        layout=layout,
-                        file=obj,
-                        rollout_id=rollout_id,
-                        segment_count=len(parsed.segments),
-                        item_count=parsed.item_count,
-                        updated_at_raw=parsed.updated_at[:64],
-                        updated_at=_parse_datetime(parsed.updated_at),
-                        terminal_state=parsed.terminal_state[:32],
-                        title=parsed.title,
-                    )
+            kind = item.kind
+            if kind == FileKind.ROLLOUT and item.layout_id is not None:
+                rollout = tree.parse_rollout(item.data)
+                notes.extend(rollout.problems)
+                rollout_id = PurePosixPath(item.path).name.removesuffix(".jsonl")
+                updated = _parse_datetime(rollout.updated_at)
+                parsed.rollouts[item.path] = (
+                    item.layout_id,
+                    rollout_id,
+                    len(rollout.segments),
+                    rollout.item_count,
+                    rollout.updated_at[:64],
+                    connection.ops.adapt_datetimefield_value(updated),
+                    rollout.terminal_state[:32],
+                    rollout.title,
                 )
-            elif obj.kind in (FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY) and layout is not None:
-                text, bad = tree.decode_text(entry.data)
-                if bad:
-                    notes.append(bad)
-                if obj.kind == FileKind.RAW_MEMORY:
-                    raw = tree.parse_raw_memory(text)
-                    notes.extend(raw.problems)
-                    h = raw.headers
-                    raws.append(
-                        RawMemory(
-                            layout=layout,
-                            file=obj,
-                            rollout_id=(
-                                raw.rollout_id or PurePosixPath(obj.path).name.removesuffix(".md")
-                            )[:128],
-                            updated_at_raw=h.get("updated_at", "")[:64],
-                            rollout_path=h.get("rollout_path", "")[:1024],
-                            rollout_summary_file=h.get("rollout_summary_file", "")[:1024],
-                            terminal_state=h.get("terminal_state", "")[:32],
-                        )
-                    )
-                    if raw.rollout_id:
-                        known_ids.setdefault(layout.pk, set()).add(raw.rollout_id)
-                else:
-                    summaries.append((obj, entry, layout))
-            elif obj.kind in (
+            elif kind == FileKind.RAW_MEMORY and item.layout_id is not None:
+                text, bad = tree.decode_text(item.data)
+                notes.append(bad or "")
+                raw = tree.parse_raw_memory(text)
+                notes.extend(raw.problems)
+                h = raw.headers
+                rollout_id = raw.rollout_id or PurePosixPath(item.path).name.removesuffix(".md")
+                parsed.raw_memories[item.path] = (
+                    item.layout_id,
+                    rollout_id[:128],
+                    h.get("updated_at", "")[:64],
+                    h.get("rollout_path", "")[:1024],
+                    h.get("rollout_summary_file", "")[:1024],
+                    h.get("terminal_state", "")[:32],
+                )
+            elif kind == FileKind.ROLLOUT_SUMMARY and item.layout_id is not None:
+                summaries.append(item)
+                continue
+            elif kind in (
                 FileKind.MEMORY_INDEX,
                 FileKind.MEMORY_SUMMARY,
                 FileKind.SKILL,
                 FileKind.RAW_MEMORIES_MERGED,
             ):
-                _, bad = tree.decode_text(entry.data)
-                if bad:
-                    notes.append(bad)
-            elif obj.kind == FileKind.SELECTION:
-                selection = tree.parse_selection(entry.data)
-                if selection.problem:
-                    notes.append(selection.problem)
-            if notes:
-                obj.problem = "; ".join(filter(None, [obj.problem, *notes]))
-                problem_updates.append(obj)
+                notes.append(tree.decode_text(item.data)[1] or "")
+            elif kind == FileKind.SELECTION:
+                notes.append(tree.parse_selection(item.data).problem or "")
+            item.problem = "; ".join(filter(None, [item.problem, *notes]))
 
-        summary_rows = []
-        for obj, entry, layout in summaries:
-            text, _ = tree.decode_text(entry.data or b"")
-            ids = known_ids.get(layout.pk)
-            if ids is None:
-                ids = known_ids[layout.pk] = set(
-                    Rollout.objects.filter(layout=layout).values_list("rollout_id", flat=True)
+        # Ids and slugs may both hold "_": the layout's rollout ids settle the split.
+        known_ids: dict[int, set[str]] = {}
+        for row in parsed.rollouts.values():
+            known_ids.setdefault(row[0], set()).add(row[1])
+        stored_ids_loaded: set[int] = set()
+        for item in summaries:
+            assert item.data is not None and item.layout_id is not None
+            text, bad = tree.decode_text(item.data)
+            ids = known_ids.setdefault(item.layout_id, set())
+            if item.layout_id not in stored_ids_loaded:
+                stored_ids_loaded.add(item.layout_id)
+                ids |= set(
+                    Rollout.objects.filter(layout_id=item.layout_id).values_list(
+                        "rollout_id", flat=True
+                    )
                 )
-            summary = tree.parse_rollout_summary(PurePosixPath(obj.path).name, text, ids)
-            if summary.problems:
-                obj.problem = "; ".join(filter(None, [obj.problem, *summary.problems]))
-                problem_updates.append(obj)
-            summary_rows.append(
-                RolloutSummary(
-                    layout=layout,
-                    file=obj,
-                    rollout_id=summary.rollout_id[:128],
-                    slug=summary.slug[:128],
-                    session_id=summary.headers.get("session_id", "")[:128],
-                    updated_at_raw=summary.headers.get("updated_at", "")[:64],
-                    terminal_state=summary.headers.get("terminal_state", "")[:32],
+            summary = tree.parse_rollout_summary(PurePosixPath(item.path).name, text, ids)
+            item.problem = "; ".join(filter(None, [item.problem, bad, *summary.problems]))
+            parsed.summaries[item.path] = (
+                item.layout_id,
+                summary.rollout_id[:128],
+                summary.slug[:128],
+                summary.headers.get("session_id", "")[:128],
+                summary.headers.get("updated_at", "")[:64],
+                summary.headers.get("terminal_state", "")[:32],
+            )
+        return parsed
+
+    def write(self, new: list[_Item], changed: list[_Item]) -> None:
+        file_ids = {i.path: i.file_id for i in new + changed}
+        changed_ids = [i.file_id for i in changed]
+        for model, rows, columns in (
+            (Rollout, self.rollouts, self.ROLLOUT_COLUMNS),
+            (RawMemory, self.raw_memories, self.RAW_COLUMNS),
+            (RolloutSummary, self.summaries, self.SUMMARY_COLUMNS),
+        ):
+            # Re-parsed files keep their row (and whatever points at it); a file that is
+            # no longer of this kind loses it.
+            existing: dict[int, int] = {}
+            for chunk in _chunks(changed_ids, CHUNK):
+                existing.update(
+                    model.objects.filter(file_id__in=chunk).values_list("file_id", "pk")
                 )
-            )
-
-        if problem_updates:
-            WorkspaceFile.objects.bulk_update(problem_updates, ["problem"], batch_size=BATCH)
-        file_ids = [obj.pk for obj, _, _ in queue]
-        _upsert_by_file(Rollout, rollouts, file_ids)
-        _upsert_by_file(RawMemory, raws, file_ids)
-        _upsert_by_file(RolloutSummary, summary_rows, file_ids)
-
-    def _record_versions(
-        self, queue: Iterable[tuple[WorkspaceFile, Entry, str | None]], layouts: dict[str, Layout]
-    ) -> list[str]:
-        documents = {
-            FileKind.MEMORY_INDEX: MemoryVersion.Document.MEMORY_MD,
-            FileKind.MEMORY_SUMMARY: MemoryVersion.Document.MEMORY_SUMMARY,
-        }
-        created = []
-        for obj, _, memories_dir in queue:
-            document = documents.get(FileKind(obj.kind))
-            if document is None or memories_dir is None:
-                continue
-            layout = layouts[memories_dir]
-            latest = (
-                MemoryVersion.objects.filter(layout=layout, document=document)
-                .order_by("-number")
-                .first()
-            )
-            if latest is not None and latest.blob_id == obj.blob_id:
-                continue
-            MemoryVersion.objects.create(
-                layout=layout,
-                document=document,
-                number=(latest.number + 1) if latest else 1,
-                blob_id=obj.blob_id,
-                author_kind=MemoryVersion.Author.AGENT,
-                reason="imported from disk" if latest is None else "changed on disk",
-            )
-            created.append(obj.path)
-        return created
+            inserts, updates = [], []
+            for path, row in rows.items():
+                file_id = file_ids[path]
+                pk = existing.pop(file_id, None)
+                if pk is None:
+                    inserts.append((file_id, *row))
+                else:
+                    updates.append((*row, pk))
+            for chunk in _chunks(list(existing.values()), CHUNK):
+                model.objects.filter(pk__in=chunk).delete()
+            _update_many(model, columns, updates, key="id")
+            _insert_many(model, ["file_id", *columns], inserts)
 
 
-def _upsert_by_file(model: Any, rows: list[Any], file_ids: list[int]) -> None:
-    """Update the rows of re-parsed files in place (their primary keys, and whatever
-    points at them, survive), create the new ones, and delete rows of files that are
-    no longer of this kind."""
-    existing: dict[int, int] = {}
-    for start in range(0, len(file_ids), BATCH):
-        existing.update(
-            model.objects.filter(file_id__in=file_ids[start : start + BATCH]).values_list(
-                "file_id", "pk"
-            )
-        )
-    keep = set()
-    creates, updates = [], []
-    for row in rows:
-        pk = existing.get(row.file.pk)
-        if pk is None:
-            creates.append(row)
-        else:
-            row.pk = pk
-            keep.add(pk)
-            updates.append(row)
-    stale = [pk for pk in existing.values() if pk not in keep]
-    for start in range(0, len(stale), BATCH):
-        model.objects.filter(pk__in=stale[start : start + BATCH]).delete()
-    fields = [
-        f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in ("file",)
-    ]
-    model.objects.bulk_update(updates, fields, batch_size=BATCH)
-    model.objects.bulk_create(creates, batch_size=BATCH)
+def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+def _insert_many(
+    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str = ""
+) -> None:
+    if not rows:
+        return
+    qn = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))})"
+    )
+    if ignore:
+        sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
+    with connection.cursor() as cursor:
+        for chunk in _chunks(rows, CHUNK):
+            cursor.executemany(sql, chunk)
+
+
+def _update_many(
+    model: type[models.Model],
+    columns: str | list[str],
+    rows: list[tuple[Any, ...]],
+    key: str = "id",
+) -> None:
+    """``UPDATE ... SET columns = row[:-1] WHERE key = row[-1]`` for every row."""
+    if not rows:
+        return
+    qn = connection.ops.quote_name
+    cols = [columns] if isinstance(columns, str) else columns
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in row) for row in rows]
+    sql = (
+        f"UPDATE {qn(model._meta.db_table)} SET {', '.join(f'{qn(c)} = %s' for c in cols)} "
+        f"WHERE {qn(key)} = %s"
+    )
+    with connection.cursor() as cursor:
+        for chunk in _chunks(rows, CHUNK):
+            cursor.executemany(sql, chunk)
 
 
 def _parse_datetime(value: str) -> datetime | None:

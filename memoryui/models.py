@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 from generation.tree import FileKind
 
@@ -95,10 +96,10 @@ class WorkspaceFile(models.Model):
     blob = models.ForeignKey(Blob, null=True, blank=True, on_delete=models.PROTECT)
     size = models.BigIntegerField(default=0)
     mode = models.IntegerField(default=0o644)
-    mtime = models.BigIntegerField(default=0)
+    mtime_ns = models.BigIntegerField(default=0)
     problem = models.TextField(blank=True, help_text="Why this file was not taken as it is.")
-    first_seen_at = models.DateTimeField(auto_now_add=True)
-    changed_at = models.DateTimeField(auto_now_add=True)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    changed_at = models.DateTimeField(default=timezone.now)
     missing_since = models.DateTimeField(null=True, blank=True)
 
     objects = FileQuerySet.as_manager()
@@ -229,7 +230,7 @@ class ImportRun(models.Model):
         FAILED = "failed", "Nothing imported"
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="imports")
-    started_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices)
     added = models.PositiveIntegerField(default=0)

@@ -4,6 +4,7 @@ import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -448,3 +449,75 @@ def test_readable_summary_without_json(fixtures_dir, capsys):
     out = capsys.readouterr().out
     assert "layout memories/engineering + sessions/engineering: 3 rollouts" in out
     assert "no problems" in out
+
+
+def _age(root: Path, seconds: int = 3600) -> None:
+    """Date every file back, as a tree written before the last import would be."""
+    past = time.time() - seconds
+    for path in root.rglob("*"):
+        os.utime(path, (past, past), follow_symlinks=False)
+
+
+def test_reimport_does_not_read_files_whose_size_and_mtime_are_unchanged(
+    workspace_copy, monkeypatch
+):
+    ws = workspace_copy("small-a")
+    _age(ws)
+    import_workspace(ws, "a")
+    reads: list[str] = []
+    real_read = tree.read_file
+    monkeypatch.setattr(
+        tree, "read_file", lambda root, rel, *a: reads.append(rel) or real_read(root, rel, *a)
+    )
+
+    result = import_workspace(ws, "a")
+
+    assert reads == []
+    assert result.unchanged == result.files and result.changed == 0
+
+
+def test_reimport_sees_a_change_that_kept_the_size(workspace_copy):
+    ws = workspace_copy("small-a")
+    _age(ws)
+    import_workspace(ws, "a")
+    path = ws / "memories" / "memory_summary.md"
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"a", b"b", 1))  # same size, new mtime
+
+    result = import_workspace(ws, "a")
+
+    assert result.changed == 1
+    assert MemoryVersion.objects.filter(layout__memories_dir="memories").count() == 3
+
+
+def test_a_change_racing_the_last_import_is_not_missed(workspace_copy):
+    """A file rewritten right after an import, with the same size, mtime and all, is
+    read again next time rather than trusted by its stat."""
+    ws = workspace_copy("small-a")
+    path = ws / "memories" / "memory_summary.md"
+    os.utime(path)  # written just before the import
+    import_workspace(ws, "a")
+    before = path.stat()
+    path.write_bytes(path.read_bytes().replace(b"a", b"c", 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    result = import_workspace(ws, "a")
+
+    assert result.changed == 1
+    row = WorkspaceFile.objects.get(path="memories/memory_summary.md")
+    assert bytes(row.blob.data) == path.read_bytes()
+
+
+def test_import_that_stops_at_the_size_limit_marks_nothing_missing(workspace_copy, settings):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    for path in ws.rglob("*"):
+        if path.is_file():
+            path.write_bytes(path.read_bytes() + b"\n")  # everything must be read again
+    settings.MEMORYUI_MAX_IMPORT_BYTES = 5_000
+
+    result = import_workspace(ws, "a")
+
+    assert any("expands past" in e["error"] for e in result.errors)
+    assert result.missing == 0
+    assert not WorkspaceFile.objects.filter(missing_since__isnull=False).exists()
