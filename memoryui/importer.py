@@ -782,16 +782,35 @@ def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 def _insert_many(
     model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str = ""
 ) -> None:
+    """Insert rows fast: ``COPY`` on PostgreSQL, ``executemany`` elsewhere. With
+    ``ignore``, rows whose ``ignore`` column already exists are skipped."""
     if not rows:
         return
     qn = connection.ops.quote_name
-    sql = (
-        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
-    if ignore:
-        sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
+    table = qn(model._meta.db_table)
+    cols = ", ".join(qn(c) for c in columns)
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            target = table
+            if ignore:
+                # COPY cannot skip conflicts: stage the rows, then insert what is new.
+                target = qn(f"staging_{model._meta.db_table}")
+                cursor.execute(
+                    f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)"
+                )
+            with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            if ignore:
+                cursor.execute(
+                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {target} "
+                    f"ON CONFLICT ({qn(ignore)}) DO NOTHING"
+                )
+                cursor.execute(f"DROP TABLE {target}")
+            return
+        sql = f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))})"
+        if ignore:
+            sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
         for chunk in _chunks(rows, CHUNK):
             cursor.executemany(sql, chunk)
 
