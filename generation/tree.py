@@ -650,6 +650,33 @@ def message_text(item: dict[str, Any]) -> str:
     return ""
 
 
+SEARCH_TEXT_LIMIT = 256_000
+_SEARCHED_KEYS = ("name", "arguments", "input", "output", "action", "query", "code")
+
+
+def rollout_search_text(parsed: ParsedRollout, limit: int = SEARCH_TEXT_LIMIT) -> str:
+    """The words of a transcript worth searching: messages, tool names, arguments and
+    outputs, final outputs; capped at ``limit`` characters."""
+    parts: list[str] = []
+    size = 0
+    for segment in parsed.segments:
+        for item in [*segment.input, *segment.generated_items, segment.final_output]:
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict):
+                parts.append(message_text(item))
+                for key in _SEARCHED_KEYS:
+                    value = item.get(key)
+                    if isinstance(value, str):
+                        parts.append(value)
+                    elif isinstance(value, dict | list):
+                        parts.append(json.dumps(value, ensure_ascii=False)[:4000])
+            size += len(parts[-1]) if parts else 0
+            if size > limit:
+                break
+    return "\n".join(p for p in parts if p)[:limit].replace("\x00", " ")
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"

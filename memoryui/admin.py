@@ -8,6 +8,7 @@ from .models import (
     RawMemory,
     Rollout,
     RolloutSummary,
+    SearchDocument,
     Workspace,
     WorkspaceFile,
 )
@@ -81,3 +82,12 @@ class ImportRunAdmin(admin.ModelAdmin):
     list_display = ["workspace", "started_at", "status", "added", "changed", "unchanged", "missing"]
     list_filter = ["status"]
     list_select_related = ["workspace"]
+
+
+@admin.register(SearchDocument)
+class SearchDocumentAdmin(admin.ModelAdmin):
+    list_display = ["rollout_id", "kind", "layout"]
+    list_filter = ["kind"]
+    search_fields = ["rollout_id"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["file", "layout"]

@@ -36,6 +36,7 @@ from generation import tree
 from generation.tree import FileKind, LayoutDirs, Problem
 
 from .models import (
+    EPOCH,
     Blob,
     ImportRun,
     Layout,
@@ -43,12 +44,14 @@ from .models import (
     RawMemory,
     Rollout,
     RolloutSummary,
+    SearchDocument,
     Workspace,
     WorkspaceFile,
 )
 
 Progress = Callable[[str, int, int], None]
 CHUNK = 1000
+ANALYZE_AFTER = 1000
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
@@ -454,6 +457,12 @@ class _Sync:
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
         new_versions = self._record_versions(new + changed, layouts)
+        if connection.vendor == "postgresql" and len(new) + len(changed) > ANALYZE_AFTER:
+            # Fresh statistics, or the planner treats the new rows as absent until
+            # autovacuum gets round to it, and picks slow plans for the pages.
+            with connection.cursor() as cursor:
+                for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
+                    cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
         return self._report(counts, dirs, new, changed, unchanged, missing, new_versions, user)
 
     def _write_blobs(self, items: list[_Item]) -> None:
@@ -636,7 +645,9 @@ class _Parsed:
     rollouts: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     raw_memories: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     summaries: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    documents: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
+    DOCUMENT_COLUMNS = ["layout_id", "rollout_id", "kind", "body"]
     ROLLOUT_COLUMNS = [
         "layout_id",
         "rollout_id",
@@ -644,6 +655,8 @@ class _Parsed:
         "item_count",
         "updated_at_raw",
         "updated_at",
+        "updated_day",
+        "sort_at",
         "terminal_state",
         "title",
     ]
@@ -683,10 +696,20 @@ class _Parsed:
                     rollout_id,
                     len(rollout.segments),
                     rollout.item_count,
-                    rollout.updated_at[:64],
+                    _clean(rollout.updated_at[:64]),
                     connection.ops.adapt_datetimefield_value(updated),
-                    rollout.terminal_state[:32],
-                    rollout.title,
+                    connection.ops.adapt_datefield_value(
+                        updated.astimezone(UTC).date() if updated else None
+                    ),
+                    connection.ops.adapt_datetimefield_value(updated or EPOCH),
+                    _clean(rollout.terminal_state[:32]),
+                    _clean(rollout.title),
+                )
+                parsed.documents[item.path] = (
+                    item.layout_id,
+                    rollout_id,
+                    SearchDocument.Kind.TRANSCRIPT,
+                    tree.rollout_search_text(rollout),
                 )
             elif kind == FileKind.RAW_MEMORY and item.layout_id is not None:
                 text, bad = tree.decode_text(item.data)
@@ -697,11 +720,17 @@ class _Parsed:
                 rollout_id = raw.rollout_id or PurePosixPath(item.path).name.removesuffix(".md")
                 parsed.raw_memories[item.path] = (
                     item.layout_id,
-                    rollout_id[:128],
-                    h.get("updated_at", "")[:64],
-                    h.get("rollout_path", "")[:1024],
-                    h.get("rollout_summary_file", "")[:1024],
-                    h.get("terminal_state", "")[:32],
+                    _clean(rollout_id[:128]),
+                    _clean(h.get("updated_at", "")[:64]),
+                    _clean(h.get("rollout_path", "")[:1024]),
+                    _clean(h.get("rollout_summary_file", "")[:1024]),
+                    _clean(h.get("terminal_state", "")[:32]),
+                )
+                parsed.documents[item.path] = (
+                    item.layout_id,
+                    _clean(rollout_id[:128]),
+                    SearchDocument.Kind.RAW_MEMORY,
+                    _clean(raw.body[: tree.SEARCH_TEXT_LIMIT]),
                 )
             elif kind == FileKind.ROLLOUT_SUMMARY and item.layout_id is not None:
                 summaries.append(item)
@@ -737,11 +766,17 @@ class _Parsed:
             item.problem = "; ".join(filter(None, [item.problem, bad, *summary.problems]))
             parsed.summaries[item.path] = (
                 item.layout_id,
-                summary.rollout_id[:128],
-                summary.slug[:128],
-                summary.headers.get("session_id", "")[:128],
-                summary.headers.get("updated_at", "")[:64],
-                summary.headers.get("terminal_state", "")[:32],
+                _clean(summary.rollout_id[:128]),
+                _clean(summary.slug[:128]),
+                _clean(summary.headers.get("session_id", "")[:128]),
+                _clean(summary.headers.get("updated_at", "")[:64]),
+                _clean(summary.headers.get("terminal_state", "")[:32]),
+            )
+            parsed.documents[item.path] = (
+                item.layout_id,
+                _clean(summary.rollout_id[:128]),
+                SearchDocument.Kind.SUMMARY,
+                _clean(summary.body[: tree.SEARCH_TEXT_LIMIT]),
             )
         return parsed
 
@@ -752,6 +787,7 @@ class _Parsed:
             (Rollout, self.rollouts, self.ROLLOUT_COLUMNS),
             (RawMemory, self.raw_memories, self.RAW_COLUMNS),
             (RolloutSummary, self.summaries, self.SUMMARY_COLUMNS),
+            (SearchDocument, self.documents, self.DOCUMENT_COLUMNS),
         ):
             # Re-parsed files keep their row (and whatever points at it); a file that is
             # no longer of this kind loses it.
@@ -772,6 +808,11 @@ class _Parsed:
                 model.objects.filter(pk__in=chunk).delete()
             _update_many(model, columns, updates, key="id")
             _insert_many(model, ["file_id", *columns], inserts)
+
+
+def _clean(text: str) -> str:
+    """PostgreSQL text cannot hold NUL characters; model output sometimes does."""
+    return text.replace("\x00", "")
 
 
 def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -795,9 +836,7 @@ def _insert_many(
             if ignore:
                 # COPY cannot skip conflicts: stage the rows, then insert what is new.
                 target = qn(f"staging_{model._meta.db_table}")
-                cursor.execute(
-                    f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)"
-                )
+                cursor.execute(f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)")
             with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)

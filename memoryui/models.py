@@ -7,12 +7,16 @@ parse files; ``generation.tree`` does, and ``memoryui.importer`` stores the resu
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
 from generation.tree import FileKind
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Workspace(models.Model):
@@ -109,7 +113,10 @@ class WorkspaceFile(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workspace", "path"], name="file_unique_path")
         ]
-        indexes = [models.Index(fields=["layout", "kind"])]
+        indexes = [
+            models.Index(fields=["layout", "kind"]),
+            models.Index(fields=["workspace", "kind"], name="file_workspace_kind"),
+        ]
 
     def __str__(self) -> str:
         return self.path
@@ -128,14 +135,26 @@ class Rollout(models.Model):
     segment_count = models.PositiveIntegerField(default=0)
     item_count = models.PositiveIntegerField(default=0)
     updated_at_raw = models.CharField(max_length=64, blank=True)
-    updated_at = models.DateTimeField(null=True, blank=True, db_index=True)
-    terminal_state = models.CharField(max_length=32, blank=True, db_index=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+    # Denormalised for fast lists and charts: the day of updated_at (UTC), and a sort
+    # key that puts rollouts without a date last (the epoch) in "most recent" order.
+    updated_day = models.DateField(null=True, blank=True)
+    sort_at = models.DateTimeField(default=EPOCH)
+    terminal_state = models.CharField(max_length=32, blank=True)
     title = models.CharField(max_length=200, blank=True)
 
     class Meta:
-        ordering = ["-updated_at", "rollout_id"]
+        ordering = ["-sort_at", "-rollout_id"]
         constraints = [
             models.UniqueConstraint(fields=["layout", "rollout_id"], name="rollout_unique_id")
+        ]
+        indexes = [
+            models.Index(fields=["layout", "sort_at", "rollout_id"], name="rollout_recent"),
+            models.Index(
+                fields=["layout", "terminal_state", "sort_at", "rollout_id"],
+                name="rollout_state_recent",
+            ),
+            models.Index(fields=["layout", "updated_day"], name="rollout_day"),
         ]
 
     def __str__(self) -> str:
@@ -251,3 +270,27 @@ class ImportRun(models.Model):
     @property
     def errors(self) -> list[dict[str, str]]:
         return list(self.report.get("errors", []))
+
+
+class SearchDocument(models.Model):
+    """Searchable text of a transcript, raw memory or rollout summary. PostgreSQL
+    searches it with a full-text index; SQLite with a substring scan."""
+
+    class Kind(models.TextChoices):
+        TRANSCRIPT = "transcript", "Transcript"
+        RAW_MEMORY = "raw_memory", "Raw memory"
+        SUMMARY = "summary", "Rollout summary"
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="search_documents")
+    file = models.OneToOneField(
+        WorkspaceFile, on_delete=models.CASCADE, related_name="search_document"
+    )
+    rollout_id = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    body = models.TextField()
+
+    class Meta:
+        indexes = [models.Index(fields=["layout", "rollout_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.rollout_id}"

@@ -2,15 +2,34 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import views
+from . import rollout_views, views
 
 app_name = "memoryui"
+
+layout = "w/<str:name>/layouts/<int:layout_pk>/"
 
 memoryui_patterns = [
     path("", views.workspace_list, name="workspace_list"),
     path("w/<str:name>/", views.workspace_detail, name="workspace_detail"),
     path("w/<str:name>/reimport/", views.workspace_reimport, name="workspace_reimport"),
     path("w/<str:name>/imports/<int:pk>/", views.import_detail, name="import_detail"),
+    path(layout, views.layout_detail, name="layout_detail"),
+    path(layout + "rollouts/", views.rollout_list, name="rollout_list"),
+    path(
+        layout + "rollouts/<str:rollout_id>/",
+        rollout_views.rollout_detail,
+        name="rollout_detail",
+    ),
+    path(
+        layout + "rollouts/<str:rollout_id>/items/<int:segment>/<int:index>/",
+        rollout_views.rollout_item,
+        name="rollout_item",
+    ),
+    path(layout + "memory/", views.memory_md, name="memory_md"),
+    path(layout + "summary/", views.memory_summary, name="memory_summary"),
+    path(layout + "citations/<str:filename>/", views.citation, name="citation"),
+    path(layout + "skills/", views.skill_list, name="skill_list"),
+    path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
 ]
 
 urlpatterns = [

@@ -1,15 +1,29 @@
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.core.paginator import Paginator
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
+from generation import tree
 from generation.tasks import reimport_workspace
 
-from .models import ImportRun, Layout, Workspace, WorkspaceFile
+from . import charts, documents, search
+from .forms import RolloutFilterForm
+from .models import (
+    ImportRun,
+    Layout,
+    MemoryVersion,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    Workspace,
+    WorkspaceFile,
+)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -101,3 +115,286 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")
     return redirect(workspace)
+
+
+# --- layouts ---------------------------------------------------------------------
+
+
+def _layout(name: str, layout_pk: int) -> Layout:
+    return get_object_or_404(
+        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
+    )
+
+
+def _current_versions(layout: Layout) -> dict[str, dict]:
+    """The latest version of each consolidated document, without its content."""
+    current: dict[str, dict] = {}
+    for row in (
+        MemoryVersion.objects.filter(layout=layout)
+        .order_by("document", "-number")
+        .values("document", "number", "blob_id", "blob__size", "created_at", "author_kind")
+    ):
+        current.setdefault(row["document"], row)
+    return current
+
+
+def _selection(layout: Layout) -> tuple[WorkspaceFile | None, tree.Selection | None]:
+    file = (
+        WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
+        .select_related("blob")
+        .first()
+    )
+    if file is None or file.blob is None:
+        return file, None
+    return file, tree.parse_selection(bytes(file.blob.data))
+
+
+@require_GET
+def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    present = WorkspaceFile.objects.present().filter(layout=layout)
+    kinds = dict(present.values_list("kind").annotate(n=Count("pk")).values_list("kind", "n"))
+    rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
+    per_day = list(
+        rollouts.values("terminal_state", day=F("updated_day"))
+        .annotate(n=Count("pk"))
+        .order_by("day", "terminal_state")
+    )
+    raw_ids = RawMemory.objects.filter(layout=layout, file__missing_since__isnull=True).values(
+        "rollout_id"
+    )
+    without_memory = rollouts.exclude(rollout_id__in=raw_ids)
+    selection_file, selection = _selection(layout)
+    selected_ids = [item.rollout_id for item in selection.items] if selection else []
+    forgotten = (
+        RawMemory.objects.filter(layout=layout, file__missing_since__isnull=True)
+        .exclude(rollout_id__in=selected_ids)
+        .order_by("-updated_at_raw", "rollout_id")
+    )
+    return render(
+        request,
+        "memoryui/layout_detail.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "counts": {
+                "rollouts": kinds.get(WorkspaceFile.Kind.ROLLOUT, 0),
+                "raw_memories": kinds.get(WorkspaceFile.Kind.RAW_MEMORY, 0),
+                "summaries": kinds.get(WorkspaceFile.Kind.ROLLOUT_SUMMARY, 0),
+                "skills": kinds.get(WorkspaceFile.Kind.SKILL, 0),
+            },
+            "chart": charts.terminal_states_per_day(per_day),
+            "versions": _current_versions(layout),
+            "selection_file": selection_file,
+            "selection": selection,
+            "selected_count": len(selected_ids),
+            "forgotten_count": forgotten.count(),
+            "forgotten": forgotten[:10],
+            "without_memory_count": without_memory.count(),
+            "without_memory": without_memory.order_by("-sort_at", "-rollout_id")[:10],
+        },
+    )
+
+
+ROLLOUTS_PER_PAGE = 50
+
+
+@require_GET
+def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    form = RolloutFilterForm(request.GET or None)
+    rollouts = Rollout.objects.filter(layout=layout).select_related("file")
+    query = ""
+    if form.is_valid():
+        data = form.cleaned_data
+        if data["state"]:
+            rollouts = rollouts.filter(terminal_state=data["state"])
+        if data["since"]:
+            rollouts = rollouts.filter(updated_day__gte=data["since"])
+        if data["until"]:
+            rollouts = rollouts.filter(updated_day__lte=data["until"])
+        raw_ids = RawMemory.objects.filter(layout=layout).values("rollout_id")
+        if data["memory"] == "none":
+            rollouts = rollouts.exclude(rollout_id__in=raw_ids)
+        elif data["memory"] == "some":
+            rollouts = rollouts.filter(rollout_id__in=raw_ids)
+        if data["selection"]:
+            _, selection = _selection(layout)
+            ids = [item.rollout_id for item in selection.items] if selection else []
+            if data["selection"] == "selected":
+                rollouts = rollouts.filter(rollout_id__in=ids)
+            else:
+                rollouts = rollouts.filter(rollout_id__in=raw_ids).exclude(rollout_id__in=ids)
+        query = data["q"].strip()
+        if query:
+            rollouts = rollouts.filter(rollout_id__in=search.matching_rollout_ids(layout, query))
+    rollouts = rollouts.annotate(
+        has_raw_memory=Exists(
+            RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
+        )
+    ).order_by("-sort_at", "-rollout_id")
+    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(request.GET.get("page"))
+    params = request.GET.copy()
+    params.pop("page", None)
+    context = {
+        "layout": layout,
+        "workspace": layout.workspace,
+        "form": form,
+        "page": page,
+        "query": query,
+        "params": params.urlencode(),
+        "states": tree.TERMINAL_STATES,
+    }
+    template = "memoryui/rollout_list.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#rollout-table"
+    return render(request, template, context)
+
+
+# --- MEMORY.md and memory_summary.md ---------------------------------------------
+
+
+def _document_version(layout: Layout, document: str, number: str | None) -> MemoryVersion | None:
+    versions = (
+        MemoryVersion.objects.filter(layout=layout, document=document)
+        .select_related("blob", "author")
+        .defer("blob__data")
+    )
+    if number is not None:
+        if not number.isdigit():
+            raise Http404("No such version.")
+        return get_object_or_404(versions, number=int(number))
+    return versions.order_by("-number").first()
+
+
+def _versions(layout: Layout, document: str):  # type: ignore[no-untyped-def]
+    return MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number")[:50]
+
+
+ENTRIES_PER_PAGE = 20
+
+
+@require_GET
+def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    document = MemoryVersion.Document.MEMORY_MD
+    version = _document_version(layout, document, request.GET.get("version"))
+    top = list(enumerate(documents.parsed(version.blob_id).children)) if version else []
+    total = len(top)
+    query = request.GET.get("q", "").strip()
+    if query and version:
+        needle = query.lower()
+        texts = documents.entry_search_texts(version.blob_id)
+        top = [(i, block) for i, block in top if needle in texts[i]]
+    page = Paginator(top, ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
+    cited = {c for _, block in page.object_list for c in block.citations}
+    links = documents.resolve_citations(layout, cited)
+    return render(
+        request,
+        "memoryui/memory_md.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "version": version,
+            "versions": _versions(layout, document),
+            "page": page,
+            "entries": [
+                documents.EntryView.build(
+                    block, links, documents.rendered_entry(version.blob_id, i)
+                )
+                for i, block in page.object_list
+            ],
+            "total": total,
+            "query": query,
+            "problem": documents.decode_problem(version.blob_id) if version else None,
+        },
+    )
+
+
+@require_GET
+def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    document = MemoryVersion.Document.MEMORY_SUMMARY
+    version = _document_version(layout, document, request.GET.get("version"))
+    return render(
+        request,
+        "memoryui/memory_summary.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "version": version,
+            "versions": _versions(layout, document),
+            "injection": documents.injection(version.blob_id) if version else None,
+            "sections": documents.rendered_sections(version.blob_id) if version else (),
+            "problem": documents.decode_problem(version.blob_id) if version else None,
+        },
+    )
+
+
+@require_GET
+def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str) -> HttpResponse:
+    """Follow a ``rollout_summaries/<file>.md`` citation to the rollout it summarises."""
+    layout = _layout(name, layout_pk)
+    path = f"{layout.memories_dir}/rollout_summaries/{filename}"
+    summary = (
+        RolloutSummary.objects.filter(layout=layout, file__path=path).select_related("file").first()
+    )
+    if summary is None:
+        return render(
+            request,
+            "memoryui/citation_missing.html",
+            {"layout": layout, "workspace": layout.workspace, "filename": filename},
+            status=404,
+        )
+    return redirect(
+        reverse(
+            "memoryui:rollout_detail",
+            kwargs={"name": name, "layout_pk": layout.pk, "rollout_id": summary.rollout_id},
+        )
+        + "#rollout-summary"
+    )
+
+
+# --- skills ----------------------------------------------------------------------
+
+
+@require_GET
+def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    skills: dict[str, list[WorkspaceFile]] = {}
+    prefix = f"{layout.memories_dir}/"
+    for file in (
+        WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SKILL)
+        .order_by("path")
+        .only("path", "size", "layout_id")
+    ):
+        skill = tree.skill_name(file.path.removeprefix(prefix))
+        if skill:
+            skills.setdefault(skill, []).append(file)
+    return render(
+        request,
+        "memoryui/skill_list.html",
+        {"layout": layout, "workspace": layout.workspace, "skills": sorted(skills.items())},
+    )
+
+
+@require_GET
+def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    prefix = f"{layout.memories_dir}/skills/{skill}/"
+    files = list(
+        WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SKILL, path__startswith=prefix)
+        .select_related("blob")
+        .order_by("path")
+    )
+    if not files or "/" in skill:
+        raise Http404("No such skill.")
+    shown = [documents.FileView.build(f, prefix) for f in files]
+    return render(
+        request,
+        "memoryui/skill_detail.html",
+        {"layout": layout, "workspace": layout.workspace, "skill": skill, "files": shown},
+    )

@@ -1,0 +1,158 @@
+"""Server time per dashboard page on a large workspace (10,000 rollouts, a MEMORY.md of
+~2,000 task groups), measured through Django's test client: the full request cycle
+(middleware, view, queries, template) without a network or a browser.
+
+    .venv/bin/python bench/bench_pages.py --tree /tmp/bench-10k          # SQLite
+    .venv/bin/python bench/bench_pages.py --tree /tmp/bench-10k \\
+        --database-url postgres://postgres@127.0.0.1:5432/memoryui_bench
+
+Each page is requested once to warm caches, then ``--requests`` times (default 40);
+the table shows p50, p95 and max milliseconds and the query count. Target: p95 under
+50 ms for every page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROJECT_DIR = BENCH_DIR.parent
+for _path in (PROJECT_DIR, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import generate_tree  # noqa: E402
+
+TARGET_P95_MS = 50.0
+
+
+def setup(url: str | None, workdir: Path) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "memoryui.settings"
+    os.environ["DATABASE_URL"] = url or f"sqlite:///{workdir / 'pages.sqlite3'}"
+    os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    if connection.vendor == "postgresql" and "bench" not in connection.settings_dict["NAME"]:
+        raise SystemExit("give a Postgres database whose name contains 'bench'")
+
+
+def reset_postgres(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def pages() -> list[tuple[str, str]]:
+    from django.urls import reverse
+
+    from memoryui.models import Layout, RawMemory, Rollout
+
+    layout = Layout.objects.select_related("workspace").order_by("memories_dir").first()
+    assert layout is not None
+    name = layout.workspace.name
+    args = [name, layout.pk]
+    rollout = Rollout.objects.filter(layout=layout).order_by("-segment_count").first()
+    with_memory = RawMemory.objects.filter(layout=layout).values_list("rollout_id", flat=True)[0]
+    assert rollout is not None
+    return [
+        ("workspaces", reverse("memoryui:workspace_list")),
+        ("workspace", reverse("memoryui:workspace_detail", args=[name])),
+        ("layout overview", reverse("memoryui:layout_detail", args=args)),
+        ("rollouts, page 1", reverse("memoryui:rollout_list", args=args)),
+        ("rollouts, page 100", reverse("memoryui:rollout_list", args=args) + "?page=100"),
+        ("rollouts, failed", reverse("memoryui:rollout_list", args=args) + "?state=failed"),
+        ("rollouts, search", reverse("memoryui:rollout_list", args=args) + "?q=backoff"),
+        (
+            "rollout (most segments)",
+            reverse("memoryui:rollout_detail", args=[*args, rollout.rollout_id]),
+        ),
+        ("rollout (with memory)", reverse("memoryui:rollout_detail", args=[*args, with_memory])),
+        ("MEMORY.md", reverse("memoryui:memory_md", args=args)),
+        ("MEMORY.md, page 50", reverse("memoryui:memory_md", args=args) + "?page=50"),
+        ("MEMORY.md, find", reverse("memoryui:memory_md", args=args) + "?q=retry"),
+        ("memory_summary.md", reverse("memoryui:memory_summary", args=args)),
+        ("skills", reverse("memoryui:skill_list", args=args)),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
+    parser.add_argument("--rollouts", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--database-url")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="memoryui-pages-"))
+    tree = args.tree or workdir / "tree"
+    if not (tree / "README.md").exists():
+        print(f"generating {args.rollouts:,} rollouts in {tree} ...", file=sys.stderr)
+        generate_tree.main([str(tree), "--rollouts", str(args.rollouts)])
+    if args.database_url:
+        reset_postgres(args.database_url)
+    setup(args.database_url, workdir)
+
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from memoryui.importer import import_workspace
+
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    import_workspace(tree, "bench")
+    print(f"imported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
+    client = Client()
+    client.force_login(user)
+
+    print(f"{'page':<26} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'queries':>8}  status")
+    worst = 0.0
+    for label, url in pages():
+        response = client.get(url)  # warm: template and parse caches
+        if response.status_code != 200:
+            print(f"{label:<26} HTTP {response.status_code}")
+            continue
+        times = []
+        queries: list[str] = []
+
+        def count(execute, sql, params, many, context, queries=queries):  # type: ignore[no-untyped-def]
+            queries.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            client.get(url)
+        for _ in range(args.requests):
+            t = time.perf_counter()
+            client.get(url)
+            times.append((time.perf_counter() - t) * 1000)
+        times.sort()
+        p95 = times[max(0, round(0.95 * len(times)) - 1)]
+        worst = max(worst, p95)
+        print(
+            f"{label:<26} {statistics.median(times):7.1f} {p95:7.1f} {times[-1]:7.1f} "
+            f"{len(queries):8d}  {'ok' if p95 <= TARGET_P95_MS else 'OVER'}"
+        )
+    print(f"\n{connection.vendor}; worst p95 {worst:.1f} ms (target {TARGET_P95_MS:.0f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""How ``MEMORY.md``, ``memory_summary.md`` and skill files are shown: parsed entries
+with their citations resolved against the layout's rollout summaries."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from django.urls import reverse
+from django.utils.safestring import SafeString
+
+from generation import memory_md, tree
+from generation.summary import Injection, injected_summary
+
+from .models import Blob, Layout, RolloutSummary, WorkspaceFile
+from .templatetags.markdown import render_markdown
+
+# Pages show the head and tail of a file larger than this.
+SHOWN_BYTES = 200_000
+
+
+# Documents are content addressed (by sha256), so these per-process caches are never
+# stale. A 2,000-entry MEMORY.md takes ~0.1 s to parse and 2.7 MB to load.
+
+
+@lru_cache(maxsize=16)
+def content(sha256: str) -> bytes:
+    return bytes(Blob.objects.values_list("data", flat=True).get(pk=sha256))
+
+
+@lru_cache(maxsize=16)
+def parsed(sha256: str) -> memory_md.Block:
+    return memory_md.parse(content(sha256).decode("utf-8", errors="replace"))
+
+
+@lru_cache(maxsize=16)
+def entry_search_texts(sha256: str) -> tuple[str, ...]:
+    """What "find an entry" matches, per top-level entry."""
+    return tuple(search_text(block) for block in parsed(sha256).children)
+
+
+@lru_cache(maxsize=16)
+def injection(sha256: str) -> Injection:
+    return injected_summary(content(sha256))
+
+
+@lru_cache(maxsize=16)
+def rendered_sections(sha256: str) -> tuple[tuple[str, SafeString], ...]:
+    return tuple(
+        (block.title, render_markdown(block.dump()))
+        for block in parsed(sha256).children
+        if block.level
+    )
+
+
+@lru_cache(maxsize=4096)
+def rendered_entry(sha256: str, index: int) -> SafeString:
+    """The HTML of one top-level entry, with its headings' anchors."""
+    block = parsed(sha256).children[index]
+    return render_markdown(block.dump(), [anchor(b.key) for b in block.walk() if b.level])
+
+
+@lru_cache(maxsize=16)
+def decode_problem(sha256: str) -> str | None:
+    return tree.decode_text(content(sha256))[1]
+
+
+def search_text(block: memory_md.Block) -> str:
+    return (block.title + " " + " ".join(block.keywords) + " " + block.scope).lower()
+
+
+@dataclass
+class Citation:
+    path: str  # as written: rollout_summaries/<file>.md
+    exists: bool
+    url: str
+    rollout_id: str = ""
+
+
+def resolve_citations(layout: Layout, cited: set[str]) -> dict[str, Citation]:
+    """One query for all citations of a page; a citation to a missing file is flagged."""
+    paths = {f"{layout.memories_dir}/{c}": c for c in cited}
+    found = dict(
+        RolloutSummary.objects.filter(
+            layout=layout, file__path__in=list(paths), file__missing_since__isnull=True
+        ).values_list("file__path", "rollout_id")
+    )
+    links = {}
+    for full, cited_path in paths.items():
+        filename = cited_path.rpartition("/")[2]
+        links[cited_path] = Citation(
+            path=cited_path,
+            exists=full in found,
+            url=reverse(
+                "memoryui:citation",
+                kwargs={
+                    "name": layout.workspace.name,
+                    "layout_pk": layout.pk,
+                    "filename": filename,
+                },
+            ),
+            rollout_id=found.get(full, ""),
+        )
+    return links
+
+
+def anchor(key: str) -> str:
+    return "entry-" + re.sub(r"[^a-z0-9~-]+", "-", key.lower()).strip("-")
+
+
+_INDEXED_KINDS = ("task", "section", "user_preferences", "reusable_knowledge", "failures")
+
+
+@dataclass
+class EntryView:
+    block: memory_md.Block
+    html: SafeString
+    anchor: str
+    citations: list[Citation] = field(default_factory=list)
+    children: list[tuple[str, str, str]] = field(default_factory=list)  # label, title, anchor
+
+    @property
+    def unsupported(self) -> bool:
+        return self.block.kind in ("task_group", "task") and not self.citations
+
+    @property
+    def missing_citations(self) -> list[Citation]:
+        return [c for c in self.citations if not c.exists]
+
+    @classmethod
+    def build(
+        cls, block: memory_md.Block, links: dict[str, Citation], html: SafeString
+    ) -> EntryView:
+        headings = [b for b in block.walk() if b.level]
+        return cls(
+            block=block,
+            html=html,
+            anchor=anchor(block.key),
+            citations=[links[c] for c in block.citations if c in links],
+            children=[
+                (child.label, child.title, anchor(child.key))
+                for child in headings
+                if child is not block and child.kind in _INDEXED_KINDS
+            ],
+        )
+
+
+@dataclass
+class FileView:
+    name: str
+    size: int
+    html: SafeString | None
+    text: str
+    cut: bool
+    problem: str | None
+
+    @classmethod
+    def build(cls, file: WorkspaceFile, prefix: str) -> FileView:
+        data = bytes(file.blob.data) if file.blob else b""
+        text, problem = tree.decode_text(data)
+        cut = len(data) > SHOWN_BYTES
+        if cut:
+            head, _ = tree.decode_text(data[: SHOWN_BYTES // 2])
+            tail, _ = tree.decode_text(data[-SHOWN_BYTES // 4 :])
+            text = f"{head}\n\n… {tree.human_size(len(data))} in all; middle not shown …\n\n{tail}"
+        name = file.path.removeprefix(prefix)
+        html = render_markdown(text) if name.lower().endswith(".md") else None
+        return cls(name, file.size, html, text, cut, problem)

@@ -1,0 +1,181 @@
+"""The rollout page: a transcript rendered by item type, beside its raw memory and
+rollout summary; and one item in full, the fragment behind each "expand"."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from generation import tree
+
+from . import transcript
+from .models import RawMemory, Rollout, RolloutSummary, WorkspaceFile
+from .views import HtmxHttpRequest
+
+
+def _rollout(name: str, layout_pk: int, rollout_id: str) -> Rollout:
+    """The rollout, its layout and workspace, its file and bytes, in one query; a 404
+    when any of them does not match (a layout of another workspace included)."""
+    return get_object_or_404(
+        Rollout.objects.select_related("layout__workspace", "file__blob"),
+        layout__workspace__name=name,
+        layout_id=layout_pk,
+        rollout_id=rollout_id,
+    )
+
+
+def _parse(rollout: Rollout) -> tree.ParsedRollout:
+    blob = rollout.file.blob
+    if blob is None:
+        return tree.ParsedRollout()
+    return tree.parse_rollout(bytes(blob.data))
+
+
+def _item_url(rollout: Rollout, segment: int, index: int) -> str:
+    return reverse(
+        "memoryui:rollout_item",
+        args=[rollout.layout.workspace.name, rollout.layout_id, rollout.rollout_id, segment, index],
+    )
+
+
+def _page_number(value: str | None) -> int:
+    try:
+        return int(value or 1)
+    except ValueError:
+        return 1
+
+
+@dataclass
+class MemoryDoc:
+    """A raw memory or rollout summary as the page shows it."""
+
+    path: str
+    headers: list[tuple[str, str]]
+    body: str
+    problem: str
+    missing_since: datetime | None
+    note: str = ""
+    front_matter: list[tuple[str, str]] = field(default_factory=list)
+
+
+_FRONT_MATTER_RE = re.compile(r"\A\s*---\n(.*?)\n---[ \t]*(?:\n|\Z)", re.DOTALL)
+_FRONT_MATTER_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*$")
+
+
+def _split_front_matter(body: str) -> tuple[list[tuple[str, str]], str]:
+    """The ``---`` block of ``key: value`` lines the SDK's prompt asks raw memories to
+    start with, shown as fields; the body is left untouched when it is anything else."""
+    match = _FRONT_MATTER_RE.match(body)
+    if not match:
+        return [], body
+    fields = []
+    for line in match.group(1).split("\n"):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not _FRONT_MATTER_KEY_RE.match(key.strip()):
+            return [], body
+        fields.append((key.strip(), value.strip()))
+    return fields, body[match.end() :]
+
+
+def _memory_doc(file: WorkspaceFile, note: str = "") -> MemoryDoc:
+    doc = MemoryDoc(file.path, [], "", file.problem, file.missing_since, note)
+    if file.blob is None:
+        return doc
+    text, _ = tree.decode_text(bytes(file.blob.data))
+    head, body = tree.split_header_block(text)
+    for line in head.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            doc.headers.append((key, value.strip()))
+    doc.front_matter, doc.body = _split_front_matter(body)
+    return doc
+
+
+def _memory_docs(rollout: Rollout) -> tuple[list[MemoryDoc], list[MemoryDoc]]:
+    """The rollout's raw memories and summaries (usually one each; a re-extraction
+    with a new slug leaves the old summary behind), the ones on disk first and the
+    summary the raw memory names before any other."""
+    key = {"layout_id": rollout.layout_id, "rollout_id": rollout.rollout_id}
+    raws = sorted(
+        RawMemory.objects.filter(**key).select_related("file__blob"),
+        key=lambda r: (r.file.missing_since is not None, r.file.path),
+    )
+    memories_dir = rollout.layout.memories_dir
+    named = {f"{memories_dir}/{r.rollout_summary_file}" for r in raws if r.rollout_summary_file}
+    summaries = sorted(
+        RolloutSummary.objects.filter(**key).select_related("file__blob"),
+        key=lambda s: tree.updated_at_sort_key(s.updated_at_raw),
+        reverse=True,
+    )
+    summaries.sort(key=lambda s: (s.file.path not in named, s.file.missing_since is not None))
+    summary_docs = []
+    for summary in summaries:
+        note = ""
+        if named and summary.file.path not in named:
+            note = "not the summary the raw memory names (left by an earlier extraction)"
+        summary_docs.append(_memory_doc(summary.file, note))
+    return [_memory_doc(r.file) for r in raws], summary_docs
+
+
+@require_GET
+def rollout_detail(
+    request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str
+) -> HttpResponse:
+    rollout = _rollout(name, layout_pk, rollout_id)
+    parsed = _parse(rollout)
+    page = transcript.build_page(
+        parsed,
+        _page_number(request.GET.get("page")),
+        item_url=partial(_item_url, rollout),
+    )
+    raw_memories, summaries = _memory_docs(rollout)
+    return render(
+        request,
+        "memoryui/rollout_detail.html",
+        {
+            "rollout": rollout,
+            "layout": rollout.layout,
+            "workspace": rollout.layout.workspace,
+            "file": rollout.file,
+            "has_content": rollout.file.blob_id is not None,
+            "page": page,
+            "raw_memories": raw_memories,
+            "summaries": summaries,
+        },
+    )
+
+
+@require_GET
+def rollout_item(
+    request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str, segment: int, index: int
+) -> HttpResponse:
+    """One item in full: the htmx fragment that replaces its clipped version, or a page
+    of its own without htmx."""
+    rollout = _rollout(name, layout_pk, rollout_id)
+    parsed = _parse(rollout)
+    item = transcript.build_single(parsed, segment, index, item_url=partial(_item_url, rollout))
+    if item is None:
+        raise Http404("No such item in this rollout.")
+    context = {
+        "rollout": rollout,
+        "layout": rollout.layout,
+        "workspace": rollout.layout.workspace,
+        "item": item,
+    }
+    if request.htmx and not request.htmx.history_restore_request:
+        return render(request, "memoryui/_rollout_item.html#item-body", context)
+    page = transcript.page_of_item(parsed, segment, index)
+    back = reverse("memoryui:rollout_detail", args=[name, layout_pk, rollout_id])
+    context["back_url"] = (
+        f"{back}?page={page}#{item.anchor}" if page > 1 else f"{back}#{item.anchor}"
+    )
+    return render(request, "memoryui/_rollout_item.html", context)

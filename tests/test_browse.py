@@ -1,0 +1,276 @@
+"""The pages a reviewer reads after an import: layouts, rollouts, memory files, skills."""
+
+import pytest
+from django.urls import reverse
+
+from memoryui.importer import import_workspace
+from memoryui.models import Layout
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+XSS = (
+    "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\n"
+    "[click](javascript:alert(3)) [data](data:text/html;base64,PHNjcmlwdD4=)\n"
+)
+
+
+@pytest.fixture
+def reviewer(client):
+    client.force_login(make_user())
+    return client
+
+
+def layout_of(workspace: str, memories_dir: str) -> Layout:
+    return Layout.objects.get(workspace__name=workspace, memories_dir=memories_dir)
+
+
+def url(name: str, layout: Layout, *args) -> str:
+    return reverse(f"memoryui:{name}", args=[layout.workspace.name, layout.pk, *args])
+
+
+@pytest.fixture
+def medium(fixtures_dir):
+    import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
+    return layout_of("medium", "memories")
+
+
+@pytest.fixture
+def small(fixtures_dir):
+    import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
+    return layout_of("small-a", "memories/engineering")
+
+
+def test_layout_overview_shows_counts_states_selection_and_rollouts_without_memory(
+    reviewer, medium
+):
+    page = reviewer.get(url("layout_detail", medium)).content.decode()
+
+    assert "<b>177</b> rollouts" in page
+    assert "<b>174</b> raw memories" in page
+    assert 'class="state-completed"' in page and 'class="state-failed"' in page
+    assert "completed (151)" in page and "failed (10)" in page
+    assert "174 raw memories used" in page
+    assert "<b>3</b> rollouts without a raw memory" in page
+    for rollout_id in ("bug-fix-00151-00840a", "bug-fix-00220-a133ae"):
+        assert rollout_id in page
+
+
+def test_layout_overview_query_count_does_not_grow_with_the_layout(
+    reviewer, small, medium, django_assert_max_num_queries
+):
+    for layout in (small, medium):
+        with django_assert_max_num_queries(14):
+            assert reviewer.get(url("layout_detail", layout)).status_code == 200
+
+
+def test_layout_of_another_workspace_is_a_404(reviewer, small, medium):
+    wrong = reverse("memoryui:layout_detail", args=["small-a", medium.pk])
+    assert reviewer.get(wrong).status_code == 404
+
+
+def test_rollout_list_is_paginated_newest_first(reviewer, medium, django_assert_max_num_queries):
+    with django_assert_max_num_queries(8):
+        page = reviewer.get(url("rollout_list", medium)).content.decode()
+    assert "177 rollouts" in page and "page 1 of 4" in page
+    assert page.count('<tr id="rollout-') == 50
+    second = reviewer.get(url("rollout_list", medium) + "?page=4").content.decode()
+    assert second.count('<tr id="rollout-') == 27
+
+
+def test_rollout_list_filters_by_state_and_date(reviewer, medium):
+    failed = reviewer.get(url("rollout_list", medium) + "?state=failed").content.decode()
+    assert "10 rollouts" in failed
+    assert 'state-completed">completed' not in failed
+    dated = reviewer.get(
+        url("rollout_list", medium) + "?since=2026-07-01&until=2026-07-10"
+    ).content.decode()
+    assert "rollouts" in dated
+    assert "2026-06-" not in dated and "2026-07-11" not in dated
+
+
+def test_rollout_list_filters_rollouts_without_memory_and_forgotten_ones(reviewer, medium):
+    none = reviewer.get(url("rollout_list", medium) + "?memory=none").content.decode()
+    assert "3 rollouts" in none
+    selected = reviewer.get(url("rollout_list", medium) + "?selection=selected").content.decode()
+    assert "174 rollouts" in selected
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("slugify", "bug-fix-00236-d5a921"),  # words from a transcript
+        ('"crème"', "bug-fix-00236-d5a921"),
+    ],
+)
+def test_rollout_search_finds_transcript_words(reviewer, medium, query, expected):
+    page = reviewer.get(url("rollout_list", medium), {"q": query}).content.decode()
+    assert expected in page
+    assert "177 rollouts" not in page
+
+
+def test_rollout_search_covers_raw_memories_and_summaries(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    raw = ws / "memories" / "engineering" / "raw_memories" / "deploy-auth-proxy-dc4ee6.md"
+    raw.write_text(raw.read_text() + "\n- zanzibarium only in the raw memory\n")
+    summary = next((ws / "memories" / "engineering" / "rollout_summaries").glob("poll-*.md"))
+    summary.write_text(summary.read_text() + "\nquokkafication only in the summary\n")
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    in_raw = reviewer.get(url("rollout_list", layout), {"q": "zanzibarium"}).content.decode()
+    in_summary = reviewer.get(url("rollout_list", layout), {"q": "quokkafication"}).content.decode()
+
+    assert "1 rollout " in in_raw and "deploy-auth-proxy-dc4ee6" in in_raw
+    assert "1 rollout " in in_summary and "poll-billing-api-6d30c0" in in_summary
+
+
+def test_rollout_list_htmx_request_gets_only_the_table(reviewer, medium):
+    response = reviewer.get(
+        url("rollout_list", medium) + "?state=failed", headers={"HX-Request": "true"}
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="rollout-table">')
+    assert "<html" not in html and "10 rollouts" in html
+
+
+def test_bad_filter_values_are_explained_not_a_500(reviewer, medium):
+    response = reviewer.get(url("rollout_list", medium) + "?since=yesterday&state=bogus&page=x")
+    assert response.status_code == 200
+    assert "Enter a valid date" in response.content.decode()
+
+
+def test_memory_md_page_lists_entries_with_resolved_citations(reviewer, small):
+    page = reviewer.get(url("memory_md", small)).content.decode()
+
+    for group in ("deployment runbooks", "menus bug fixes", "operations incidents"):
+        assert group in page
+    citation = url("citation", small, "eng-slugify-unicode-65aef7_fix-slugify-unicode-slugs.md")
+    assert f'href="{citation}"' in page
+    assert "missing citation" not in page and "unsupported" not in page
+
+
+def test_citation_leads_to_the_rollout_page(reviewer, small):
+    response = reviewer.get(
+        url("citation", small, "eng-slugify-unicode-65aef7_fix-slugify-unicode-slugs.md")
+    )
+    assert response.status_code == 302
+    assert response["Location"] == url("rollout_detail", small, "eng-slugify-unicode-65aef7") + (
+        "#rollout-summary"
+    )
+
+
+def test_citation_to_a_missing_file_is_flagged(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    memory = ws / "memories" / "engineering" / "MEMORY.md"
+    memory.write_text(
+        memory.read_text()
+        + "\n# Task Group: invented\n\nscope: x\n\n## Task 1: made up\n\n"
+        + "### rollout_summary_files\n\n- rollout_summaries/nope-1_gone.md\n\n"
+        + "# Task Group: unsupported claim\n\nscope: y\n\n- the sky is green\n"
+    )
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    page = reviewer.get(url("memory_md", layout)).content.decode()
+
+    assert "1 missing citation" in page
+    assert "rollout_summaries/nope-1_gone.md (missing)" in page
+    assert "unsupported" in page
+    missing = reviewer.get(url("citation", layout, "nope-1_gone.md"))
+    assert missing.status_code == 404 and "no such rollout summary" in missing.content.decode()
+
+
+def test_memory_md_versions_can_be_viewed(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    memory = ws / "memories" / "engineering" / "MEMORY.md"
+    memory.write_text("# Task Group: rewritten\n\nscope: all new\n")
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    current = reviewer.get(url("memory_md", layout)).content.decode()
+    first = reviewer.get(url("memory_md", layout) + "?version=1").content.decode()
+
+    assert "rewritten" in current and "menus bug fixes" not in current
+    assert "menus bug fixes" in first and "rewritten" not in first
+    assert reviewer.get(url("memory_md", layout) + "?version=9").status_code == 404
+    assert reviewer.get(url("memory_md", layout) + "?version=x").status_code == 404
+
+
+def test_memory_md_with_many_entries_is_paginated_and_findable(
+    reviewer, workspace_copy, django_assert_max_num_queries
+):
+    ws = workspace_copy("small-a")
+    groups = "".join(
+        f"# Task Group: group {i}\n\nscope: s{i}\n\n## Task 1: t{i}\n\n### keywords\n\n- kw{i}\n\n"
+        for i in range(2000)
+    )
+    (ws / "memories" / "engineering" / "MEMORY.md").write_text(groups)
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    with django_assert_max_num_queries(10):
+        page = reviewer.get(url("memory_md", layout)).content.decode()
+    found = reviewer.get(url("memory_md", layout), {"q": "kw1999"}).content.decode()
+
+    assert "2,000 top-level entries" in page and "Entries 1–20 of 2000" in page
+    assert "group 1999" in found and "group 5\n" not in found
+
+
+def test_memory_summary_page_counts_tokens_against_the_cap(reviewer, small):
+    page = reviewer.get(url("memory_summary", small)).content.decode()
+    assert "of 15,000 tokens" in page
+    assert "The whole file is injected." in page
+    assert "What&#x27;s in Memory" in page or "What's in Memory" in page
+
+
+def test_memory_summary_over_the_cap_previews_the_cut(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    summary = ws / "memories" / "memory_summary.md"
+    summary.write_text("## User Profile\n\nHEAD-MARK\n" + "word " * 20_000 + "\nTAIL-MARK\n")
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories")
+
+    page = reviewer.get(url("memory_summary", layout)).content.decode()
+
+    assert "Over the cap" in page
+    assert "tokens truncated" in page
+    injected = page[page.index('<pre class="injected">') :]
+    assert "HEAD-MARK" in injected and "TAIL-MARK" in injected
+    assert '<pre class="cut">' in page
+
+
+def test_skills_are_listed_and_shown(reviewer, small):
+    listing = reviewer.get(url("skill_list", small)).content.decode()
+    assert "run-plain-python-tests" in listing
+    page = reviewer.get(url("skill_detail", small, "run-plain-python-tests")).content.decode()
+    assert "SKILL.md" in page
+    assert reviewer.get(url("skill_detail", small, "nope")).status_code == 404
+
+
+def test_model_written_markup_never_reaches_the_page_as_markup(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    eng = ws / "memories" / "engineering"
+    (eng / "MEMORY.md").write_text("# Task Group: <b>bold</b>\n\n" + XSS)
+    (eng / "memory_summary.md").write_text("## User Profile\n\n" + XSS)
+    skill = eng / "skills" / "<img src=x onerror=alert(9)>"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(XSS)
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    pages = [
+        reviewer.get(url("memory_md", layout)),
+        reviewer.get(url("memory_summary", layout)),
+        reviewer.get(url("skill_list", layout)),
+        reviewer.get(url("skill_detail", layout, "<img src=x onerror=alert(9)>")),
+    ]
+
+    for response in pages:
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html, html[html.index("<img src=x") - 300 :][:600]
+        assert 'href="javascript:' not in html and 'href="data:text' not in html
+        assert "script-src 'self'" in response["Content-Security-Policy"]
