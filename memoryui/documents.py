@@ -54,6 +54,11 @@ def rendered_sections(sha256: str) -> tuple[tuple[str, SafeString], ...]:
     )
 
 
+@lru_cache(maxsize=16)
+def selection(sha256: str) -> tree.Selection:
+    return tree.parse_selection(content(sha256))
+
+
 @lru_cache(maxsize=4096)
 def rendered_entry(sha256: str, index: int) -> SafeString:
     """The HTML of one top-level entry, with its headings' anchors."""

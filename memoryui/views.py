@@ -142,19 +142,21 @@ def _selection(layout: Layout) -> tuple[WorkspaceFile | None, tree.Selection | N
     file = (
         WorkspaceFile.objects.present()
         .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
-        .select_related("blob")
+        .only("pk", "blob_id", "path")
         .first()
     )
-    if file is None or file.blob is None:
+    if file is None or file.blob_id is None:
         return file, None
-    return file, tree.parse_selection(bytes(file.blob.data))
+    return file, documents.selection(file.blob_id)
 
 
 @require_GET
 def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(name, layout_pk)
     present = WorkspaceFile.objects.present().filter(layout=layout)
-    kinds = dict(present.values_list("kind").annotate(n=Count("pk")).values_list("kind", "n"))
+    kinds = dict(
+        present.order_by().values_list("kind").annotate(n=Count("pk")).values_list("kind", "n")
+    )
     rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
     per_day = list(
         rollouts.values("terminal_state", day=F("updated_day"))

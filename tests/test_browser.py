@@ -97,3 +97,91 @@ def test_hostile_file_names_and_content_never_execute(page, live_server, workspa
     assert "sessions/xss-1.jsonl" in errors
     assert "sessions/<img src=x onerror=alert(2)>.jsonl" in errors  # shown as text
     assert dialogs == []
+
+
+def test_reviewer_browses_layout_rollout_memory_citation_and_search(
+    page, live_server, fixtures_dir
+):
+    import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
+    make_user("ada")
+
+    log_in(page, live_server)
+    page.click("text=small-a")
+    page.click("#layout-list >> text=memories/engineering")
+    page.wait_for_selector("#terminal-chart")
+    assert "3" in page.inner_text("#layout-counts")
+
+    page.click("nav.tabs >> text=MEMORY.md")
+    page.wait_for_selector("#entry-list")
+    assert "menus bug fixes" in page.inner_text("#entry-list")
+    page.click("a.citation >> text=eng-slugify-unicode-65aef7")
+    page.wait_for_url("**/rollouts/eng-slugify-unicode-65aef7/**")
+    assert "fix slugify unicode" in page.content().lower()
+    assert page.locator(".diff-add").count() >= 1  # the apply_patch, shown as a diff
+
+    page.go_back()
+    page.wait_for_selector("#entry-list")
+    page.go_forward()
+    page.wait_for_url("**/rollouts/eng-slugify-unicode-65aef7/**")
+
+    page.click("text=Rollouts")
+    page.wait_for_selector("#rollouts")
+    page.fill("input[name=q]", "deployctl")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_selector("text=matching “deployctl”")
+    rows = page.locator("#rollouts tbody tr").all_inner_texts()
+    assert len(rows) == 1 and "deploy-auth-proxy-dc4ee6" in rows[0]
+    assert "q=deployctl" in page.url  # htmx pushed a real, shareable URL
+    page.reload()
+    assert page.locator("#rollouts tbody tr").count() == 1
+    page.go_back()
+    page.wait_for_selector("#rollouts")
+    assert page.locator("#rollouts tbody tr").count() == 3
+
+
+def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspace_copy):
+    ws = workspace_copy("small-a")
+    payload = (
+        "<script>alert('s')</script>\n\n<img src=x onerror=alert('i')>\n\n"
+        "[click me](javascript:alert('j'))\n\n<a href=\"javascript:alert('a')\">raw</a>\n"
+    )
+    eng = ws / "memories" / "engineering"
+    (eng / "MEMORY.md").write_text("# Task Group: hostile\n\n" + payload)
+    (eng / "memory_summary.md").write_text("## User Profile\n\n" + payload)
+    rollout = {
+        "updated_at": "2026-11-30T00:00:00+00:00",
+        "rollout_id": "xss-2",
+        "input": [{"role": "user", "content": payload}],
+        "generated_items": [
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "<img src=x onerror=alert(1)>",
+                "arguments": payload,
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": payload},
+        ],
+        "terminal_metadata": {"terminal_state": "completed"},
+        "final_output": payload,
+    }
+    import json
+
+    (ws / "sessions" / "engineering" / "xss-2.jsonl").write_text(json.dumps(rollout) + "\n")
+    import_workspace(ws, "x")
+    make_user("ada")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    log_in(page, live_server)
+    base = f"{live_server.url}/w/x/layouts/"
+    from memoryui.models import Layout
+
+    layout = Layout.objects.get(workspace__name="x", memories_dir="memories/engineering")
+    for path in ("memory/", "summary/", "rollouts/xss-2/"):
+        page.goto(f"{base}{layout.pk}/{path}")
+        page.wait_for_load_state("networkidle")
+        for link in page.locator("a").all():
+            href = link.get_attribute("href") or ""
+            assert not href.lower().startswith("javascript:"), href
+        links = page.locator("a:text-is('click me'), a:text-is('raw')")
+        assert links.count() == 0
+    assert dialogs == []
