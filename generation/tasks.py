@@ -31,3 +31,51 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
             report={"layouts": [], "errors": [{"path": ".", "error": str(exc)}]},
             triggered_by=user,
         )
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def phase_one_task(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Phase one for one rollout, then keep the layout's window of jobs full and start
+    phase two after the last one."""
+    from generation.llm import TransientModelError
+    from memoryui import pipeline
+
+    try:
+        pipeline.process_job(job_id)
+    except TransientModelError as exc:
+        attempts = pipeline.release_for_retry(job_id, str(exc))
+        if attempts < pipeline.MAX_ATTEMPTS:
+            raise self.retry(countdown=pipeline.retry_delay(attempts, exc.retry_after)) from exc
+        pipeline.fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
+    advance_run(pipeline.run_of(job_id))
+
+
+def advance_run(run_id: int) -> None:
+    from memoryui import pipeline
+
+    for next_id in pipeline.claim_window(run_id):
+        phase_one_task.delay(next_id)
+    if pipeline.finish_phase_one(run_id):
+        phase_two_task.delay(run_id)
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def phase_two_task(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Phase two for a run: consolidate into a proposal for review."""
+    from generation.llm import TransientModelError
+    from memoryui import pipeline
+
+    try:
+        pipeline.consolidate(run_id)
+    except TransientModelError as exc:
+        attempt = self.request.retries + 1
+        if attempt >= pipeline.MAX_ATTEMPTS:
+            pipeline.fail_run(run_id, f"Phase two gave up after {attempt} attempts: {exc}")
+            return
+        raise self.retry(countdown=pipeline.retry_delay(attempt, exc.retry_after)) from exc
+
+
+@shared_task(acks_late=True)
+def start_generation(run_id: int) -> None:
+    """Fill the first window of phase-one jobs (or go straight to phase two)."""
+    advance_run(run_id)

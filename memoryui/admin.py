@@ -2,9 +2,14 @@ from django.contrib import admin
 
 from .models import (
     Blob,
+    GenerationRun,
+    GenerationSettings,
     ImportRun,
     Layout,
     MemoryVersion,
+    PhaseOneJob,
+    PhaseOneResult,
+    Proposal,
     RawMemory,
     Rollout,
     RolloutSummary,
@@ -91,3 +96,40 @@ class SearchDocumentAdmin(admin.ModelAdmin):
     search_fields = ["rollout_id"]
     list_select_related = ["layout__workspace"]
     raw_id_fields = ["file", "layout"]
+
+
+@admin.register(GenerationSettings)
+class GenerationSettingsAdmin(admin.ModelAdmin):
+    list_display = ["layout", "phase_one_model", "phase_two_model", "api", "concurrency"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["layout"]
+
+
+@admin.register(GenerationRun)
+class GenerationRunAdmin(admin.ModelAdmin):
+    list_display = ["pk", "layout", "status", "created_at", "finished_at", "offline_demo"]
+    list_filter = ["status"]
+    list_select_related = ["layout__workspace"]
+    raw_id_fields = ["layout", "base_memory_md", "base_memory_summary"]
+
+
+@admin.register(PhaseOneJob)
+class PhaseOneJobAdmin(admin.ModelAdmin):
+    list_display = ["pk", "run", "rollout", "status", "attempts", "reused"]
+    list_filter = ["status"]
+    raw_id_fields = ["run", "rollout", "result"]
+
+
+@admin.register(PhaseOneResult)
+class PhaseOneResultAdmin(admin.ModelAdmin):
+    list_display = ["rollout_id", "layout", "outcome", "slug", "created_at"]
+    list_filter = ["outcome"]
+    search_fields = ["rollout_id", "slug"]
+    raw_id_fields = ["layout"]
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    list_display = ["pk", "layout", "status", "created_at"]
+    list_filter = ["status"]
+    raw_id_fields = ["layout", "run", "base_memory_md", "base_memory_summary"]

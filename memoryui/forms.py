@@ -27,3 +27,31 @@ class RolloutFilterForm(forms.Form):
         ],
         label="Consolidation",
     )
+
+
+class GenerationSettingsForm(forms.ModelForm):
+    class Meta:
+        from .models import GenerationSettings
+
+        model = GenerationSettings
+        fields = [
+            "phase_one_model",
+            "phase_two_model",
+            "reasoning_effort",
+            "api",
+            "max_raw_memories_for_consolidation",
+            "concurrency",
+            "extra_prompt",
+        ]
+        widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
+
+    def clean_extra_prompt(self) -> str:
+        text = self.cleaned_data["extra_prompt"]
+        self.extra_prompt_tokens = approx_tokens(text)
+        return text
+
+
+def approx_tokens(text: str) -> int:
+    from generation.summary import approx_tokens as count
+
+    return count(text)

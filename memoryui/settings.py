@@ -112,6 +112,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     if DATABASES["default"]["NAME"] not in ("", ":memory:"):
         Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # WAL lets the web server read while the worker writes; wait instead of failing.
+    # A file, not memory, for the test database: tests that start a real Celery
+    # worker share it with that process.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "timeout": 20,
@@ -176,6 +179,26 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Generation: the openai client talks to OpenAI or any OpenAI-compatible server.
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+MEMORYUI_OFFLINE_DEMO = env_bool("MEMORYUI_OFFLINE_DEMO", False)
+MEMORYUI_OPENAI_API = env_str("MEMORYUI_OPENAI_API", "responses")
+MEMORYUI_PHASE_ONE_MODEL = env_str("MEMORYUI_PHASE_ONE_MODEL", "gpt-5-mini")
+MEMORYUI_PHASE_TWO_MODEL = env_str("MEMORYUI_PHASE_TWO_MODEL", "gpt-5")
+MEMORYUI_MODEL_TIMEOUT = float(env_int("MEMORYUI_MODEL_TIMEOUT", 300))
+# A job whose worker died is taken over once its lease has passed.
+MEMORYUI_JOB_LEASE_SECONDS = env_int("MEMORYUI_JOB_LEASE_SECONDS", 900)
+MEMORYUI_RETRY_BASE_SECONDS = float(env_int("MEMORYUI_RETRY_BASE_SECONDS", 2))
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Unacknowledged tasks of a worker that died go back to the queue after this long.
+    # Kombu looks for them every interval x throttle seconds.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+        "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
+        "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+    }
 
 # Directories under which workspaces may be registered from the dashboard. The
 # import_workspace command (run by an operator on the server) may import any path.

@@ -28,6 +28,10 @@ memoryui_patterns = [
     path(layout + "memory/", views.memory_md, name="memory_md"),
     path(layout + "summary/", views.memory_summary, name="memory_summary"),
     path(layout + "citations/<str:filename>/", views.citation, name="citation"),
+    path(layout + "generation/", views.generation, name="generation"),
+    path(layout + "generation/start/", views.generation_start, name="generation_start"),
+    path(layout + "runs/<int:run_pk>/", views.run_detail, name="run_detail"),
+    path(layout + "runs/<int:run_pk>/cancel/", views.run_cancel, name="run_cancel"),
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
 ]

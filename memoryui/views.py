@@ -1,23 +1,28 @@
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from generation import tree
-from generation.tasks import reimport_workspace
+from generation.summary import injected_summary
+from generation.tasks import reimport_workspace, start_generation
 
-from . import charts, documents, search
-from .forms import RolloutFilterForm
+from . import charts, diffs, documents, pipeline, search
+from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
 from .models import (
+    GenerationRun,
     ImportRun,
     Layout,
     MemoryVersion,
+    PhaseOneJob,
     RawMemory,
     Rollout,
     RolloutSummary,
@@ -400,3 +405,117 @@ def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str
         "memoryui/skill_detail.html",
         {"layout": layout, "workspace": layout.workspace, "skill": skill, "files": shown},
     )
+
+
+# --- generation ------------------------------------------------------------------
+
+EXTRA_PROMPT_WARNING_TOKENS = 5_000
+
+
+@require_http_methods(["GET", "POST"])
+def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    """Generation settings of a layout and its runs; staff change settings and start."""
+    layout = _layout(name, layout_pk)
+    gs = pipeline.settings_for(layout)
+    form = GenerationSettingsForm(request.POST or None, instance=gs)
+    if request.method == "POST":
+        if not request.user.is_staff:
+            raise PermissionDenied("Only staff can change generation settings.")
+        if form.is_valid():
+            saved = form.save(commit=False)
+            saved.updated_by = request.user
+            saved.save()
+            tokens = form.extra_prompt_tokens
+            if tokens > EXTRA_PROMPT_WARNING_TOKENS:
+                messages.warning(
+                    request,
+                    f"The extra prompt is about {tokens:,} tokens; keep it well under "
+                    f"{EXTRA_PROMPT_WARNING_TOKENS:,}: it is sent with every model call.",
+                )
+            messages.success(request, "Generation settings saved.")
+            return redirect("memoryui:generation", name=name, layout_pk=layout.pk)
+    runs = list(layout.runs.select_related("created_by")[:20])
+    return render(
+        request,
+        "memoryui/generation.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "form": form,
+            "runs": runs,
+            "access": pipeline.model_access(),
+            "extra_prompt_tokens": approx_tokens(gs.extra_prompt),
+            "extra_prompt_warning": EXTRA_PROMPT_WARNING_TOKENS,
+        },
+    )
+
+
+@require_POST
+def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(name, layout_pk)
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff can start a generation run.")
+    try:
+        run = pipeline.start_run(layout, request.user)
+    except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
+        messages.error(request, str(exc))
+        return redirect("memoryui:generation", name=name, layout_pk=layout.pk)
+    start_generation.delay_on_commit(run.pk)
+    return redirect("memoryui:run_detail", name=name, layout_pk=layout.pk, run_pk=run.pk)
+
+
+def _run(name: str, layout_pk: int, run_pk: int) -> GenerationRun:
+    return get_object_or_404(
+        GenerationRun.objects.select_related("layout__workspace", "created_by"),
+        pk=run_pk,
+        layout_id=layout_pk,
+        layout__workspace__name=name,
+    )
+
+
+@require_GET
+def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
+    run = _run(name, layout_pk, run_pk)
+    failures = list(
+        run.jobs.filter(status=PhaseOneJob.Status.FAILED)
+        .select_related("rollout")
+        .order_by("pk")[:100]
+    )
+    context = {
+        "run": run,
+        "layout": run.layout,
+        "workspace": run.layout.workspace,
+        "progress": pipeline.progress(run),
+        "failures": failures,
+        "elapsed": ((run.finished_at or timezone.now()) - (run.started_at or run.created_at)),
+    }
+    template = "memoryui/run_detail.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        return render(request, template + "#run-progress", context)
+    proposal = getattr(run, "proposal", None)
+    if proposal is not None:
+        current_md = (
+            documents.content(proposal.base_memory_md.blob_id).decode("utf-8", "replace")
+            if proposal.base_memory_md
+            else ""
+        )
+        current_summary = (
+            documents.content(proposal.base_memory_summary.blob_id).decode("utf-8", "replace")
+            if proposal.base_memory_summary
+            else ""
+        )
+        context["memory_md_diff"] = diffs.side_by_side(current_md, proposal.memory_md)
+        context["summary_diff"] = diffs.side_by_side(current_summary, proposal.memory_summary)
+        context["proposal"] = proposal
+        context["injection"] = injected_summary(proposal.memory_summary.encode())
+    return render(request, template, context)
+
+
+@require_POST
+def run_cancel(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
+    run = _run(name, layout_pk, run_pk)
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff can cancel a generation run.")
+    if pipeline.cancel_run(run.pk):
+        messages.info(request, "Run cancelled; calls already under way finish and are discarded.")
+    return redirect("memoryui:run_detail", name=name, layout_pk=layout_pk, run_pk=run.pk)

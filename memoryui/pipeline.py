@@ -1,0 +1,592 @@
+"""The two-phase generation for a layout, as steps that Celery tasks (or an inline loop
+for ``manage.py generate --wait``) call.
+
+Phase one runs one job per rollout, at most ``concurrency`` at a time per layout: a
+finishing job claims the next ones (``claim_window``), and the last one to finish moves
+the run to phase two (``finish_phase_one``), exactly once. Every step claims its work
+with a conditional update, so a task delivered twice (``acks_late``) does nothing the
+second time, and one whose worker died is taken over once its lease has expired.
+
+Nothing here writes to the workspace: phase one's files and phase two's documents are
+stored, and phase two ends in a ``Proposal`` that a person reviews.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from generation import llm, phase_one, phase_two, prompts, tree
+
+from .models import (
+    GenerationRun,
+    GenerationSettings,
+    Layout,
+    MemoryVersion,
+    PhaseOneJob,
+    PhaseOneResult,
+    Proposal,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    WorkspaceFile,
+)
+
+MAX_ATTEMPTS = 6
+
+
+class RunConflict(Exception):
+    """The layout already has a generation run in progress."""
+
+
+class GenerationUnavailable(Exception):
+    """No model is configured (no API key and no server URL)."""
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    api_key: str | None
+    base_url: str | None
+    offline_demo: bool
+
+    @property
+    def available(self) -> bool:
+        return bool(self.api_key or self.base_url)
+
+
+def model_access() -> ModelAccess:
+    return ModelAccess(
+        api_key=settings.OPENAI_API_KEY or None,
+        base_url=settings.OPENAI_BASE_URL or None,
+        offline_demo=settings.MEMORYUI_OFFLINE_DEMO,
+    )
+
+
+def settings_for(layout: Layout) -> GenerationSettings:
+    gs, _ = GenerationSettings.objects.get_or_create(
+        layout=layout,
+        defaults={
+            "phase_one_model": settings.MEMORYUI_PHASE_ONE_MODEL,
+            "phase_two_model": settings.MEMORYUI_PHASE_TWO_MODEL,
+            "api": settings.MEMORYUI_OPENAI_API,
+        },
+    )
+    return gs
+
+
+def _snapshot(gs: GenerationSettings) -> dict[str, Any]:
+    return {
+        "phase_one_model": gs.phase_one_model,
+        "phase_two_model": gs.phase_two_model,
+        "reasoning_effort": gs.reasoning_effort,
+        "api": gs.api,
+        "extra_prompt": gs.extra_prompt,
+        "max_raw_memories_for_consolidation": gs.max_raw_memories_for_consolidation,
+        "concurrency": gs.concurrency,
+    }
+
+
+def model_config(snapshot: dict[str, Any], model: str) -> llm.ModelConfig:
+    access = model_access()
+    api = snapshot.get("api", "responses")
+    return llm.ModelConfig(
+        model=model,
+        api_key=access.api_key,
+        base_url=access.base_url,
+        api="responses" if api == "responses" else "chat",
+        chat_format="json_object" if api == "chat_json_object" else "json_schema",
+        reasoning_effort=snapshot.get("reasoning_effort") or None,
+        timeout=settings.MEMORYUI_MODEL_TIMEOUT,
+    )
+
+
+def _caller(config: llm.ModelConfig) -> Callable[..., tuple[dict, llm.Usage]]:
+    client = llm.make_client(config)
+
+    def call(
+        instructions: str, prompt: str, schema_name: str, schema: dict
+    ) -> tuple[dict, llm.Usage]:
+        return llm.structured_call(
+            client,
+            config,
+            instructions=instructions,
+            prompt=prompt,
+            schema_name=schema_name,
+            schema=schema,
+        )
+
+    return call
+
+
+def _latest_version(layout: Layout, document: str) -> MemoryVersion | None:
+    return (
+        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
+    )
+
+
+# --- starting ---------------------------------------------------------------------
+
+
+def start_run(layout: Layout, user: Any = None) -> GenerationRun:
+    """Create a run with one phase-one job per rollout of the layout."""
+    access = model_access()
+    if not access.available:
+        raise GenerationUnavailable(
+            "No model is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
+            "OpenAI-compatible server)."
+        )
+    gs = settings_for(layout)
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        if GenerationRun.objects.filter(layout=layout).active().exists():
+            raise RunConflict(f"A generation run is already in progress for {layout.memories_dir}.")
+        run = GenerationRun.objects.create(
+            layout=layout,
+            status=GenerationRun.Status.EXTRACTING,
+            created_by=user if getattr(user, "pk", None) else None,
+            started_at=timezone.now(),
+            offline_demo=access.offline_demo,
+            settings_snapshot=_snapshot(gs),
+            base_memory_md=_latest_version(layout, MemoryVersion.Document.MEMORY_MD),
+            base_memory_summary=_latest_version(layout, MemoryVersion.Document.MEMORY_SUMMARY),
+        )
+        rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
+        PhaseOneJob.objects.bulk_create(
+            [PhaseOneJob(run=run, rollout_id=pk) for pk in rollouts.values_list("pk", flat=True)],
+            batch_size=1000,
+        )
+    return run
+
+
+# --- phase one --------------------------------------------------------------------
+
+
+def claim_window(run_id: int) -> list[int]:
+    """Mark as dispatched as many queued jobs as the concurrency limit allows."""
+    with transaction.atomic():
+        run = GenerationRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != GenerationRun.Status.EXTRACTING:
+            return []
+        jobs = PhaseOneJob.objects.filter(run_id=run_id)
+        in_flight = jobs.filter(
+            dispatched=True, status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING]
+        ).count()
+        free = max(0, int(run.settings_snapshot.get("concurrency", 8)) - in_flight)
+        ids = list(
+            jobs.filter(status=PhaseOneJob.Status.QUEUED, dispatched=False)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:free]
+        )
+        PhaseOneJob.objects.filter(pk__in=ids).update(dispatched=True)
+    return ids
+
+
+def cache_key(content_sha256: str, snapshot: dict[str, Any]) -> str:
+    parts = [
+        content_sha256,
+        snapshot.get("phase_one_model", ""),
+        snapshot.get("reasoning_effort", ""),
+        prompts.PROMPT_VERSION,
+        hashlib.sha256(snapshot.get("extra_prompt", "").encode()).hexdigest(),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _session_id(layout: Layout, rollout_id: str) -> str:
+    """The sandbox session a summary names: keep what the SDK wrote for this rollout,
+    else the snapshot's id (the SDK names snapshots after the session)."""
+    existing = (
+        RolloutSummary.objects.filter(layout=layout, rollout_id=rollout_id)
+        .exclude(session_id="")
+        .values_list("session_id", flat=True)
+        .first()
+    )
+    if existing:
+        return existing
+    workspace = layout.workspace
+    if workspace.source_kind == workspace.SourceKind.SNAPSHOT:
+        return workspace.name
+    return "memoryui"
+
+
+def process_job(job_id: int) -> int | None:
+    """Run phase one for one job; returns its run id, or None when there was nothing
+    to do (another worker has it, or the run was cancelled).
+
+    Raises ``llm.TransientModelError`` for the caller to retry later."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    claimed = (
+        PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
+        .filter(
+            Q(status=PhaseOneJob.Status.QUEUED)
+            | Q(status=PhaseOneJob.Status.RUNNING, lease_until__lt=now)
+        )
+        .update(status=PhaseOneJob.Status.RUNNING, lease_until=lease, attempts=F("attempts") + 1)
+    )
+    if not claimed:
+        return None
+    job = PhaseOneJob.objects.select_related("run__layout__workspace", "rollout__file").get(
+        pk=job_id
+    )
+    run, rollout = job.run, job.rollout
+    snapshot = run.settings_snapshot
+    key = cache_key(rollout.file.blob_id or "", snapshot)
+    result = PhaseOneResult.objects.filter(layout=run.layout, cache_key=key).first()
+    if result is not None:
+        _finish_job(job, result, reused=True)
+        return run.pk
+    data = bytes(rollout.file.blob.data) if rollout.file.blob_id else b""
+    parsed = tree.parse_rollout(data)
+    try:
+        extraction = phase_one.run_phase_one(
+            parsed,
+            call=_caller(model_config(snapshot, snapshot["phase_one_model"])),
+            extra_prompt=snapshot.get("extra_prompt", ""),
+        )
+    except llm.PermanentModelError as exc:
+        fail_job(job.pk, str(exc))
+        return run.pk
+    files = phase_one.phase_one_files(
+        rollout_id=rollout.rollout_id,
+        result=extraction,
+        parsed=parsed,
+        rollout_path=rollout.file.path,
+        session_id=_session_id(run.layout, rollout.rollout_id),
+    )
+    result, _ = PhaseOneResult.objects.get_or_create(
+        layout=run.layout,
+        cache_key=key,
+        defaults={
+            "rollout_id": rollout.rollout_id,
+            "outcome": extraction.status,
+            "slug": extraction.slug,
+            "rollout_summary": extraction.summary,
+            "raw_memory": extraction.raw_memory,
+            "files": files,
+            "input_tokens": extraction.usage.input_tokens,
+            "output_tokens": extraction.usage.output_tokens,
+        },
+    )
+    _finish_job(job, result, reused=False)
+    return run.pk
+
+
+def _finish_job(job: PhaseOneJob, result: PhaseOneResult, *, reused: bool) -> None:
+    PhaseOneJob.objects.filter(pk=job.pk, status=PhaseOneJob.Status.RUNNING).update(
+        status=PhaseOneJob.Status.DONE,
+        result=result,
+        reused=reused,
+        input_tokens=0 if reused else result.input_tokens,
+        output_tokens=0 if reused else result.output_tokens,
+        finished_at=timezone.now(),
+        lease_until=None,
+        error="",
+    )
+
+
+def release_for_retry(job_id: int, reason: str) -> int:
+    """Put a job back in the queue after a transient error; returns its attempts."""
+    PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING).update(
+        status=PhaseOneJob.Status.QUEUED, lease_until=None, error=reason[:1000]
+    )
+    return PhaseOneJob.objects.values_list("attempts", flat=True).get(pk=job_id)
+
+
+def fail_job(job_id: int, reason: str) -> None:
+    PhaseOneJob.objects.filter(pk=job_id).exclude(status=PhaseOneJob.Status.DONE).update(
+        status=PhaseOneJob.Status.FAILED,
+        error=reason[:2000],
+        finished_at=timezone.now(),
+        lease_until=None,
+    )
+
+
+def run_of(job_id: int) -> int:
+    return PhaseOneJob.objects.values_list("run_id", flat=True).get(pk=job_id)
+
+
+def retry_delay(attempts: int, retry_after: float | None) -> float:
+    """Exponential backoff with full jitter, never sooner than the server asked."""
+    backoff = random.uniform(0, min(60.0, settings.MEMORYUI_RETRY_BASE_SECONDS * 2**attempts))
+    return max(backoff, retry_after or 0.0)
+
+
+def finish_phase_one(run_id: int) -> bool:
+    """Move the run to phase two once no job is left; True for the one caller that did."""
+    pending = PhaseOneJob.objects.filter(
+        run_id=run_id, status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING]
+    )
+    if pending.exists():
+        return False
+    return bool(
+        GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.EXTRACTING).update(
+            status=GenerationRun.Status.CONSOLIDATING
+        )
+    )
+
+
+# --- phase two --------------------------------------------------------------------
+
+
+def _raw_memory_texts(run: GenerationRun) -> dict[str, str]:
+    """The layout's raw memories as phase two will see them: those on disk, replaced or
+    joined by what this run's phase one wrote."""
+    texts: dict[str, str] = {}
+    for raw in (
+        RawMemory.objects.filter(layout=run.layout, file__missing_since__isnull=True)
+        .select_related("file__blob")
+        .order_by("rollout_id")
+    ):
+        texts[raw.rollout_id] = bytes(raw.file.blob.data).decode("utf-8", errors="replace")
+    for result in PhaseOneResult.objects.filter(
+        pk__in=run.jobs.filter(status=PhaseOneJob.Status.DONE).values("result_id"),
+        outcome=PhaseOneResult.Outcome.MEMORY,
+    ):
+        for path, text in result.files.items():
+            if path.startswith("raw_memories/"):
+                texts[result.rollout_id] = text
+    return texts
+
+
+def _document_text(version: MemoryVersion | None) -> str:
+    if version is None:
+        return ""
+    return bytes(version.blob.data).decode("utf-8", errors="replace")
+
+
+def _previous_selection(layout: Layout) -> tree.Selection | None:
+    file = (
+        WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
+        .select_related("blob")
+        .first()
+    )
+    return tree.parse_selection(bytes(file.blob.data)) if file and file.blob else None
+
+
+def pinned_entries(layout: Layout) -> list[str]:
+    """Entries people pinned; curation (review and pinning) will fill this in."""
+    return []
+
+
+def rejected_entries(layout: Layout) -> list[str]:
+    """Entries people rejected; curation (review) will fill this in."""
+    return []
+
+
+def consolidate(run_id: int) -> bool:
+    """Run phase two for a run and store its proposal. Returns False when another worker
+    has it. Raises ``llm.TransientModelError`` for the caller to retry."""
+    now = timezone.now()
+    claimed = (
+        GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
+        .filter(Q(phase_two_lease_until__isnull=True) | Q(phase_two_lease_until__lt=now))
+        .update(phase_two_lease_until=now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS))
+    )
+    if not claimed:
+        return False
+    run = GenerationRun.objects.select_related(
+        "layout__workspace", "base_memory_md__blob", "base_memory_summary__blob"
+    ).get(pk=run_id)
+    snapshot = run.settings_snapshot
+    plan = phase_two.plan_phase_two(
+        _raw_memory_texts(run).values(),
+        _previous_selection(run.layout),
+        int(snapshot.get("max_raw_memories_for_consolidation", 256)),
+    )
+    try:
+        result = phase_two.run_phase_two(
+            plan=plan,
+            current_memory_md=_document_text(run.base_memory_md),
+            current_summary=_document_text(run.base_memory_summary),
+            pinned=pinned_entries(run.layout),
+            rejected=rejected_entries(run.layout),
+            extra_prompt=snapshot.get("extra_prompt", ""),
+            call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
+        )
+    except llm.PermanentModelError as exc:
+        fail_run(run_id, f"Phase two failed: {exc}")
+        return True
+    except llm.TransientModelError:
+        GenerationRun.objects.filter(pk=run_id).update(phase_two_lease_until=None)
+        raise
+    with transaction.atomic():
+        Proposal.objects.update_or_create(
+            run=run,
+            defaults={
+                "layout": run.layout,
+                "base_memory_md": run.base_memory_md,
+                "base_memory_summary": run.base_memory_summary,
+                "memory_md": result.memory_md,
+                "memory_summary": result.memory_summary,
+                "raw_memories_md": plan.raw_memories_md,
+                "selection": [item.__dict__ for item in plan.selected],
+                "retained": plan.diff.retained,
+                "added": plan.diff.added,
+                "removed": plan.diff.removed,
+                "restored_pins": result.restored_pins,
+                "reintroduced": result.reintroduced,
+            },
+        )
+        GenerationRun.objects.filter(pk=run_id).update(
+            status=GenerationRun.Status.DONE,
+            finished_at=timezone.now(),
+            phase_two_input_tokens=result.usage.input_tokens,
+            phase_two_output_tokens=result.usage.output_tokens,
+            phase_two_lease_until=None,
+        )
+    return True
+
+
+def fail_run(run_id: int, reason: str) -> None:
+    GenerationRun.objects.filter(pk=run_id, status__in=GenerationRun.ACTIVE).update(
+        status=GenerationRun.Status.FAILED, error=reason[:2000], finished_at=timezone.now()
+    )
+
+
+def cancel_run(run_id: int) -> bool:
+    with transaction.atomic():
+        cancelled = GenerationRun.objects.filter(pk=run_id, status__in=GenerationRun.ACTIVE).update(
+            status=GenerationRun.Status.CANCELLED, finished_at=timezone.now()
+        )
+        PhaseOneJob.objects.filter(
+            run_id=run_id, status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING]
+        ).update(status=PhaseOneJob.Status.CANCELLED, lease_until=None)
+    return bool(cancelled)
+
+
+# --- progress ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    total: int
+    done: int
+    failed: int
+    reused: int
+    nothing: int
+    running: int
+    cancelled: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed + self.cancelled
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.finished / self.total) if self.total else 100
+
+
+def progress(run: GenerationRun) -> Progress:
+    """Counts and tokens of a run, in one query."""
+    S = PhaseOneJob.Status
+    agg = run.jobs.aggregate(
+        total=Count("pk"),
+        done=Count("pk", filter=Q(status=S.DONE)),
+        failed=Count("pk", filter=Q(status=S.FAILED)),
+        reused=Count("pk", filter=Q(status=S.DONE, reused=True)),
+        nothing=Count(
+            "pk", filter=Q(status=S.DONE, result__outcome=PhaseOneResult.Outcome.NOTHING)
+        ),
+        running=Count("pk", filter=Q(status=S.RUNNING)),
+        cancelled=Count("pk", filter=Q(status=S.CANCELLED)),
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+    )
+    snapshot = run.settings_snapshot
+    one = llm.Usage(agg["input_tokens"] or 0, agg["output_tokens"] or 0)
+    two = llm.Usage(run.phase_two_input_tokens, run.phase_two_output_tokens)
+    costs = [
+        llm.estimate_cost(snapshot.get("phase_one_model", ""), one),
+        llm.estimate_cost(snapshot.get("phase_two_model", ""), two),
+    ]
+    cost = None if run.offline_demo or None in costs else sum(c for c in costs if c is not None)
+    return Progress(
+        total=agg["total"],
+        done=agg["done"],
+        failed=agg["failed"],
+        reused=agg["reused"],
+        nothing=agg["nothing"],
+        running=agg["running"],
+        cancelled=agg["cancelled"],
+        input_tokens=one.input_tokens + two.input_tokens,
+        output_tokens=one.output_tokens + two.output_tokens,
+        cost=cost,
+    )
+
+
+# --- running without a worker ------------------------------------------------------
+
+
+def run_inline(
+    run_id: int, *, threads: int | None = None, sleep: Callable[[float], None] = time.sleep
+) -> GenerationRun:
+    """Run a whole generation in this process (``manage.py generate --wait`` and tests):
+    phase one with up to ``threads`` model calls at once (default: the layout's
+    concurrency), then phase two."""
+    run = GenerationRun.objects.get(pk=run_id)
+    workers = threads or int(run.settings_snapshot.get("concurrency", 8))
+
+    def work(job_id: int) -> None:
+        try:
+            while True:
+                try:
+                    process_job(job_id)
+                    return
+                except llm.TransientModelError as exc:
+                    attempts = release_for_retry(job_id, str(exc))
+                    if attempts >= MAX_ATTEMPTS:
+                        fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
+                        return
+                    sleep(retry_delay(attempts, exc.retry_after))
+        finally:
+            if workers > 1:
+                close_old_connections()
+                connection.close()
+
+    while True:
+        ids = claim_window(run_id) if workers == 1 else _claim_all(run_id)
+        if not ids:
+            break
+        if workers == 1:
+            for job_id in ids:
+                work(job_id)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(work, ids))
+    if finish_phase_one(run_id):
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                consolidate(run_id)
+                break
+            except llm.TransientModelError as exc:
+                if attempt == MAX_ATTEMPTS:
+                    fail_run(run_id, f"Phase two gave up after {attempt} attempts: {exc}")
+                    break
+                sleep(retry_delay(attempt, exc.retry_after))
+    return GenerationRun.objects.get(pk=run_id)
+
+
+def _claim_all(run_id: int) -> list[int]:
+    ids = list(
+        PhaseOneJob.objects.filter(
+            run_id=run_id, status=PhaseOneJob.Status.QUEUED, dispatched=False
+        ).values_list("pk", flat=True)
+    )
+    PhaseOneJob.objects.filter(pk__in=ids).update(dispatched=True)
+    return ids

@@ -1,0 +1,299 @@
+"""The generation pipeline from the dashboard's side: runs, jobs, proposals, faults.
+
+The model is the local OpenAI-compatible test server (generation.fake_openai) over real
+HTTP, through the real openai client."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from generation.fake_openai import FakeOpenAI, Reply
+from memoryui import pipeline
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    GenerationRun,
+    GenerationSettings,
+    Layout,
+    PhaseOneJob,
+    PhaseOneResult,
+    Proposal,
+)
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def model(settings):
+    with FakeOpenAI() as server:
+        settings.OPENAI_API_KEY = ""
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.MEMORYUI_OFFLINE_DEMO = False
+        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
+        yield server
+
+
+@pytest.fixture
+def layout(workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=layout, concurrency=2)
+    layout.tree = ws
+    return layout
+
+
+def tree_bytes(root):
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def phase_one_requests(server):
+    return [
+        r
+        for r in server.requests
+        if "rollout" in json.dumps(r).lower() and "memory_md" not in json.dumps(r)
+    ]
+
+
+def run_now(layout, **kw):
+    run = pipeline.start_run(layout)
+    return pipeline.run_inline(run.pk, threads=1, sleep=kw.get("sleep", lambda s: None))
+
+
+def test_run_extracts_every_rollout_and_proposes_without_touching_the_workspace(model, layout):
+    before = tree_bytes(layout.tree)
+
+    run = run_now(layout)
+
+    assert run.status == GenerationRun.Status.DONE
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 3
+    proposal = Proposal.objects.get(run=run)
+    assert proposal.status == Proposal.Status.PENDING
+    assert "# Task Group:" in proposal.memory_md and proposal.memory_summary.strip()
+    assert len(proposal.selection) == 3
+    assert sorted(proposal.retained) == sorted(i["rollout_id"] for i in proposal.selection)
+    assert tree_bytes(layout.tree) == before
+
+
+def test_phase_one_files_are_in_the_sdk_format(model, layout):
+    from agents.sandbox.memory.storage import _extract_selection_item
+
+    run_now(layout)
+
+    for result in PhaseOneResult.objects.filter(outcome="memory"):
+        raw = result.files[f"raw_memories/{result.rollout_id}.md"]
+        item = _extract_selection_item(raw.rstrip("\n"))
+        assert item is not None and item.rollout_id == result.rollout_id
+        assert item.rollout_summary_file in {f"{p}" for p in result.files}
+        assert item.rollout_path == f"sessions/engineering/{result.rollout_id}.jsonl"
+
+
+def test_a_second_run_reuses_phase_one_for_unchanged_rollouts(model, layout):
+    run_now(layout)
+    calls = len(model.requests)
+
+    second = run_now(layout)
+
+    assert second.status == GenerationRun.Status.DONE
+    assert second.jobs.filter(reused=True).count() == 3
+    assert len(model.requests) == calls + 1  # only phase two asked the model again
+    assert PhaseOneResult.objects.count() == 3
+
+
+def test_a_permanent_error_fails_that_rollout_and_the_others_go_on(model, layout):
+    model.script(
+        Reply(
+            status=400,
+            body={"error": {"message": "context too long", "type": "invalid_request_error"}},
+        )
+    )
+
+    run = run_now(layout)
+
+    failed = run.jobs.get(status=PhaseOneJob.Status.FAILED)
+    assert "400" in failed.error and "context too long" in failed.error
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 2
+    assert run.status == GenerationRun.Status.DONE
+    assert Proposal.objects.filter(run=run).exists()
+
+
+def test_a_rate_limit_is_retried_after_the_servers_delay(model, layout):
+    model.script(
+        Reply(status=429, headers={"Retry-After": "3"}, body={"error": {"message": "slow down"}})
+    )
+    waits = []
+
+    run = run_now(layout, sleep=waits.append)
+
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 3
+    assert run.jobs.filter(attempts=2).count() == 1
+    assert waits and waits[0] >= 3
+
+
+def test_schema_violating_output_fails_after_one_repair(model, layout):
+    bad = Reply(json={"rollout_slug": 5})
+    model.script(bad, bad)
+
+    run = run_now(layout)
+
+    failed = run.jobs.get(status=PhaseOneJob.Status.FAILED)
+    assert failed.error
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 2
+
+
+def test_phase_two_failure_fails_the_run_with_its_reason(model, layout):
+    pipeline.settings_for(layout)
+    run = pipeline.start_run(layout)
+    # Three phase-one answers from the demo, then phase two gets a permanent error.
+    for job_id in pipeline.claim_window(run.pk) + pipeline.claim_window(run.pk):
+        pipeline.process_job(job_id)
+    for job_id in pipeline.claim_window(run.pk):
+        pipeline.process_job(job_id)
+    model.script(Reply(status=400, body={"error": {"message": "bad request"}}))
+    assert pipeline.finish_phase_one(run.pk)
+    pipeline.consolidate(run.pk)
+    run.refresh_from_db()
+    assert run.status == GenerationRun.Status.FAILED and "bad request" in run.error
+
+
+def test_only_one_run_at_a_time_per_layout(model, layout):
+    pipeline.start_run(layout)
+    with pytest.raises(pipeline.RunConflict):
+        pipeline.start_run(layout)
+
+
+def test_without_a_model_generation_is_unavailable(settings, layout):
+    settings.OPENAI_API_KEY = ""
+    settings.OPENAI_BASE_URL = ""
+    with pytest.raises(pipeline.GenerationUnavailable):
+        pipeline.start_run(layout)
+
+
+def test_cancelled_run_stops_its_jobs(model, layout):
+    run = pipeline.start_run(layout)
+    assert pipeline.cancel_run(run.pk)
+
+    run = pipeline.run_inline(run.pk, threads=1)
+
+    assert run.status == GenerationRun.Status.CANCELLED
+    assert not run.jobs.exclude(status=PhaseOneJob.Status.CANCELLED).exists()
+    assert model.requests == []
+
+
+def test_concurrency_window_never_dispatches_more_than_the_limit(model, layout):
+    run = pipeline.start_run(layout)  # concurrency 2, three rollouts
+    first = pipeline.claim_window(run.pk)
+    assert len(first) == 2 and pipeline.claim_window(run.pk) == []
+    pipeline.process_job(first[0])
+    assert len(pipeline.claim_window(run.pk)) == 1
+
+
+def test_a_job_delivered_twice_runs_once(model, layout):
+    run = pipeline.start_run(layout)
+    job_id = pipeline.claim_window(run.pk)[0]
+    pipeline.process_job(job_id)
+    calls = len(model.requests)
+
+    assert pipeline.process_job(job_id) is None
+    assert len(model.requests) == calls
+
+
+# --- pages and command --------------------------------------------------------------
+
+
+def test_staff_start_a_run_and_watch_it(client, model, layout, django_capture_on_commit_callbacks):
+    client.force_login(make_user(staff=True))
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(reverse("memoryui:generation_start", args=["a", layout.pk]))
+    run = GenerationRun.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(f"/runs/{run.pk}/")
+    pipeline.run_inline(run.pk, threads=1)
+
+    page = client.get(response["Location"]).content.decode()
+    fragment = client.get(response["Location"], headers={"HX-Request": "true"}).content.decode()
+
+    assert "Done" in page and "3 / 3" in page
+    assert 'class="diff"' in page and "Proposal" in page
+    assert fragment.lstrip().startswith('<section id="run-progress"') and "<html" not in fragment
+
+
+def test_running_run_page_polls_for_progress(client, model, layout):
+    run = pipeline.start_run(layout)
+    client.force_login(make_user())
+    page = client.get(
+        reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    ).content.decode()
+    assert 'hx-trigger="every 2s"' in page and "0 / 3" in page
+
+
+def test_non_staff_cannot_start_cancel_or_change_settings(client, model, layout):
+    client.force_login(make_user())
+    run = pipeline.start_run(layout)
+    assert (
+        client.post(reverse("memoryui:generation_start", args=["a", layout.pk])).status_code == 403
+    )
+    assert (
+        client.post(reverse("memoryui:run_cancel", args=["a", layout.pk, run.pk])).status_code
+        == 403
+    )
+    response = client.post(
+        reverse("memoryui:generation", args=["a", layout.pk]), {"concurrency": 3}
+    )
+    assert response.status_code == 403
+
+
+def test_settings_are_validated_and_a_long_extra_prompt_warns(client, model, layout):
+    client.force_login(make_user(staff=True))
+    url = reverse("memoryui:generation", args=["a", layout.pk])
+    data = {
+        "phase_one_model": "gpt-5-mini",
+        "phase_two_model": "gpt-5",
+        "reasoning_effort": "low",
+        "api": "chat_json_object",
+        "max_raw_memories_for_consolidation": 5000,
+        "concurrency": 4,
+        "extra_prompt": "",
+    }
+    refused = client.post(url, data)
+    assert refused.status_code == 200 and "4096" in refused.content.decode()
+
+    data.update(max_raw_memories_for_consolidation=100, extra_prompt="word " * 6000)
+    saved = client.post(url, data, follow=True)
+    assert "keep it well under 5,000" in saved.content.decode()
+    gs = GenerationSettings.objects.get(layout=layout)
+    assert (gs.max_raw_memories_for_consolidation, gs.api, gs.reasoning_effort) == (
+        100,
+        "chat_json_object",
+        "low",
+    )
+
+
+def test_offline_demo_runs_are_labelled(client, model, layout, settings):
+    settings.MEMORYUI_OFFLINE_DEMO = True
+    run = run_now(layout)
+    client.force_login(make_user())
+    page = client.get(
+        reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    ).content.decode()
+    assert run.offline_demo and "offline demo model" in page
+
+
+def test_generate_command_waits_and_reports(model, layout):
+    out = io.StringIO()
+    call_command(
+        "generate", "a", "--layout", "memories/engineering", "--wait", "--threads", "1", stdout=out
+    )
+    text = out.getvalue()
+    assert "Done" in text and "3/3 rollouts" in text and "proposal #" in text
+
+
+def test_generate_command_rejects_unknown_names(model, layout):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="No workspace"):
+        call_command("generate", "nope")
+    with pytest.raises(CommandError, match="No layout"):
+        call_command("generate", "a", "--layout", "memories/nope")
