@@ -221,4 +221,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # One line per model request is noise; their failures are recorded on the jobs.
+    "loggers": {"httpx": {"level": "WARNING"}, "openai": {"level": "WARNING"}},
 }

@@ -487,7 +487,9 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         "workspace": run.layout.workspace,
         "progress": pipeline.progress(run),
         "failures": failures,
-        "elapsed": ((run.finished_at or timezone.now()) - (run.started_at or run.created_at)),
+        "elapsed": (
+            (run.finished_at or timezone.now()) - (run.started_at or run.created_at)
+        ).total_seconds(),
     }
     template = "memoryui/run_detail.html"
     if request.htmx and not request.htmx.history_restore_request:
