@@ -231,6 +231,10 @@ def _chat(
     }
     if config.reasoning_effort:
         kwargs["reasoning_effort"] = config.reasoning_effort
+    if config.chat_format == "json_object":
+        # llama.cpp's server ignores max_completion_tokens and, unbounded, writes until
+        # its context is full.
+        kwargs["max_tokens"] = CHAT_MAX_TOKENS
     response = client.chat.completions.create(**kwargs)
     usage = _usage(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
     choices = getattr(response, "choices", None) or []
@@ -284,7 +288,9 @@ def _load_json(text: str) -> Any:
     first_error: json.JSONDecodeError | None = None
     for candidate in candidates:
         try:
-            return json.loads(candidate)
+            # strict=False: grammar-constrained local models (llama.cpp) put raw
+            # newlines and tabs inside strings.
+            return json.loads(candidate, strict=False)
         except json.JSONDecodeError as exc:
             first_error = first_error or exc
     assert first_error is not None
@@ -297,8 +303,18 @@ def _load_json(text: str) -> Any:
 # --- errors ----------------------------------------------------------------------------
 
 
+CHAT_MAX_TOKENS = 4096
+_UNSUPPORTED_JSON_SCHEMA = "Input should be 'text' or 'json_object'"
+
+
 def translate_error(exc: openai.OpenAIError) -> ModelError:
     """Map the client's exceptions onto transient and permanent errors."""
+    if isinstance(exc, openai.APIStatusError) and _UNSUPPORTED_JSON_SCHEMA in _error_message(exc):
+        # llama.cpp answers 500 to OpenAI's json_schema form: retrying cannot help.
+        return PermanentModelError(
+            "this server does not accept response_format json_schema; set the layout's "
+            "API to Chat Completions with json_object + schema"
+        )
     if isinstance(exc, openai.APITimeoutError):
         return TransientModelError("the model server did not answer in time")
     if isinstance(exc, openai.APIConnectionError):

@@ -29,3 +29,22 @@ def workspace_copy(tmp_path: Path, fixtures_dir: Path):
         return target
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def llama_server():
+    """llama.cpp's OpenAI-compatible server with Gemma 3 270M, for the whole test session."""
+    from generation.local_model import LlamaServerError, run_llama_server
+
+    manager = run_llama_server()
+    failure = None
+    try:
+        server = manager.__enter__()
+    except LlamaServerError as exc:
+        failure = str(exc)
+    if failure is not None:  # outside the except: the message once, without a traceback
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield server
+    finally:
+        manager.__exit__(None, None, None)
