@@ -1,11 +1,13 @@
 from django.contrib import admin
 
 from .models import (
+    AuditEvent,
     Blob,
     GenerationRun,
     GenerationSettings,
     ImportRun,
     Layout,
+    Membership,
     MemoryVersion,
     PhaseOneJob,
     PhaseOneResult,
@@ -133,3 +135,18 @@ class ProposalAdmin(admin.ModelAdmin):
     list_display = ["pk", "layout", "status", "created_at"]
     list_filter = ["status"]
     raw_id_fields = ["layout", "run", "base_memory_md", "base_memory_summary"]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "user", "role"]
+    list_filter = ["role", "workspace"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "workspace", "actor", "action", "target"]
+    list_filter = ["action"]
+    search_fields = ["actor", "target"]
+    raw_id_fields = ["workspace", "layout", "user"]

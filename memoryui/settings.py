@@ -200,6 +200,10 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
     }
 
+# The role of a logged-in person who is not a member of a workspace: viewer, reviewer,
+# editor, admin, or none (no access).
+MEMORYUI_DEFAULT_ROLE = env_str("MEMORYUI_DEFAULT_ROLE", "viewer")
+
 # Directories under which workspaces may be registered from the dashboard. The
 # import_workspace command (run by an operator on the server) may import any path.
 MEMORYUI_WORKSPACE_ROOTS = [
