@@ -1,6 +1,9 @@
 from django.contrib import admin
 
 from .models import (
+    EntryDecision,
+    Pin,
+    RejectedEntry,
     AuditEvent,
     Blob,
     GenerationRun,
@@ -150,3 +153,22 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_filter = ["action"]
     search_fields = ["actor", "target"]
     raw_id_fields = ["workspace", "layout", "user"]
+
+
+@admin.register(EntryDecision)
+class EntryDecisionAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "document", "key", "decision", "user", "decided_at"]
+    list_filter = ["decision"]
+    raw_id_fields = ["proposal", "user"]
+
+
+@admin.register(Pin)
+class PinAdmin(admin.ModelAdmin):
+    list_display = ["layout", "document", "key", "pinned_by", "created_at"]
+    raw_id_fields = ["layout", "pinned_by"]
+
+
+@admin.register(RejectedEntry)
+class RejectedEntryAdmin(admin.ModelAdmin):
+    list_display = ["layout", "document", "key", "rejected_by", "created_at"]
+    raw_id_fields = ["layout", "proposal", "rejected_by"]

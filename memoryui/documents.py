@@ -55,6 +55,14 @@ def rendered_sections(sha256: str) -> tuple[tuple[str, SafeString], ...]:
 
 
 @lru_cache(maxsize=16)
+def entry_keys(sha256: str) -> tuple[str, ...]:
+    """The review keys (generation.review) of the top-level entries, in order."""
+    from generation import review
+
+    return tuple(e.key for e in review.entries(content(sha256).decode("utf-8", "replace")))
+
+
+@lru_cache(maxsize=16)
 def selection(sha256: str) -> tree.Selection:
     return tree.parse_selection(content(sha256))
 
@@ -124,6 +132,8 @@ class EntryView:
     anchor: str
     citations: list[Citation] = field(default_factory=list)
     children: list[tuple[str, str, str]] = field(default_factory=list)  # label, title, anchor
+    key: str = ""
+    pinned: bool = False
 
     @property
     def unsupported(self) -> bool:

@@ -488,6 +488,10 @@ class Proposal(models.Model):
     restored_pins = models.JSONField(default=list)
     reintroduced = models.JSONField(default=list)
     created_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -572,3 +576,76 @@ class AuditEvent(models.Model):
             target=target[:1024],
             detail=detail,
         )
+
+
+# --- review and curation ---------------------------------------------------------------
+
+
+class EntryDecision(models.Model):
+    """A reviewer's accept or reject (optionally with an edit) of one proposal entry."""
+
+    class Decision(models.TextChoices):
+        ACCEPT = "accept", "Accepted"
+        REJECT = "reject", "Rejected"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="decisions")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    edited_text = models.TextField(blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "document", "key"], name="decision_unique_entry"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.key}"
+
+
+class Pin(models.Model):
+    """An entry that survives every later consolidation verbatim."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="pins")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    title = models.CharField(max_length=500, blank=True)
+    text = models.TextField()
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["layout", "document", "key"], name="pin_unique_entry")
+        ]
+
+    def __str__(self) -> str:
+        return f"pin {self.key}"
+
+
+class RejectedEntry(models.Model):
+    """An entry people rejected: phase two is told not to bring it back."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="rejections")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    title = models.CharField(max_length=500, blank=True)
+    text = models.TextField()
+    proposal = models.ForeignKey(
+        Proposal, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rejected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"rejected {self.key}"

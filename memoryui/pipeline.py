@@ -377,13 +377,17 @@ def _previous_selection(layout: Layout) -> tree.Selection | None:
 
 
 def pinned_entries(layout: Layout) -> list[str]:
-    """Entries people pinned; curation (review and pinning) will fill this in."""
-    return []
+    """MEMORY.md entries people pinned: phase two must keep them verbatim."""
+    from .curation import pinned_texts
+
+    return pinned_texts(layout)
 
 
 def rejected_entries(layout: Layout) -> list[str]:
-    """Entries people rejected; curation (review) will fill this in."""
-    return []
+    """Entries people rejected: phase two is told not to bring them back."""
+    from .curation import rejected_texts
+
+    return rejected_texts(layout)
 
 
 def consolidate(run_id: int) -> bool:

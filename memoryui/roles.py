@@ -21,18 +21,16 @@ def role_of(user: Any, workspace: Workspace) -> Role | None:
         return None
     if user.is_staff or user.is_superuser:
         return Role.ADMIN
-    cache = getattr(user, "_memoryui_roles", None)
-    if cache is None:
-        cache = user._memoryui_roles = {}
-    if workspace.pk not in cache:
-        role = (
-            Membership.objects.filter(workspace=workspace, user=user)
-            .values_list("role", flat=True)
-            .first()
+    memberships = getattr(user, "_memoryui_roles", None)
+    if memberships is None:  # one query per request, however many workspaces are shown
+        memberships = user._memoryui_roles = dict(
+            Membership.objects.filter(user=user).values_list("workspace_id", "role")
         )
-        default = settings.MEMORYUI_DEFAULT_ROLE
-        cache[workspace.pk] = Role(role) if role else (Role(default) if default != "none" else None)
-    return cache[workspace.pk]
+    role = memberships.get(workspace.pk)
+    if role:
+        return Role(role)
+    default = settings.MEMORYUI_DEFAULT_ROLE
+    return Role(default) if default != "none" else None
 
 
 def has_role(user: Any, workspace: Workspace, needed: Role) -> bool:

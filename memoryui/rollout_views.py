@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -17,18 +17,22 @@ from generation import tree
 
 from . import transcript
 from .models import RawMemory, Rollout, RolloutSummary, WorkspaceFile
+from .models import Role
+from .roles import require_role
 from .views import HtmxHttpRequest
 
 
-def _rollout(name: str, layout_pk: int, rollout_id: str) -> Rollout:
+def _rollout(request: HttpRequest, name: str, layout_pk: int, rollout_id: str) -> Rollout:
     """The rollout, its layout and workspace, its file and bytes, in one query; a 404
     when any of them does not match (a layout of another workspace included)."""
-    return get_object_or_404(
+    rollout = get_object_or_404(
         Rollout.objects.select_related("layout__workspace", "file__blob"),
         layout__workspace__name=name,
         layout_id=layout_pk,
         rollout_id=rollout_id,
     )
+    require_role(request.user, rollout.layout.workspace, Role.VIEWER)
+    return rollout
 
 
 def _parse(rollout: Rollout) -> tree.ParsedRollout:
@@ -130,7 +134,7 @@ def _memory_docs(rollout: Rollout) -> tuple[list[MemoryDoc], list[MemoryDoc]]:
 def rollout_detail(
     request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str
 ) -> HttpResponse:
-    rollout = _rollout(name, layout_pk, rollout_id)
+    rollout = _rollout(request, name, layout_pk, rollout_id)
     parsed = _parse(rollout)
     page = transcript.build_page(
         parsed,
@@ -160,7 +164,7 @@ def rollout_item(
 ) -> HttpResponse:
     """One item in full: the htmx fragment that replaces its clipped version, or a page
     of its own without htmx."""
-    rollout = _rollout(name, layout_pk, rollout_id)
+    rollout = _rollout(request, name, layout_pk, rollout_id)
     parsed = _parse(rollout)
     item = transcript.build_single(parsed, segment, index, item_url=partial(_item_url, rollout))
     if item is None:

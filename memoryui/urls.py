@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import rollout_views, views
+from . import review_views, rollout_views, views
 
 app_name = "memoryui"
 
@@ -32,6 +32,28 @@ memoryui_patterns = [
     path(layout + "generation/start/", views.generation_start, name="generation_start"),
     path(layout + "runs/<int:run_pk>/", views.run_detail, name="run_detail"),
     path(layout + "runs/<int:run_pk>/cancel/", views.run_cancel, name="run_cancel"),
+    path(layout + "proposals/", review_views.proposal_list, name="proposal_list"),
+    path(layout + "proposals/<int:pk>/", review_views.proposal_review, name="proposal_review"),
+    path(
+        layout + "proposals/<int:pk>/decide/", review_views.proposal_decide, name="proposal_decide"
+    ),
+    path(
+        layout + "proposals/<int:pk>/approve/",
+        review_views.proposal_approve,
+        name="proposal_approve",
+    ),
+    path(
+        layout + "proposals/<int:pk>/reject/", review_views.proposal_reject, name="proposal_reject"
+    ),
+    path(layout + "documents/<str:document>/edit/", review_views.entry_edit, name="entry_edit"),
+    path(layout + "documents/<str:document>/pin/", review_views.entry_pin, name="entry_pin"),
+    path(layout + "documents/<str:document>/versions/", review_views.versions, name="versions"),
+    path(
+        layout + "documents/<str:document>/versions/<int:number>/restore/",
+        review_views.version_restore,
+        name="version_restore",
+    ),
+    path("w/<str:name>/audit/", review_views.audit_log, name="audit_log"),
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
 ]

@@ -1,5 +1,4 @@
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
@@ -16,6 +15,7 @@ from generation.summary import injected_summary
 from generation.tasks import reimport_workspace, start_generation
 
 from . import charts, diffs, documents, pipeline, search
+from .roles import has_role, require_role
 from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
 from .models import (
     GenerationRun,
@@ -23,7 +23,9 @@ from .models import (
     Layout,
     MemoryVersion,
     PhaseOneJob,
+    Pin,
     RawMemory,
+    Role,
     Rollout,
     RolloutSummary,
     Workspace,
@@ -58,7 +60,7 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
             ImportRun.objects.filter(workspace=OuterRef("pk")).order_by("-pk").values("pk")[:1]
         ),
     ).order_by("name")
-    workspaces = list(workspaces)
+    workspaces = [w for w in workspaces if has_role(request.user, w, Role.VIEWER)]
     runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
     rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
     return render(request, "memoryui/workspace_list.html", {"rows": rows})
@@ -67,6 +69,7 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     workspace = get_object_or_404(Workspace, name=name)
+    require_role(request.user, workspace, Role.VIEWER)
     kinds = WorkspaceFile.Kind
     layouts = (
         Layout.objects.filter(workspace=workspace)
@@ -113,10 +116,10 @@ def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
 
 
 @require_POST
-@staff_member_required
 def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    """Queue a re-import from the workspace's source path (staff only until roles land)."""
+    """Queue a re-import from the workspace's source path (admins)."""
     workspace = get_object_or_404(Workspace, name=name)
+    require_role(request.user, workspace, Role.ADMIN)
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")
     return redirect(workspace)
@@ -125,10 +128,12 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
 # --- layouts ---------------------------------------------------------------------
 
 
-def _layout(name: str, layout_pk: int) -> Layout:
-    return get_object_or_404(
+def _layout(request: HttpRequest, name: str, layout_pk: int, role: Role = Role.VIEWER) -> Layout:
+    layout = get_object_or_404(
         Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
     )
+    require_role(request.user, layout.workspace, role)
+    return layout
 
 
 def _current_versions(layout: Layout) -> dict[str, dict]:
@@ -157,7 +162,7 @@ def _selection(layout: Layout) -> tuple[WorkspaceFile | None, tree.Selection | N
 
 @require_GET
 def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     present = WorkspaceFile.objects.present().filter(layout=layout)
     kinds = dict(
         present.order_by().values_list("kind").annotate(n=Count("pk")).values_list("kind", "n")
@@ -209,7 +214,7 @@ ROLLOUTS_PER_PAGE = 50
 
 @require_GET
 def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     form = RolloutFilterForm(request.GET or None)
     rollouts = Rollout.objects.filter(layout=layout).select_related("file")
     query = ""
@@ -284,7 +289,7 @@ ENTRIES_PER_PAGE = 20
 
 @require_GET
 def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     document = MemoryVersion.Document.MEMORY_MD
     version = _document_version(layout, document, request.GET.get("version"))
     top = list(enumerate(documents.parsed(version.blob_id).children)) if version else []
@@ -306,12 +311,8 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
             "version": version,
             "versions": _versions(layout, document),
             "page": page,
-            "entries": [
-                documents.EntryView.build(
-                    block, links, documents.rendered_entry(version.blob_id, i)
-                )
-                for i, block in page.object_list
-            ],
+            "entries": _entry_views(layout, version, page.object_list, links),
+            "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "total": total,
             "query": query,
             "problem": documents.decode_problem(version.blob_id) if version else None,
@@ -319,9 +320,23 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
     )
 
 
+def _entry_views(layout, version, blocks, links):  # type: ignore[no-untyped-def]
+    keys = documents.entry_keys(version.blob_id)
+    pinned = set(
+        Pin.objects.filter(layout=layout, document=version.document).values_list("key", flat=True)
+    )
+    views = []
+    for i, block in blocks:
+        view = documents.EntryView.build(block, links, documents.rendered_entry(version.blob_id, i))
+        view.key = keys[i]
+        view.pinned = view.key in pinned
+        views.append(view)
+    return views
+
+
 @require_GET
 def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     document = MemoryVersion.Document.MEMORY_SUMMARY
     version = _document_version(layout, document, request.GET.get("version"))
     return render(
@@ -342,7 +357,7 @@ def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpR
 @require_GET
 def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str) -> HttpResponse:
     """Follow a ``rollout_summaries/<file>.md`` citation to the rollout it summarises."""
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     path = f"{layout.memories_dir}/rollout_summaries/{filename}"
     summary = (
         RolloutSummary.objects.filter(layout=layout, file__path=path).select_related("file").first()
@@ -368,7 +383,7 @@ def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str)
 
 @require_GET
 def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     skills: dict[str, list[WorkspaceFile]] = {}
     prefix = f"{layout.memories_dir}/"
     for file in (
@@ -389,7 +404,7 @@ def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
 
 @require_GET
 def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str) -> HttpResponse:
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     prefix = f"{layout.memories_dir}/skills/{skill}/"
     files = list(
         WorkspaceFile.objects.present()
@@ -415,12 +430,11 @@ EXTRA_PROMPT_WARNING_TOKENS = 5_000
 @require_http_methods(["GET", "POST"])
 def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     """Generation settings of a layout and its runs; staff change settings and start."""
-    layout = _layout(name, layout_pk)
+    layout = _layout(request, name, layout_pk)
     gs = pipeline.settings_for(layout)
     form = GenerationSettingsForm(request.POST or None, instance=gs)
     if request.method == "POST":
-        if not request.user.is_staff:
-            raise PermissionDenied("Only staff can change generation settings.")
+        require_role(request.user, layout.workspace, Role.ADMIN)
         if form.is_valid():
             saved = form.save(commit=False)
             saved.updated_by = request.user
@@ -452,9 +466,7 @@ def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
 
 @require_POST
 def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(name, layout_pk)
-    if not request.user.is_staff:
-        raise PermissionDenied("Only staff can start a generation run.")
+    layout = _layout(request, name, layout_pk, Role.ADMIN)
     try:
         run = pipeline.start_run(layout, request.user)
     except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
@@ -476,6 +488,7 @@ def _run(name: str, layout_pk: int, run_pk: int) -> GenerationRun:
 @require_GET
 def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
     run = _run(name, layout_pk, run_pk)
+    require_role(request.user, run.layout.workspace, Role.VIEWER)
     failures = list(
         run.jobs.filter(status=PhaseOneJob.Status.FAILED)
         .select_related("rollout")
@@ -516,8 +529,7 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
 @require_POST
 def run_cancel(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
     run = _run(name, layout_pk, run_pk)
-    if not request.user.is_staff:
-        raise PermissionDenied("Only staff can cancel a generation run.")
+    require_role(request.user, run.layout.workspace, Role.ADMIN)
     if pipeline.cancel_run(run.pk):
         messages.info(request, "Run cancelled; calls already under way finish and are discarded.")
     return redirect("memoryui:run_detail", name=name, layout_pk=layout_pk, run_pk=run.pk)

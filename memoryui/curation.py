@@ -1,0 +1,315 @@
+"""People deciding what agents remember: edits, pins, proposal decisions, approval,
+restores. Every change is a new version and an audit event.
+
+Saves are serialised per layout (a row lock on the layout) and carry the version they
+were based on: a save based on anything but the latest version is refused, so two people
+editing the same entry never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from generation import review
+
+from . import documents
+from .models import (
+    AuditEvent,
+    Blob,
+    EntryDecision,
+    Layout,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    RejectedEntry,
+)
+
+Document = MemoryVersion.Document
+
+
+class StaleVersion(Exception):
+    """The document changed since the version the edit was based on."""
+
+    def __init__(self, latest: MemoryVersion | None) -> None:
+        super().__init__("the document changed since you opened it")
+        self.latest = latest
+
+
+class UnresolvedConflicts(Exception):
+    def __init__(self, conflicts: list[review.Conflict]) -> None:
+        super().__init__(f"{len(conflicts)} conflicting entr{'y' if len(conflicts) == 1 else 'ies'} to decide")
+        self.conflicts = conflicts
+
+
+def latest(layout: Layout, document: str) -> MemoryVersion | None:
+    return (
+        MemoryVersion.objects.filter(layout=layout, document=document)
+        .select_related("blob")
+        .order_by("-number")
+        .first()
+    )
+
+
+def text_of(version: MemoryVersion | None) -> str:
+    return documents.content(version.blob_id).decode("utf-8", "replace") if version else ""
+
+
+def save_document(
+    layout: Layout,
+    document: str,
+    text: str,
+    *,
+    user: Any,
+    author_kind: str = MemoryVersion.Author.PERSON,
+    reason: str,
+    based_on: int | None,
+) -> MemoryVersion:
+    """Store ``text`` as the new current version, if ``based_on`` is still the latest
+    version number (None: the document had no version)."""
+    data = text.encode("utf-8")
+    digest = hashlib.sha256(data).hexdigest()
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        current = latest(layout, document)
+        if (current.number if current else None) != based_on:
+            raise StaleVersion(current)
+        Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
+        version = MemoryVersion.objects.create(
+            layout=layout,
+            document=document,
+            number=(current.number + 1) if current else 1,
+            blob_id=digest,
+            author_kind=author_kind,
+            author=user if getattr(user, "pk", None) else None,
+            reason=reason[:500],
+        )
+        AuditEvent.record(
+            layout.workspace,
+            "version.create",
+            user=user,
+            layout=layout,
+            target=f"{layout.memories_dir}/{Document(document).label}",
+            version=version.number,
+            sha256=digest,
+            reason=reason,
+        )
+    return version
+
+
+def edit_entry(
+    layout: Layout, document: str, key: str, new_text: str, *, based_on: int, user: Any
+) -> MemoryVersion:
+    current = latest(layout, document)
+    if current is None or current.number != based_on:
+        raise StaleVersion(current)
+    if new_text and not new_text.endswith("\n"):
+        new_text += "\n"
+    text = review.replace_entry(text_of(current), key, new_text)
+    action = "deleted" if not new_text else "edited"
+    return save_document(
+        layout, document, text, user=user, reason=f"{action} entry {key}", based_on=based_on
+    )
+
+
+def add_entry(layout: Layout, document: str, text: str, *, based_on: int | None, user: Any) -> MemoryVersion:
+    current = latest(layout, document)
+    if (current.number if current else None) != based_on:
+        raise StaleVersion(current)
+    new = review.join([text_of(current), text if text.endswith("\n") else text + "\n"])
+    return save_document(layout, document, new, user=user, reason="added an entry", based_on=based_on)
+
+
+def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryVersion:
+    old = MemoryVersion.objects.get(layout=layout, document=document, number=number)
+    current = latest(layout, document)
+    return save_document(
+        layout,
+        document,
+        text_of(old),
+        user=user,
+        reason=f"restored version {number}",
+        based_on=current.number if current else None,
+    )
+
+
+def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | None:
+    """Pin the entry as it is now, or unpin it; returns the pin (None when unpinned)."""
+    existing = Pin.objects.filter(layout=layout, document=document, key=key).first()
+    if existing is not None:
+        existing.delete()
+        AuditEvent.record(layout.workspace, "entry.unpin", user=user, layout=layout, target=key)
+        return None
+    entry = next((e for e in review.entries(text_of(latest(layout, document))) if e.key == key), None)
+    if entry is None:
+        raise KeyError(key)
+    pin = Pin.objects.create(
+        layout=layout, document=document, key=key, title=entry.title[:500], text=entry.text,
+        pinned_by=user if getattr(user, "pk", None) else None,
+    )
+    AuditEvent.record(layout.workspace, "entry.pin", user=user, layout=layout, target=key)
+    return pin
+
+
+def pinned_texts(layout: Layout) -> list[str]:
+    return list(Pin.objects.filter(layout=layout, document=Document.MEMORY_MD).values_list("text", flat=True))
+
+
+def rejected_texts(layout: Layout) -> list[str]:
+    return list(RejectedEntry.objects.filter(layout=layout).values_list("text", flat=True))
+
+
+# --- proposals ------------------------------------------------------------------
+
+
+@dataclass
+class DocumentReview:
+    document: str
+    base_text: str
+    proposed_text: str
+    changes: list[review.Change]
+    decisions: dict[str, EntryDecision]
+    human_text: str | None  # the current text when people edited it during the run
+    conflicts: list[review.Conflict]
+
+    @property
+    def label(self) -> str:
+        return Document(self.document).label
+
+
+def document_reviews(proposal: Proposal) -> list[DocumentReview]:
+    decisions: dict[tuple[str, str], EntryDecision] = {
+        (d.document, d.key): d for d in proposal.decisions.select_related("user")
+    }
+    out = []
+    for document, base, proposed in (
+        (Document.MEMORY_MD, proposal.base_memory_md, proposal.memory_md),
+        (Document.MEMORY_SUMMARY, proposal.base_memory_summary, proposal.memory_summary),
+    ):
+        base_text = text_of(base)
+        current = latest(proposal.layout, document)
+        human = text_of(current) if current and (base is None or current.pk != base.pk) else None
+        mine = {k: d for (doc, k), d in decisions.items() if doc == document}
+        assembled = _assembled(base_text, proposed, mine)
+        conflicts = review.merge(base_text, human, assembled).conflicts if human is not None else []
+        out.append(
+            DocumentReview(
+                document=document,
+                base_text=base_text,
+                proposed_text=proposed,
+                changes=review.compare(base_text, proposed),
+                decisions=mine,
+                human_text=human,
+                conflicts=conflicts,
+            )
+        )
+    return out
+
+
+def _assembled(base_text: str, proposed: str, decisions: dict[str, EntryDecision]) -> str:
+    return review.assemble(
+        review.compare(base_text, proposed),
+        {k: d.decision for k, d in decisions.items()},
+        {k: d.edited_text for k, d in decisions.items() if d.edited_text},
+    )
+
+
+def decide(
+    proposal: Proposal, document: str, key: str, decision: str, *, user: Any, edited_text: str = ""
+) -> EntryDecision:
+    if proposal.status != Proposal.Status.PENDING:
+        raise ValueError("this proposal is already decided")
+    made, _ = EntryDecision.objects.update_or_create(
+        proposal=proposal,
+        document=document,
+        key=key,
+        defaults={
+            "decision": decision,
+            "edited_text": edited_text,
+            "user": user if getattr(user, "pk", None) else None,
+            "decided_at": timezone.now(),
+        },
+    )
+    AuditEvent.record(
+        proposal.layout.workspace, f"entry.{decision}", user=user, layout=proposal.layout,
+        target=key, proposal=proposal.pk, document=document, edited=bool(edited_text),
+    )
+    return made
+
+
+def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
+    """Turn the reviewed proposal into the current versions. Entries people changed
+    while the consolidation ran are merged; a conflict must have been decided (accept:
+    the model's text, reject: the people's)."""
+    if proposal.status != Proposal.Status.PENDING:
+        raise ValueError("this proposal is already decided")
+    created = []
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
+        for doc in document_reviews(proposal):
+            assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions)
+            final = assembled
+            if doc.human_text is not None:
+                merged = review.merge(doc.base_text, doc.human_text, assembled)
+                undecided = [c for c in merged.conflicts if c.key not in doc.decisions]
+                if undecided:
+                    raise UnresolvedConflicts(undecided)
+                parts = {e.key: e.text for e in review.entries(merged.text)}
+                for conflict in merged.conflicts:
+                    if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
+                        parts[conflict.key] = conflict.model
+                final = review.join(t for t in parts.values() if t)
+            for key, decision in doc.decisions.items():
+                if decision.decision == EntryDecision.Decision.REJECT:
+                    change = next((c for c in doc.changes if c.key == key), None)
+                    if change is not None and change.proposed and change.status != "unchanged":
+                        RejectedEntry.objects.create(
+                            layout=proposal.layout, document=doc.document, key=key,
+                            title=change.title[:500], text=change.proposed, proposal=proposal,
+                            rejected_by=user if getattr(user, "pk", None) else None,
+                        )
+            current = latest(proposal.layout, doc.document)
+            if current is not None and text_of(current) == final:
+                continue
+            created.append(
+                save_document(
+                    proposal.layout, doc.document, final, user=user,
+                    author_kind=MemoryVersion.Author.PIPELINE,
+                    reason=f"approved proposal #{proposal.pk}",
+                    based_on=current.number if current else None,
+                )
+            )
+        Proposal.objects.filter(pk=proposal.pk).update(
+            status=Proposal.Status.APPROVED, decided_by=user, decided_at=timezone.now()
+        )
+        AuditEvent.record(
+            proposal.layout.workspace, "proposal.approve", user=user, layout=proposal.layout,
+            target=f"proposal #{proposal.pk}", versions=[v.number for v in created],
+        )
+    return created
+
+
+def reject_proposal(proposal: Proposal, *, user: Any) -> None:
+    if proposal.status != Proposal.Status.PENDING:
+        raise ValueError("this proposal is already decided")
+    Proposal.objects.filter(pk=proposal.pk).update(
+        status=Proposal.Status.REJECTED, decided_by=user, decided_at=timezone.now()
+    )
+    AuditEvent.record(
+        proposal.layout.workspace, "proposal.reject", user=user, layout=proposal.layout,
+        target=f"proposal #{proposal.pk}",
+    )
+
+
+def reintroduced(proposal: Proposal) -> list[str]:
+    """Titles of rejected entries that this proposal brings back."""
+    texts = proposal.memory_md + "\n" + proposal.memory_summary
+    return [
+        r.title or r.key
+        for r in RejectedEntry.objects.filter(layout=proposal.layout).exclude(proposal=proposal)
+        if review.contains_entry(texts, r.text)
+    ]

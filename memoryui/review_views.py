@@ -1,0 +1,368 @@
+"""Review and curation pages: proposals reviewed like pull requests, entry edits and
+pins, version history, the audit log. Roles are checked here, on the server."""
+
+from __future__ import annotations
+
+import csv
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from generation import review
+from generation.summary import injected_summary
+
+from . import curation, diffs
+from .models import AuditEvent, EntryDecision, Layout, MemoryVersion, Pin, Proposal, Role, Workspace
+from .roles import has_role, require_role
+from .views import HtmxHttpRequest
+
+DOCUMENTS = {d.value for d in MemoryVersion.Document}
+
+
+def _layout(request: HtmxHttpRequest, name: str, layout_pk: int, role: Role) -> Layout:
+    layout = get_object_or_404(
+        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
+    )
+    require_role(request.user, layout.workspace, role)
+    return layout
+
+
+def _document(value: str) -> str:
+    if value not in DOCUMENTS:
+        raise Http404("No such document.")
+    return value
+
+
+# --- proposals ----------------------------------------------------------------------
+
+
+def _proposal(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int, role: Role) -> Proposal:
+    layout = _layout(request, name, layout_pk, role)
+    return get_object_or_404(
+        Proposal.objects.select_related(
+            "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
+        ),
+        pk=pk,
+        layout=layout,
+    )
+
+
+@require_GET
+def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.VIEWER)
+    proposals = Proposal.objects.filter(layout=layout).select_related("run", "decided_by")
+    return render(
+        request,
+        "memoryui/proposal_list.html",
+        {"layout": layout, "workspace": layout.workspace, "proposals": proposals[:100]},
+    )
+
+
+@require_GET
+def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    reviews = curation.document_reviews(proposal)
+    citations = _citation_status(proposal, reviews)
+    sections = []
+    for doc in reviews:
+        rows = []
+        for change in doc.changes:
+            decision = doc.decisions.get(change.key)
+            rows.append(
+                {
+                    "change": change,
+                    "decision": decision,
+                    "diff": diffs.side_by_side(change.current, change.proposed, context=2)
+                    if change.status == "changed"
+                    else None,
+                    "unsupported": change.kind in ("task_group", "task")
+                    and change.proposed
+                    and not citations.get(change.key),
+                    "cites": citations.get(change.key, []),
+                    "id": f"entry-{doc.document}-{abs(hash(change.key)) % 10**10}",
+                }
+            )
+        sections.append({"doc": doc, "rows": rows})
+    return render(
+        request,
+        "memoryui/proposal_review.html",
+        {
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "sections": sections,
+            "can_review": has_role(request.user, proposal.layout.workspace, Role.REVIEWER),
+            "reintroduced": curation.reintroduced(proposal),
+            "injection": injected_summary(proposal.memory_summary.encode()),
+        },
+    )
+
+
+def _citation_status(proposal: Proposal, reviews: list[curation.DocumentReview]) -> dict[str, list]:
+    from . import documents
+
+    cited: dict[str, list[str]] = {}
+    for doc in reviews:
+        for change in doc.changes:
+            if change.proposed:
+                cited[change.key] = review_citations(change.proposed)
+    links = documents.resolve_citations(proposal.layout, {c for cs in cited.values() for c in cs})
+    new_files = set()
+    for job in proposal.run.jobs.filter(result__isnull=False).select_related("result"):
+        new_files.update(job.result.files)
+    out = {}
+    for key, paths in cited.items():
+        out[key] = [
+            (links[p].exists or p in new_files, links[p].url, p) for p in paths if p in links
+        ]
+    return out
+
+
+def review_citations(text: str) -> list[str]:
+    from generation.memory_md import CITATION_RE
+
+    return list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
+
+
+@require_POST
+def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    document = _document(request.POST.get("document", ""))
+    decision = request.POST.get("decision", "")
+    if decision not in EntryDecision.Decision.values:
+        raise Http404("No such decision.")
+    keys = request.POST.getlist("key")
+    if request.POST.get("all"):
+        doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
+        keys = [c.key for c in doc.changes if c.status != "unchanged"]
+    try:
+        for key in keys:
+            curation.decide(
+                proposal, document, key, decision, user=request.user,
+                edited_text=request.POST.get("edited_text", "") if len(keys) == 1 else "",
+            )
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    return redirect(
+        reverse("memoryui:proposal_review", args=[name, layout_pk, pk])
+        + (f"#{request.POST.get('anchor')}" if request.POST.get("anchor") else "")
+    )
+
+
+@require_POST
+def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    try:
+        versions = curation.approve(proposal, user=request.user)
+    except curation.UnresolvedConflicts as exc:
+        messages.error(
+            request,
+            f"Decide the {len(exc.conflicts)} entr{'y' if len(exc.conflicts) == 1 else 'ies'} "
+            "that people and the model both changed first: "
+            + ", ".join(c.title or c.key for c in exc.conflicts),
+        )
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    messages.success(
+        request,
+        f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
+    )
+    return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+@require_POST
+def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    try:
+        curation.reject_proposal(proposal, user=request.user)
+        messages.info(request, "Proposal rejected; the current files stay as they are.")
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+
+
+# --- editing, pinning ----------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
+    """Edit (or delete) one entry, or add one (no key). A save based on an outdated
+    version is refused with both texts shown, so nobody's work is lost."""
+    layout = _layout(request, name, layout_pk, Role.EDITOR)
+    document = _document(document)
+    data = request.POST if request.method == "POST" else request.GET
+    key = data.get("key", "")
+    current = curation.latest(layout, document)
+    entries = {e.key: e for e in review.entries(curation.text_of(current))}
+    if key and key not in entries:
+        raise Http404("No such entry (it may have been changed or removed since).")
+    context = {
+        "layout": layout,
+        "workspace": layout.workspace,
+        "document": document,
+        "document_label": MemoryVersion.Document(document).label,
+        "key": key,
+        "text": entries[key].text if key else "",
+        "based_on": current.number if current else "",
+        "preview": None,
+    }
+    if request.method == "GET":
+        return render(request, "memoryui/entry_edit.html", context)
+    text = request.POST.get("text", "").replace("\r\n", "\n")
+    based_on = request.POST.get("based_on", "")
+    base = int(based_on) if based_on.isdigit() else None
+    if request.POST.get("preview"):
+        from .templatetags.markdown import render_markdown
+
+        context.update(text=text, based_on=based_on, preview=render_markdown(text))
+        return render(request, "memoryui/entry_edit.html", context)
+    try:
+        if key:
+            curation.edit_entry(layout, document, key, text, based_on=base or 0, user=request.user)
+        else:
+            curation.add_entry(layout, document, text, based_on=base, user=request.user)
+    except curation.StaleVersion as exc:
+        context.update(
+            text=text,
+            stale=True,
+            theirs=entries[key].text if key and key in entries else curation.text_of(exc.latest),
+            based_on=exc.latest.number if exc.latest else "",
+        )
+        return render(request, "memoryui/entry_edit.html", context, status=409)
+    messages.success(request, "Saved as a new version.")
+    view = "memoryui:memory_md" if document == MemoryVersion.Document.MEMORY_MD else "memoryui:memory_summary"
+    return redirect(view, name=name, layout_pk=layout_pk)
+
+
+@require_POST
+def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.EDITOR)
+    try:
+        pin = curation.toggle_pin(layout, _document(document), request.POST.get("key", ""), user=request.user)
+    except KeyError:
+        raise Http404("No such entry.") from None
+    messages.success(request, "Pinned: kept verbatim by every consolidation." if pin else "Unpinned.")
+    return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+# --- versions --------------------------------------------------------------------
+
+
+@require_GET
+def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.VIEWER)
+    document = _document(document)
+    all_versions = list(
+        MemoryVersion.objects.filter(layout=layout, document=document)
+        .select_related("author")
+        .order_by("-number")
+    )
+    by_number = {v.number: v for v in all_versions}
+    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    rows = None
+    if a.isdigit() and b.isdigit():
+        if int(a) not in by_number or int(b) not in by_number:
+            raise Http404("No such version.")
+        rows = diffs.side_by_side(
+            curation.text_of(by_number[int(a)]), curation.text_of(by_number[int(b)])
+        )
+    return render(
+        request,
+        "memoryui/versions.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "document": document,
+            "document_label": MemoryVersion.Document(document).label,
+            "versions": all_versions,
+            "a": a,
+            "b": b,
+            "rows": rows,
+            "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
+        },
+    )
+
+
+@require_POST
+def version_restore(
+    request: HtmxHttpRequest, name: str, layout_pk: int, document: str, number: int
+) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.EDITOR)
+    document = _document(document)
+    if not MemoryVersion.objects.filter(layout=layout, document=document, number=number).exists():
+        raise Http404("No such version.")
+    version = curation.restore(layout, document, number, user=request.user)
+    messages.success(request, f"Version {number} restored as version {version.number}.")
+    return redirect("memoryui:versions", name=name, layout_pk=layout_pk, document=document)
+
+
+# --- audit ---------------------------------------------------------------------------
+
+
+@require_GET
+def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    workspace = get_object_or_404(Workspace, name=name)
+    require_role(request.user, workspace, Role.VIEWER)
+    events = AuditEvent.objects.filter(workspace=workspace).select_related("layout")
+    action = request.GET.get("action", "").strip()
+    actor = request.GET.get("actor", "").strip()
+    if action:
+        events = events.filter(action__startswith=action)
+    if actor:
+        events = events.filter(actor=actor)
+    if request.GET.get("format") == "csv":
+        return _csv(events, workspace)
+    page = Paginator(events, 100).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "memoryui/audit.html",
+        {
+            "workspace": workspace,
+            "page": page,
+            "action": action,
+            "actor": actor,
+            "actions": AuditEvent.objects.filter(workspace=workspace)
+            .order_by()
+            .values_list("action", flat=True)
+            .distinct(),
+        },
+    )
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
+    writer = csv.writer(_Echo())
+    header = ["time", "actor", "action", "layout", "target", "detail"]
+
+    def rows():  # type: ignore[no-untyped-def]
+        yield writer.writerow(header)
+        for e in events.iterator(chunk_size=1000):
+            yield writer.writerow(
+                [
+                    e.created_at.isoformat(),
+                    _csv_safe(e.actor),
+                    e.action,
+                    e.layout.memories_dir if e.layout else "",
+                    _csv_safe(e.target),
+                    _csv_safe(str(e.detail)),
+                ]
+            )
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{workspace.name}-audit.csv"'
+    return response
+
+
+def _csv_safe(value: str) -> str:
+    """Cells that a spreadsheet would run as a formula are quoted with an apostrophe."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
