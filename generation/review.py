@@ -73,7 +73,14 @@ def compare(current: str, proposed: str) -> list[Change]:
         else:
             status = "unchanged"
         changes.append(
-            Change(entry.key, status, entry.kind, entry.title, before.text if before else "", entry.text)
+            Change(
+                entry.key,
+                status,
+                entry.kind,
+                entry.title,
+                before.text if before else "",
+                entry.text,
+            )
         )
     new_keys = {e.key for e in new}
     old_order = list(old)
@@ -83,8 +90,8 @@ def compare(current: str, proposed: str) -> list[Change]:
         removed = Change(key, "removed", old[key].kind, old[key].title, old[key].text, "")
         # After the nearest earlier entry that is still there, else first.
         anchor = next((k for k in reversed(old_order[:index]) if k in new_keys), None)
-        position = 0 if anchor is None else next(
-            i + 1 for i, c in enumerate(changes) if c.key == anchor
+        position = (
+            0 if anchor is None else next(i + 1 for i, c in enumerate(changes) if c.key == anchor)
         )
         while position < len(changes) and changes[position].status == "removed":
             position += 1
@@ -96,7 +103,9 @@ def _longest_common_subsequence(a: list[str], b: list[str]) -> list[str]:
     rows = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
     for i in range(len(a) - 1, -1, -1):
         for j in range(len(b) - 1, -1, -1):
-            rows[i][j] = rows[i + 1][j + 1] + 1 if a[i] == b[j] else max(rows[i + 1][j], rows[i][j + 1])
+            rows[i][j] = (
+                rows[i + 1][j + 1] + 1 if a[i] == b[j] else max(rows[i + 1][j], rows[i][j + 1])
+            )
     out, i, j = [], 0, 0
     while i < len(a) and j < len(b):
         if a[i] == b[j]:
@@ -189,7 +198,9 @@ def merge(base: str, human: str, model: str) -> Merge:
             chosen = human_text
         else:
             title = (h.get(key) or m.get(key) or b.get(key)).title  # type: ignore[union-attr]
-            conflicts.append(Conflict(key, title, base_text or "", human_text or "", model_text or ""))
+            conflicts.append(
+                Conflict(key, title, base_text or "", human_text or "", model_text or "")
+            )
             chosen = human_text
         if chosen:
             parts.append(chosen)

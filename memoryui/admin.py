@@ -1,11 +1,9 @@
 from django.contrib import admin
 
 from .models import (
-    EntryDecision,
-    Pin,
-    RejectedEntry,
     AuditEvent,
     Blob,
+    EntryDecision,
     GenerationRun,
     GenerationSettings,
     ImportRun,
@@ -14,8 +12,10 @@ from .models import (
     MemoryVersion,
     PhaseOneJob,
     PhaseOneResult,
+    Pin,
     Proposal,
     RawMemory,
+    RejectedEntry,
     Rollout,
     RolloutSummary,
     SearchDocument,

@@ -42,7 +42,9 @@ class StaleVersion(Exception):
 
 class UnresolvedConflicts(Exception):
     def __init__(self, conflicts: list[review.Conflict]) -> None:
-        super().__init__(f"{len(conflicts)} conflicting entr{'y' if len(conflicts) == 1 else 'ies'} to decide")
+        super().__init__(
+            f"{len(conflicts)} conflicting entr{'y' if len(conflicts) == 1 else 'ies'} to decide"
+        )
         self.conflicts = conflicts
 
 
@@ -116,12 +118,16 @@ def edit_entry(
     )
 
 
-def add_entry(layout: Layout, document: str, text: str, *, based_on: int | None, user: Any) -> MemoryVersion:
+def add_entry(
+    layout: Layout, document: str, text: str, *, based_on: int | None, user: Any
+) -> MemoryVersion:
     current = latest(layout, document)
     if (current.number if current else None) != based_on:
         raise StaleVersion(current)
     new = review.join([text_of(current), text if text.endswith("\n") else text + "\n"])
-    return save_document(layout, document, new, user=user, reason="added an entry", based_on=based_on)
+    return save_document(
+        layout, document, new, user=user, reason="added an entry", based_on=based_on
+    )
 
 
 def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryVersion:
@@ -144,11 +150,17 @@ def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | N
         existing.delete()
         AuditEvent.record(layout.workspace, "entry.unpin", user=user, layout=layout, target=key)
         return None
-    entry = next((e for e in review.entries(text_of(latest(layout, document))) if e.key == key), None)
+    entry = next(
+        (e for e in review.entries(text_of(latest(layout, document))) if e.key == key), None
+    )
     if entry is None:
         raise KeyError(key)
     pin = Pin.objects.create(
-        layout=layout, document=document, key=key, title=entry.title[:500], text=entry.text,
+        layout=layout,
+        document=document,
+        key=key,
+        title=entry.title[:500],
+        text=entry.text,
         pinned_by=user if getattr(user, "pk", None) else None,
     )
     AuditEvent.record(layout.workspace, "entry.pin", user=user, layout=layout, target=key)
@@ -156,7 +168,11 @@ def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | N
 
 
 def pinned_texts(layout: Layout) -> list[str]:
-    return list(Pin.objects.filter(layout=layout, document=Document.MEMORY_MD).values_list("text", flat=True))
+    return list(
+        Pin.objects.filter(layout=layout, document=Document.MEMORY_MD).values_list(
+            "text", flat=True
+        )
+    )
 
 
 def rejected_texts(layout: Layout) -> list[str]:
@@ -235,8 +251,14 @@ def decide(
         },
     )
     AuditEvent.record(
-        proposal.layout.workspace, f"entry.{decision}", user=user, layout=proposal.layout,
-        target=key, proposal=proposal.pk, document=document, edited=bool(edited_text),
+        proposal.layout.workspace,
+        f"entry.{decision}",
+        user=user,
+        layout=proposal.layout,
+        target=key,
+        proposal=proposal.pk,
+        document=document,
+        edited=bool(edited_text),
     )
     return made
 
@@ -268,8 +290,12 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     change = next((c for c in doc.changes if c.key == key), None)
                     if change is not None and change.proposed and change.status != "unchanged":
                         RejectedEntry.objects.create(
-                            layout=proposal.layout, document=doc.document, key=key,
-                            title=change.title[:500], text=change.proposed, proposal=proposal,
+                            layout=proposal.layout,
+                            document=doc.document,
+                            key=key,
+                            title=change.title[:500],
+                            text=change.proposed,
+                            proposal=proposal,
                             rejected_by=user if getattr(user, "pk", None) else None,
                         )
             current = latest(proposal.layout, doc.document)
@@ -277,7 +303,10 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                 continue
             created.append(
                 save_document(
-                    proposal.layout, doc.document, final, user=user,
+                    proposal.layout,
+                    doc.document,
+                    final,
+                    user=user,
                     author_kind=MemoryVersion.Author.PIPELINE,
                     reason=f"approved proposal #{proposal.pk}",
                     based_on=current.number if current else None,
@@ -287,8 +316,12 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             status=Proposal.Status.APPROVED, decided_by=user, decided_at=timezone.now()
         )
         AuditEvent.record(
-            proposal.layout.workspace, "proposal.approve", user=user, layout=proposal.layout,
-            target=f"proposal #{proposal.pk}", versions=[v.number for v in created],
+            proposal.layout.workspace,
+            "proposal.approve",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            versions=[v.number for v in created],
         )
     return created
 
@@ -300,7 +333,10 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
         status=Proposal.Status.REJECTED, decided_by=user, decided_at=timezone.now()
     )
     AuditEvent.record(
-        proposal.layout.workspace, "proposal.reject", user=user, layout=proposal.layout,
+        proposal.layout.workspace,
+        "proposal.reject",
+        user=user,
+        layout=proposal.layout,
         target=f"proposal #{proposal.pk}",
     )
 

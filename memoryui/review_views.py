@@ -16,7 +16,7 @@ from generation import review
 from generation.summary import injected_summary
 
 from . import curation, diffs
-from .models import AuditEvent, EntryDecision, Layout, MemoryVersion, Pin, Proposal, Role, Workspace
+from .models import AuditEvent, EntryDecision, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role
 from .views import HtmxHttpRequest
 
@@ -142,7 +142,11 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     try:
         for key in keys:
             curation.decide(
-                proposal, document, key, decision, user=request.user,
+                proposal,
+                document,
+                key,
+                decision,
+                user=request.user,
                 edited_text=request.POST.get("edited_text", "") if len(keys) == 1 else "",
             )
     except ValueError as exc:
@@ -200,7 +204,9 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
     key = data.get("key", "")
     current = curation.latest(layout, document)
     entries = {e.key: e for e in review.entries(curation.text_of(current))}
-    if key and key not in entries:
+    based_on = request.POST.get("based_on", "")
+    stale = request.method == "POST" and based_on != str(current.number if current else "")
+    if key and key not in entries and not stale:
         raise Http404("No such entry (it may have been changed or removed since).")
     context = {
         "layout": layout,
@@ -208,14 +214,13 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         "document": document,
         "document_label": MemoryVersion.Document(document).label,
         "key": key,
-        "text": entries[key].text if key else "",
+        "text": entries[key].text if key in entries else "",
         "based_on": current.number if current else "",
         "preview": None,
     }
     if request.method == "GET":
         return render(request, "memoryui/entry_edit.html", context)
     text = request.POST.get("text", "").replace("\r\n", "\n")
-    based_on = request.POST.get("based_on", "")
     base = int(based_on) if based_on.isdigit() else None
     if request.POST.get("preview"):
         from .templatetags.markdown import render_markdown
@@ -223,6 +228,8 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         context.update(text=text, based_on=based_on, preview=render_markdown(text))
         return render(request, "memoryui/entry_edit.html", context)
     try:
+        if stale:
+            raise curation.StaleVersion(current)
         if key:
             curation.edit_entry(layout, document, key, text, based_on=base or 0, user=request.user)
         else:
@@ -236,7 +243,11 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         )
         return render(request, "memoryui/entry_edit.html", context, status=409)
     messages.success(request, "Saved as a new version.")
-    view = "memoryui:memory_md" if document == MemoryVersion.Document.MEMORY_MD else "memoryui:memory_summary"
+    view = (
+        "memoryui:memory_md"
+        if document == MemoryVersion.Document.MEMORY_MD
+        else "memoryui:memory_summary"
+    )
     return redirect(view, name=name, layout_pk=layout_pk)
 
 
@@ -244,10 +255,14 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
 def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.EDITOR)
     try:
-        pin = curation.toggle_pin(layout, _document(document), request.POST.get("key", ""), user=request.user)
+        pin = curation.toggle_pin(
+            layout, _document(document), request.POST.get("key", ""), user=request.user
+        )
     except KeyError:
         raise Http404("No such entry.") from None
-    messages.success(request, "Pinned: kept verbatim by every consolidation." if pin else "Unpinned.")
+    messages.success(
+        request, "Pinned: kept verbatim by every consolidation." if pin else "Unpinned."
+    )
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
 
 

@@ -16,8 +16,7 @@ from django.views.decorators.http import require_GET
 from generation import tree
 
 from . import transcript
-from .models import RawMemory, Rollout, RolloutSummary, WorkspaceFile
-from .models import Role
+from .models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from .roles import require_role
 from .views import HtmxHttpRequest
 

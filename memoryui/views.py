@@ -1,5 +1,4 @@
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
@@ -15,7 +14,6 @@ from generation.summary import injected_summary
 from generation.tasks import reimport_workspace, start_generation
 
 from . import charts, diffs, documents, pipeline, search
-from .roles import has_role, require_role
 from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
 from .models import (
     GenerationRun,
@@ -31,6 +29,7 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
+from .roles import has_role, require_role
 
 
 class HtmxHttpRequest(HttpRequest):

@@ -1,0 +1,436 @@
+"""People deciding what agents remember: roles, review, edits, pins, rejections,
+history and the audit log."""
+
+import csv
+import io
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from generation import review
+from generation.fake_openai import FakeOpenAI, Reply
+from memoryui import curation, pipeline
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    AuditEvent,
+    GenerationSettings,
+    Layout,
+    Membership,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    RejectedEntry,
+    Role,
+)
+from tests.factories import make_user
+
+MD = MemoryVersion.Document.MEMORY_MD
+
+
+@pytest.fixture
+def model(settings):
+    with FakeOpenAI() as server:
+        settings.OPENAI_API_KEY = ""
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
+        yield server
+
+
+@pytest.fixture
+def layout(db, workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=layout, concurrency=1)
+    return layout
+
+
+def member(role: Role | None, layout: Layout, name: str | None = None):
+    user = make_user(name or (role.value if role else "outsider"))
+    if role:
+        Membership.objects.create(workspace=layout.workspace, user=user, role=role)
+    return user
+
+
+def login(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def url(name: str, layout: Layout, *args) -> str:
+    return reverse(f"memoryui:{name}", args=[layout.workspace.name, layout.pk, *args])
+
+
+def proposal_for(layout: Layout) -> Proposal:
+    run = pipeline.start_run(layout)
+    pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
+    return Proposal.objects.get(run=run)
+
+
+def current_text(layout: Layout) -> str:
+    return curation.text_of(curation.latest(layout, MD))
+
+
+def first_key(layout: Layout) -> str:
+    return review.entries(current_text(layout))[0].key
+
+
+# --- roles ---------------------------------------------------------------------------
+
+
+ACTIONS = [
+    # (name, role needed, how to call it)
+    ("decide", Role.REVIEWER),
+    ("approve", Role.REVIEWER),
+    ("reject", Role.REVIEWER),
+    ("edit", Role.EDITOR),
+    ("pin", Role.EDITOR),
+    ("restore", Role.EDITOR),
+    ("start_generation", Role.ADMIN),
+    ("reimport", Role.ADMIN),
+]
+ORDER = [Role.VIEWER, Role.REVIEWER, Role.EDITOR, Role.ADMIN]
+
+
+def perform(client: Client, action: str, layout: Layout, proposal: Proposal):
+    key = first_key(layout)
+    version = curation.latest(layout, MD).number
+    if action == "decide":
+        return client.post(
+            url("proposal_decide", layout, proposal.pk),
+            {"document": MD, "key": key, "decision": "reject"},
+        )
+    if action == "approve":
+        return client.post(url("proposal_approve", layout, proposal.pk))
+    if action == "reject":
+        return client.post(url("proposal_reject", layout, proposal.pk))
+    if action == "edit":
+        return client.post(
+            url("entry_edit", layout, MD),
+            {"key": key, "text": "# Task Group: x\n", "based_on": version},
+        )
+    if action == "pin":
+        return client.post(url("entry_pin", layout, MD), {"key": key})
+    if action == "restore":
+        return client.post(url("version_restore", layout, MD, 1))
+    if action == "start_generation":
+        return client.post(url("generation_start", layout))
+    if action == "reimport":
+        return client.post(reverse("memoryui:workspace_reimport", args=[layout.workspace.name]))
+    raise AssertionError(action)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("action", "needed"), ACTIONS)
+@pytest.mark.parametrize("role", ORDER)
+def test_each_action_is_allowed_only_from_its_role_up(
+    model, layout, action, needed, role, django_capture_on_commit_callbacks
+):
+    proposal = proposal_for(layout)
+    before = (
+        MemoryVersion.objects.count(),
+        Pin.objects.count(),
+        Proposal.objects.get(pk=proposal.pk).status,
+        proposal.decisions.count(),
+    )
+    client = login(member(role, layout))
+
+    with django_capture_on_commit_callbacks(execute=False):
+        response = perform(client, action, layout, proposal)
+
+    allowed = ORDER.index(role) >= ORDER.index(needed)
+    after = (
+        MemoryVersion.objects.count(),
+        Pin.objects.count(),
+        Proposal.objects.get(pk=proposal.pk).status,
+        proposal.decisions.count(),
+    )
+    if allowed:
+        assert response.status_code in (302, 200), (action, role, response.status_code)
+        if action in ("decide", "approve", "reject", "edit", "pin", "restore"):
+            assert after != before, (action, role)
+    else:
+        assert response.status_code == 403, (action, role, response.status_code)
+        assert after == before
+
+
+@pytest.mark.django_db
+def test_people_outside_a_workspace_see_nothing_when_the_default_role_is_none(layout, settings):
+    settings.MEMORYUI_DEFAULT_ROLE = "none"
+    outsider = login(member(None, layout))
+    assert outsider.get(url("memory_md", layout)).status_code == 404
+    assert "a</a>" not in outsider.get(reverse("memoryui:workspace_list")).content.decode()
+    viewer = login(member(Role.VIEWER, layout))
+    assert viewer.get(url("memory_md", layout)).status_code == 200
+
+
+# --- review ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_review_page_shows_entries_with_evidence_and_the_injection_preview(model, layout):
+    proposal = proposal_for(layout)
+    page = (
+        login(member(Role.REVIEWER, layout))
+        .get(url("proposal_review", layout, proposal.pk))
+        .content.decode()
+    )
+    assert "MEMORY.md" in page and "memory_summary.md" in page
+    assert "changed" in page or "added" in page
+    assert "of 15,000 tokens injected" in page
+    assert 'class="citation"' in page  # proposed entries link to their evidence
+    assert "Approve" in page
+
+
+@pytest.mark.django_db
+def test_approving_with_a_rejected_entry_keeps_the_old_text_and_remembers_the_rejection(
+    model, layout
+):
+    proposal = proposal_for(layout)
+    reviewer = member(Role.REVIEWER, layout)
+    changes = review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
+    rejected = next(c for c in changes if c.status in ("added", "changed"))
+    curation.decide(proposal, MD, rejected.key, "reject", user=reviewer)
+
+    versions = curation.approve(proposal, user=reviewer)
+
+    text = current_text(layout)
+    assert versions and versions[0].author_kind == MemoryVersion.Author.PIPELINE
+    assert rejected.proposed.strip() not in text
+    if rejected.current:
+        assert rejected.current.strip() in text
+    assert RejectedEntry.objects.filter(layout=layout, key=rejected.key).exists()
+    assert AuditEvent.objects.filter(action="proposal.approve").exists()
+
+
+@pytest.mark.django_db
+def test_a_rejected_entry_that_the_model_proposes_again_is_flagged(model, layout):
+    first = proposal_for(layout)
+    reviewer = member(Role.REVIEWER, layout)
+    added = next(
+        c
+        for c in review.compare(curation.text_of(first.base_memory_md), first.memory_md)
+        if c.proposed and c.status != "unchanged"
+    )
+    curation.decide(first, MD, added.key, "reject", user=reviewer)
+    curation.approve(first, user=reviewer)
+
+    second = proposal_for(layout)
+    # Phase two was told about the rejection ...
+    assert added.proposed.strip()[:60] in model.requests[-1]["input"]
+    # ... and a model that ignores it anyway is caught.
+    if not review.contains_entry(second.memory_md, added.proposed):
+        second.memory_md = review.join([second.memory_md, added.proposed])
+        second.save(update_fields=["memory_md"])
+
+    page = login(reviewer).get(url("proposal_review", layout, second.pk)).content.decode()
+    assert "brings back entries people rejected" in page
+    assert curation.reintroduced(second)
+
+
+@pytest.mark.django_db
+def test_a_pin_survives_a_consolidation_whose_model_drops_it(model, layout):
+    editor = member(Role.EDITOR, layout)
+    key = first_key(layout)
+    pin = curation.toggle_pin(layout, MD, key, user=editor)
+    run = pipeline.start_run(layout)
+    for _ in range(3):
+        for job_id in pipeline.claim_window(run.pk):
+            pipeline.process_job(job_id)
+    assert pipeline.finish_phase_one(run.pk)
+    model.script(
+        Reply(
+            json={
+                "memory_md": "# Task Group: something else\n\nscope: x\n",
+                "memory_summary": "## User Profile\n\nx\n",
+            }
+        )
+    )
+
+    pipeline.consolidate(run.pk)
+
+    proposal = Proposal.objects.get(run=run)
+    assert pin.text.strip() in proposal.memory_md
+    assert proposal.restored_pins
+    page = login(editor).get(url("proposal_review", layout, proposal.pk)).content.decode()
+    assert "memoryui restored" in page
+    instructions = str(model.requests[-1])
+    assert pin.title in instructions  # phase two was told to keep it
+
+
+@pytest.mark.django_db
+def test_edits_made_while_a_consolidation_runs_are_merged_not_overwritten(model, layout):
+    editor = member(Role.EDITOR, layout)
+    run = pipeline.start_run(layout)  # based on the current version
+    entries_before = review.entries(current_text(layout))
+    edited = entries_before[-1]
+    curation.edit_entry(
+        layout,
+        MD,
+        edited.key,
+        edited.text + "- added by a person during the run\n",
+        based_on=curation.latest(layout, MD).number,
+        user=editor,
+    )
+    run = pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
+    proposal = Proposal.objects.get(run=run)
+    reviews = {d.document: d for d in curation.document_reviews(proposal)}
+    doc = reviews[MD]
+    assert doc.human_text is not None
+    for conflict in doc.conflicts:  # both changed: the reviewer keeps the person's text
+        curation.decide(proposal, MD, conflict.key, "reject", user=editor)
+
+    curation.approve(proposal, user=editor)
+
+    assert "- added by a person during the run" in current_text(layout)
+
+
+@pytest.mark.django_db
+def test_approving_with_an_undecided_conflict_is_refused(model, layout):
+    editor = member(Role.EDITOR, layout)
+    run = pipeline.start_run(layout)
+    entry = review.entries(current_text(layout))[0]
+    curation.edit_entry(
+        layout,
+        MD,
+        entry.key,
+        entry.text + "- person\n",
+        based_on=curation.latest(layout, MD).number,
+        user=editor,
+    )
+    pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
+    proposal = Proposal.objects.get(run=run)
+    if not curation.document_reviews(proposal)[0].conflicts:
+        pytest.fail("the demo model rewrites every entry, so this edit must conflict")
+
+    response = login(editor).post(url("proposal_approve", layout, proposal.pk), follow=True)
+
+    assert "changed first" in response.content.decode()
+    assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.PENDING
+
+
+# --- editing and history -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_edit_is_a_new_version_with_its_author(layout):
+    editor = member(Role.EDITOR, layout)
+    key = first_key(layout)
+    number = curation.latest(layout, MD).number
+    response = login(editor).post(
+        url("entry_edit", layout, MD),
+        {"key": key, "text": "# Task Group: renamed\n\nscope: s\n", "based_on": number},
+    )
+    assert response.status_code == 302
+    version = curation.latest(layout, MD)
+    assert version.number == number + 1 and version.author == editor
+    assert version.author_kind == MemoryVersion.Author.PERSON
+    assert "# Task Group: renamed" in current_text(layout)
+
+
+@pytest.mark.django_db
+def test_a_stale_save_is_refused_with_both_texts(layout):
+    alice, bob = (
+        login(member(Role.EDITOR, layout, "alice")),
+        login(member(Role.EDITOR, layout, "bob")),
+    )
+    key = first_key(layout)
+    number = curation.latest(layout, MD).number
+    alice.post(
+        url("entry_edit", layout, MD),
+        {"key": key, "text": "# Task Group: alice\n", "based_on": number},
+    )
+
+    refused = bob.post(
+        url("entry_edit", layout, MD),
+        {"key": key, "text": "# Task Group: bob\n", "based_on": number},
+    )
+
+    page = refused.content.decode()
+    assert refused.status_code == 409
+    assert "Your text was not saved" in page and "# Task Group: bob" in page
+    assert "# Task Group: alice" in current_text(layout)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_sessions_editing_the_same_entry_never_lose_work(layout):
+    """Two real sessions (threads with their own database connections) save at once,
+    both based on the same version: one is saved, the other refused."""
+    users = [member(Role.EDITOR, layout, "alice"), member(Role.EDITOR, layout, "bob")]
+    key = first_key(layout)
+    number = curation.latest(layout, MD).number
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def save(user):
+        try:
+            client = login(user)
+            barrier.wait()
+            response = client.post(
+                url("entry_edit", layout, MD),
+                {"key": key, "text": f"# Task Group: {user.username}\n", "based_on": number},
+            )
+            results[user.username] = response.status_code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=save, args=(u,)) for u in users]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(results.values()) == [302, 409]
+    winner = next(name for name, status in results.items() if status == 302)
+    assert f"# Task Group: {winner}" in current_text(layout)
+    assert curation.latest(layout, MD).number == number + 1
+
+
+@pytest.mark.django_db
+def test_an_old_version_can_be_diffed_and_restored(layout):
+    editor = member(Role.EDITOR, layout)
+    original = current_text(layout)
+    curation.edit_entry(
+        layout, MD, first_key(layout), "", based_on=curation.latest(layout, MD).number, user=editor
+    )
+    client = login(editor)
+    diff = client.get(url("versions", layout, MD) + "?a=1&b=2").content.decode()
+    assert 'class="diff"' in diff and "removed" in diff
+
+    response = client.post(url("version_restore", layout, MD, 1))
+
+    assert response.status_code == 302
+    latest = curation.latest(layout, MD)
+    assert latest.number == 3 and latest.reason == "restored version 1"
+    assert current_text(layout) == original
+
+
+@pytest.mark.django_db
+def test_audit_log_lists_and_exports_every_change(layout):
+    editor = member(Role.EDITOR, layout)
+    curation.toggle_pin(layout, MD, first_key(layout), user=editor)
+    curation.edit_entry(
+        layout,
+        MD,
+        first_key(layout),
+        '# Task Group: =HYPERLINK("x")\n',
+        based_on=curation.latest(layout, MD).number,
+        user=editor,
+    )
+    client = login(member(Role.VIEWER, layout))
+
+    page = client.get(
+        reverse("memoryui:audit_log", args=["a"]), {"action": "entry.pin"}
+    ).content.decode()
+    response = client.get(reverse("memoryui:audit_log", args=["a"]), {"format": "csv"})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+    table = page[page.index('<table class="list" id="audit">') :]
+    assert "entry.pin" in table and "version.create" not in table
+    assert rows[0] == ["time", "actor", "action", "layout", "target", "detail"]
+    assert {r[2] for r in rows[1:]} >= {"entry.pin", "version.create"}
+    assert all(r[1] == "editor" for r in rows[1:])
