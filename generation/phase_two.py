@@ -38,12 +38,27 @@ class PhaseTwoInput:
 
 
 def plan_phase_two(
-    raw_memory_texts: Iterable[str], previous: tree.Selection | None, limit: int
+    raw_memory_texts: Iterable[str],
+    previous: tree.Selection | None,
+    limit: int,
+    protected: Iterable[str] = (),
 ) -> PhaseTwoInput:
     """The SDK's selection (the ``limit`` newest raw memories), how it differs from the
-    previous ``phase_two_selection.json``, and ``raw_memories.md`` rebuilt from it."""
+    previous ``phase_two_selection.json``, and ``raw_memories.md`` rebuilt from it.
+
+    Raw memories whose rollout id is ``protected`` (people chose to keep them) are
+    selected whatever their age, in place of the oldest others; the order stays the
+    SDK's."""
     texts = list(raw_memory_texts)
+    ranked = tree.select_for_consolidation(texts, len(texts))
+    keep = set(protected) & {item.rollout_id for item in ranked}
     selected = tree.select_for_consolidation(texts, limit)
+    if keep - {item.rollout_id for item in selected}:
+        others = limit - len(keep)
+        chosen = {
+            i.rollout_id for i in [r for r in ranked if r.rollout_id not in keep][: max(0, others)]
+        }
+        selected = [i for i in ranked if i.rollout_id in keep or i.rollout_id in chosen]
     by_id: dict[str, str] = {}
     for text in texts:
         rollout_id = tree.read_headers(text, ("rollout_id",)).get("rollout_id", "")

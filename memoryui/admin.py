@@ -3,6 +3,7 @@ from django.contrib import admin
 from .models import (
     AuditEvent,
     Blob,
+    Comment,
     EntryDecision,
     GenerationRun,
     GenerationSettings,
@@ -14,6 +15,7 @@ from .models import (
     PhaseOneResult,
     Pin,
     Proposal,
+    ProtectedRawMemory,
     RawMemory,
     RejectedEntry,
     Rollout,
@@ -172,3 +174,15 @@ class PinAdmin(admin.ModelAdmin):
 class RejectedEntryAdmin(admin.ModelAdmin):
     list_display = ["layout", "document", "key", "rejected_by", "created_at"]
     raw_id_fields = ["layout", "proposal", "rejected_by"]
+
+
+@admin.register(Comment)
+class CommentAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "key", "author", "created_at"]
+    raw_id_fields = ["proposal", "author"]
+
+
+@admin.register(ProtectedRawMemory)
+class ProtectedRawMemoryAdmin(admin.ModelAdmin):
+    list_display = ["layout", "rollout_id", "protected_by", "created_at"]
+    raw_id_fields = ["layout", "protected_by"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from generation import review
@@ -21,11 +22,13 @@ from . import documents
 from .models import (
     AuditEvent,
     Blob,
+    Comment,
     EntryDecision,
     Layout,
     MemoryVersion,
     Pin,
     Proposal,
+    ProtectedRawMemory,
     RejectedEntry,
 )
 
@@ -239,6 +242,8 @@ def decide(
 ) -> EntryDecision:
     if proposal.status != Proposal.Status.PENDING:
         raise ValueError("this proposal is already decided")
+    if held_by_other(proposal, user):
+        raise ValueError(f"{proposal.reserved_by} is reviewing this proposal right now")
     made, _ = EntryDecision.objects.update_or_create(
         proposal=proposal,
         document=document,
@@ -349,3 +354,119 @@ def reintroduced(proposal: Proposal) -> list[str]:
         for r in RejectedEntry.objects.filter(layout=proposal.layout).exclude(proposal=proposal)
         if review.contains_entry(texts, r.text)
     ]
+
+
+# --- agent edits, comments, the queue, protection ------------------------------------
+
+RESERVATION = timedelta(minutes=30)
+
+
+def pending_agent_changes(layout: Layout) -> list[MemoryVersion]:
+    return list(
+        MemoryVersion.objects.filter(layout=layout, needs_review=True).order_by(
+            "document", "number"
+        )
+    )
+
+
+def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
+    MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
+    AuditEvent.record(
+        version.layout.workspace,
+        "agent_change.accept",
+        user=user,
+        layout=version.layout,
+        target=f"{Document(version.document).label} v{version.number}",
+    )
+
+
+def revert_agent_change(version: MemoryVersion, *, user: Any) -> MemoryVersion:
+    """Put back the version before the agent's edit (as a new version)."""
+    restored = restore(version.layout, version.document, version.number - 1, user=user)
+    MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
+    AuditEvent.record(
+        version.layout.workspace,
+        "agent_change.revert",
+        user=user,
+        layout=version.layout,
+        target=f"{Document(version.document).label} v{version.number}",
+        restored=restored.number,
+    )
+    return restored
+
+
+def add_comment(
+    proposal: Proposal, text: str, *, user: Any, document: str = "", key: str = ""
+) -> Comment:
+    comment = Comment.objects.create(
+        proposal=proposal,
+        document=document,
+        key=key,
+        text=text.strip()[:10_000],
+        author=user if getattr(user, "pk", None) else None,
+    )
+    AuditEvent.record(
+        proposal.layout.workspace,
+        "comment.add",
+        user=user,
+        layout=proposal.layout,
+        target=f"proposal #{proposal.pk}" + (f" {key}" if key else ""),
+    )
+    return comment
+
+
+def reserve(proposal: Proposal, user: Any) -> bool:
+    """Reserve a pending proposal for ``user`` for a while; False when someone else
+    holds it."""
+    now = timezone.now()
+    taken = (
+        Proposal.objects.filter(pk=proposal.pk, status=Proposal.Status.PENDING)
+        .filter(
+            models.Q(reserved_by__isnull=True)
+            | models.Q(reserved_until__lt=now)
+            | models.Q(reserved_by=user)
+        )
+        .update(reserved_by=user, reserved_until=now + RESERVATION)
+    )
+    proposal.refresh_from_db(fields=["reserved_by", "reserved_until"])
+    return bool(taken)
+
+
+def held_by_other(proposal: Proposal, user: Any) -> bool:
+    return bool(
+        proposal.reserved_by_id
+        and proposal.reserved_by_id != getattr(user, "pk", None)
+        and proposal.reserved_until
+        and proposal.reserved_until > timezone.now()
+    )
+
+
+def assign(proposal: Proposal, reviewer: Any, *, user: Any) -> None:
+    Proposal.objects.filter(pk=proposal.pk).update(assigned_to=reviewer)
+    AuditEvent.record(
+        proposal.layout.workspace,
+        "proposal.assign",
+        user=user,
+        layout=proposal.layout,
+        target=f"proposal #{proposal.pk}",
+        reviewer=getattr(reviewer, "username", None),
+    )
+
+
+def toggle_protect(layout: Layout, rollout_id: str, *, user: Any) -> bool:
+    existing = ProtectedRawMemory.objects.filter(layout=layout, rollout_id=rollout_id)
+    if existing.exists():
+        existing.delete()
+        AuditEvent.record(
+            layout.workspace, "raw_memory.unprotect", user=user, layout=layout, target=rollout_id
+        )
+        return False
+    ProtectedRawMemory.objects.create(
+        layout=layout,
+        rollout_id=rollout_id,
+        protected_by=user if getattr(user, "pk", None) else None,
+    )
+    AuditEvent.record(
+        layout.workspace, "raw_memory.protect", user=user, layout=layout, target=rollout_id
+    )
+    return True

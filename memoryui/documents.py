@@ -134,6 +134,7 @@ class EntryView:
     children: list[tuple[str, str, str]] = field(default_factory=list)  # label, title, anchor
     key: str = ""
     pinned: bool = False
+    stale: bool = False
 
     @property
     def unsupported(self) -> bool:

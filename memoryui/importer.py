@@ -575,6 +575,7 @@ class _Sync:
                 author_kind=MemoryVersion.Author.AGENT,
                 reason="imported from disk" if latest is None else "changed on disk",
                 created_at=self.now,
+                needs_review=latest is not None,
             )
             created.append(item.path)
         return created

@@ -229,6 +229,8 @@ class MemoryVersion(models.Model):
     )
     reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An agent's own edit found on disk by a re-import: to be accepted or reverted.
+    needs_review = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["layout", "document", "-number"]
@@ -492,6 +494,13 @@ class Proposal(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    assigned_to = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reserved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reserved_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -649,3 +658,41 @@ class RejectedEntry(models.Model):
 
     def __str__(self) -> str:
         return f"rejected {self.key}"
+
+
+class Comment(models.Model):
+    """A note on a proposal, or on one of its entries (``key``)."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="comments")
+    document = models.CharField(max_length=32, blank=True)
+    key = models.CharField(max_length=600, blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    text = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"comment by {self.author} on proposal {self.proposal_id}"
+
+
+class ProtectedRawMemory(models.Model):
+    """A raw memory kept in the next consolidations' selection whatever its age."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="protected")
+    rollout_id = models.CharField(max_length=128)
+    protected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["layout", "rollout_id"], name="protected_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"protected {self.rollout_id}"

@@ -37,6 +37,7 @@ from .models import (
     PhaseOneJob,
     PhaseOneResult,
     Proposal,
+    ProtectedRawMemory,
     RawMemory,
     Rollout,
     RolloutSummary,
@@ -409,6 +410,9 @@ def consolidate(run_id: int) -> bool:
         _raw_memory_texts(run).values(),
         _previous_selection(run.layout),
         int(snapshot.get("max_raw_memories_for_consolidation", 256)),
+        protected=ProtectedRawMemory.objects.filter(layout=run.layout).values_list(
+            "rollout_id", flat=True
+        ),
     )
     try:
         result = phase_two.run_phase_two(

@@ -7,9 +7,11 @@ import csv
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db import models
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from generation import review
@@ -65,6 +67,13 @@ def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
 @require_GET
 def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    can_review = has_role(request.user, proposal.layout.workspace, Role.REVIEWER)
+    if can_review and proposal.status == Proposal.Status.PENDING:
+        curation.reserve(proposal, request.user)
+    held = curation.held_by_other(proposal, request.user)
+    comments: dict[str, list] = {}
+    for comment in proposal.comments.select_related("author"):
+        comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
     citations = _citation_status(proposal, reviews)
     sections = []
@@ -83,7 +92,8 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     and change.proposed
                     and not citations.get(change.key),
                     "cites": citations.get(change.key, []),
-                    "id": f"entry-{doc.document}-{abs(hash(change.key)) % 10**10}",
+                    "id": f"entry-{doc.document}-{_slug(change.key)}",
+                    "comments": comments.get(change.key, []),
                 }
             )
         sections.append({"doc": doc, "rows": rows})
@@ -95,10 +105,42 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "layout": proposal.layout,
             "workspace": proposal.layout.workspace,
             "sections": sections,
-            "can_review": has_role(request.user, proposal.layout.workspace, Role.REVIEWER),
+            "can_review": can_review and not held,
+            "held": held,
+            "comments": comments.get("", []),
+            "reviewers": _reviewers(proposal.layout.workspace),
+            "can_edit": has_role(request.user, proposal.layout.workspace, Role.EDITOR),
+            "ledger": [
+                ("forgotten", proposal.removed),
+                ("added", proposal.added),
+                ("retained", proposal.retained),
+            ],
+            "protected": set(proposal.layout.protected.values_list("rollout_id", flat=True)),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
         },
+    )
+
+
+def _slug(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def _reviewers(workspace: Workspace) -> list:  # type: ignore[type-arg]
+    from django.contrib.auth import get_user_model
+
+    from .models import ROLE_ORDER, Membership
+
+    allowed = [r.value for r in ROLE_ORDER[ROLE_ORDER.index(Role.REVIEWER) :]]
+    ids = Membership.objects.filter(workspace=workspace, role__in=allowed).values("user_id")
+    return list(
+        get_user_model()
+        .objects.filter(
+            models.Q(pk__in=ids) | models.Q(is_staff=True) | models.Q(is_superuser=True)
+        )
+        .order_by("username")
     )
 
 
@@ -300,6 +342,8 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
             "b": b,
             "rows": rows,
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
+            "can_review": has_role(request.user, layout.workspace, Role.REVIEWER),
+            "agent_changes": [v for v in all_versions if v.needs_review],
         },
     )
 
@@ -381,3 +425,100 @@ def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore
 def _csv_safe(value: str) -> str:
     """Cells that a spreadsheet would run as a formula are quoted with an apostrophe."""
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+# --- comments, the queue, agent edits, protection ---------------------------------------
+
+
+@require_POST
+def proposal_comment(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    text = request.POST.get("text", "").strip()
+    if text:
+        curation.add_comment(
+            proposal,
+            text,
+            user=request.user,
+            document=request.POST.get("document", "")[:32],
+            key=request.POST.get("key", "")[:600],
+        )
+    anchor = request.POST.get("anchor", "")
+    return redirect(
+        reverse("memoryui:proposal_review", args=[name, layout_pk, pk])
+        + (f"#{anchor}" if anchor else "")
+    )
+
+
+@require_POST
+def proposal_assign(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    from django.contrib.auth import get_user_model
+
+    reviewer = get_user_model().objects.filter(pk=request.POST.get("reviewer") or 0).first()
+    if reviewer is not None and not has_role(reviewer, proposal.layout.workspace, Role.REVIEWER):
+        messages.error(request, f"{reviewer} is not a reviewer of this workspace.")
+    else:
+        curation.assign(proposal, reviewer, user=request.user)
+    return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+
+
+@require_GET
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
+    """Proposals awaiting review in the workspaces where this person reviews, and how
+    far each reviewer has got."""
+    from django.db.models import Count
+
+    from .models import EntryDecision as Decision
+
+    pending = (
+        Proposal.objects.filter(status=Proposal.Status.PENDING)
+        .select_related("layout__workspace", "assigned_to", "reserved_by", "run")
+        .annotate(decided=Count("decisions"))
+        .order_by("created_at")
+    )
+    rows = [p for p in pending if has_role(request.user, p.layout.workspace, Role.REVIEWER)]
+    progress = (
+        Decision.objects.filter(proposal__in=[p.pk for p in rows])
+        .values("user__username")
+        .annotate(n=Count("pk"), proposals=Count("proposal", distinct=True))
+        .order_by("-n")
+    )
+    mine = [p for p in rows if p.assigned_to_id == request.user.pk]
+    return render(
+        request,
+        "memoryui/review_queue.html",
+        {"rows": rows, "mine": mine, "progress": progress, "now": timezone.now()},
+    )
+
+
+@require_POST
+def agent_change(
+    request: HtmxHttpRequest, name: str, layout_pk: int, number: int, document: str
+) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.REVIEWER)
+    version = get_object_or_404(
+        MemoryVersion, layout=layout, document=_document(document), number=number, needs_review=True
+    )
+    if request.POST.get("action") == "revert":
+        require_role(request.user, layout.workspace, Role.EDITOR)
+        restored = curation.revert_agent_change(version, user=request.user)
+        messages.success(request, f"The agent's edit was reverted (version {restored.number}).")
+    else:
+        curation.accept_agent_change(version, user=request.user)
+        messages.success(request, "The agent's edit is accepted.")
+    return redirect("memoryui:versions", name=name, layout_pk=layout_pk, document=document)
+
+
+@require_POST
+def protect(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = _layout(request, name, layout_pk, Role.EDITOR)
+    rollout_id = request.POST.get("rollout_id", "")
+    on = curation.toggle_protect(layout, rollout_id, user=request.user)
+    messages.success(
+        request,
+        f"{rollout_id} is "
+        + ("protected: the next consolidations keep it." if on else "no longer protected."),
+    )
+    return redirect(
+        request.POST.get("next") or reverse("memoryui:layout_detail", args=[name, layout_pk])
+    )

@@ -54,6 +54,21 @@ memoryui_patterns = [
         name="version_restore",
     ),
     path("w/<str:name>/audit/", review_views.audit_log, name="audit_log"),
+    path("review/", review_views.review_queue, name="review_queue"),
+    path(
+        layout + "proposals/<int:pk>/comment/",
+        review_views.proposal_comment,
+        name="proposal_comment",
+    ),
+    path(
+        layout + "proposals/<int:pk>/assign/", review_views.proposal_assign, name="proposal_assign"
+    ),
+    path(
+        layout + "documents/<str:document>/versions/<int:number>/agent/",
+        review_views.agent_change,
+        name="agent_change",
+    ),
+    path(layout + "protect/", review_views.protect, name="protect"),
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
 ]

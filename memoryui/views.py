@@ -312,6 +312,9 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
             "page": page,
             "entries": _entry_views(layout, version, page.object_list, links),
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
+            "agent_changes": MemoryVersion.objects.filter(
+                layout=layout, document=MemoryVersion.Document.MEMORY_MD, needs_review=True
+            ).count(),
             "total": total,
             "query": query,
             "problem": documents.decode_problem(version.blob_id) if version else None,
@@ -324,11 +327,16 @@ def _entry_views(layout, version, blocks, links):  # type: ignore[no-untyped-def
     pinned = set(
         Pin.objects.filter(layout=layout, document=version.document).values_list("key", flat=True)
     )
+    _, selection = _selection(layout)
+    selected = {item.rollout_id for item in selection.items} if selection else None
     views = []
     for i, block in blocks:
         view = documents.EntryView.build(block, links, documents.rendered_entry(version.blob_id, i))
         view.key = keys[i]
         view.pinned = view.key in pinned
+        cited = {c.rollout_id for c in view.citations if c.rollout_id}
+        # Stale: every rollout it rests on was forgotten by the last selection.
+        view.stale = bool(selected is not None and cited and not cited & selected)
         views.append(view)
     return views
 

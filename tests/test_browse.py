@@ -210,7 +210,7 @@ def test_memory_md_with_many_entries_is_paginated_and_findable(
     import_workspace(ws, "a")
     layout = layout_of("a", "memories/engineering")
 
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(12):
         page = reviewer.get(url("memory_md", layout)).content.decode()
     found = reviewer.get(url("memory_md", layout), {"q": "kw1999"}).content.decode()
 

@@ -434,3 +434,109 @@ def test_audit_log_lists_and_exports_every_change(layout):
     assert rows[0] == ["time", "actor", "action", "layout", "target", "detail"]
     assert {r[2] for r in rows[1:]} >= {"entry.pin", "version.create"}
     assert all(r[1] == "editor" for r in rows[1:])
+
+
+# --- queue, comments, agent edits, protection, staleness ------------------------------------
+
+
+@pytest.mark.django_db
+def test_opening_a_proposal_reserves_it_and_others_cannot_decide_meanwhile(model, layout):
+    proposal = proposal_for(layout)
+    alice, bob = member(Role.REVIEWER, layout, "alice"), member(Role.REVIEWER, layout, "bob")
+    login(alice).get(url("proposal_review", layout, proposal.pk))
+
+    page = login(bob).get(url("proposal_review", layout, proposal.pk)).content.decode()
+    response = login(bob).post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "key": first_key(layout), "decision": "reject"},
+        follow=True,
+    )
+
+    assert "alice is reviewing this proposal" in page
+    assert "alice is reviewing this proposal right now" in response.content.decode()
+    assert not proposal.decisions.exists()
+
+
+@pytest.mark.django_db
+def test_review_queue_shows_pending_proposals_assignment_and_progress(model, layout):
+    proposal = proposal_for(layout)
+    alice = member(Role.REVIEWER, layout, "alice")
+    curation.assign(proposal, alice, user=alice)
+    curation.decide(proposal, MD, first_key(layout), "accept", user=alice)
+
+    page = login(alice).get(reverse("memoryui:review_queue")).content.decode()
+
+    assert f"#{proposal.pk}" in page and "1 proposal assigned to you" in page
+    progress = page[page.index('id="reviewer-progress"') :]
+    assert "alice" in progress and ">1<" in progress
+    viewer_page = (
+        login(member(Role.VIEWER, layout)).get(reverse("memoryui:review_queue")).content.decode()
+    )
+    assert f"#{proposal.pk}</a>" not in viewer_page
+
+
+@pytest.mark.django_db
+def test_comments_on_a_proposal_and_on_an_entry(model, layout):
+    proposal = proposal_for(layout)
+    client = login(member(Role.VIEWER, layout))
+    key = review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)[0].key
+    client.post(url("proposal_comment", layout, proposal.pk), {"text": "Looks right overall"})
+    client.post(
+        url("proposal_comment", layout, proposal.pk),
+        {"text": "<b>check</b> this one", "document": MD, "key": key},
+    )
+
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+
+    assert "Looks right overall" in page and "&lt;b&gt;check&lt;/b&gt; this one" in page
+    assert proposal.comments.count() == 2
+
+
+@pytest.mark.django_db
+def test_an_agents_own_edit_found_by_reimport_can_be_reverted(layout):
+    memory = layout.workspace.source_path + "/memories/engineering/MEMORY.md"
+    original = open(memory).read()
+    with open(memory, "a") as fh:
+        fh.write("\n- the agent wrote this between consolidations\n")
+    import_workspace(layout.workspace.source_path, "a")
+    change = MemoryVersion.objects.get(layout=layout, document=MD, needs_review=True)
+    editor = login(member(Role.EDITOR, layout))
+    assert "accept or revert" in editor.get(url("memory_md", layout)).content.decode()
+    assert "Revert</button>" in editor.get(url("versions", layout, MD)).content.decode()
+
+    editor.post(url("agent_change", layout, MD, change.number), {"action": "revert"})
+
+    assert current_text(layout) == original
+    assert not MemoryVersion.objects.filter(needs_review=True).exists()
+    assert AuditEvent.objects.filter(action="agent_change.revert").exists()
+
+
+@pytest.mark.django_db
+def test_a_protected_raw_memory_stays_in_the_selection(model, layout):
+    GenerationSettings.objects.filter(layout=layout).update(max_raw_memories_for_consolidation=1)
+    oldest = min(
+        review_ids := [r.rollout_id for r in layout.raw_memories.all()],
+        key=lambda rid: layout.raw_memories.get(rollout_id=rid).updated_at_raw,
+    )
+    login(member(Role.EDITOR, layout)).post(url("protect", layout), {"rollout_id": oldest})
+
+    proposal = proposal_for(layout)
+
+    assert [item["rollout_id"] for item in proposal.selection] == [oldest]
+    assert len(review_ids) == 3
+
+
+@pytest.mark.django_db
+def test_entries_citing_only_forgotten_rollouts_are_flagged_stale(layout):
+    selection = layout.workspace.source_path + "/memories/engineering/phase_two_selection.json"
+    import json as jsonlib
+
+    data = jsonlib.loads(open(selection).read())
+    data["selected"] = [i for i in data["selected"] if i["rollout_id"] != "poll-billing-api-6d30c0"]
+    open(selection, "w").write(jsonlib.dumps(data, indent=2) + "\n")
+    import_workspace(layout.workspace.source_path, "a")
+
+    page = login(member(Role.VIEWER, layout)).get(url("memory_md", layout)).content.decode()
+
+    incidents = page[page.index("operations incidents") :]
+    assert page.count('class="badge stale"') == 1 and 'class="badge stale"' in incidents
