@@ -86,8 +86,42 @@ def pages() -> list[tuple[str, str]]:
         ("MEMORY.md, page 50", reverse("memoryui:memory_md", args=args) + "?page=50"),
         ("MEMORY.md, find", reverse("memoryui:memory_md", args=args) + "?q=retry"),
         ("memory_summary.md", reverse("memoryui:memory_summary", args=args)),
+        ("proposal review", reverse("memoryui:proposal_review", args=[*args, proposal_pk(layout)])),
+        (
+            "proposal review, all",
+            reverse("memoryui:proposal_review", args=[*args, proposal_pk(layout)])
+            + "?all=1&page_memory_md=20",
+        ),
         ("skills", reverse("memoryui:skill_list", args=args)),
     ]
+
+
+def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]
+    """A pending proposal that rewrites one entry in twenty of the layout's MEMORY.md
+    (about 100 of ~2,000), as a consolidation would."""
+    from memoryui import curation
+    from memoryui.models import GenerationRun, MemoryVersion, Proposal
+
+    existing = Proposal.objects.filter(layout=layout).first()
+    if existing:
+        return existing.pk
+    md = curation.latest(layout, MemoryVersion.Document.MEMORY_MD)
+    summary = curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY)
+    lines = curation.text_of(md).split("\n")
+    changed = [
+        line + " (reworded)" if line.startswith("scope:") and i % 20 == 0 else line
+        for i, line in enumerate(lines)
+    ]
+    run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
+    return Proposal.objects.create(
+        layout=layout,
+        run=run,
+        base_memory_md=md,
+        base_memory_summary=summary,
+        memory_md="\n".join(changed),
+        memory_summary=curation.text_of(summary),
+        raw_memories_md="",
+    ).pk
 
 
 def main(argv: list[str] | None = None) -> int:

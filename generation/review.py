@@ -8,9 +8,11 @@ entries are matched across versions by kind and title, so a reworded entry is
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import memory_md
 
@@ -25,6 +27,11 @@ class Entry:
 
 def entries(text: str) -> list[Entry]:
     """The top-level entries of a document; joined back they give the text exactly."""
+    return list(_entries(text))
+
+
+@lru_cache(maxsize=32)
+def _entries(text: str) -> tuple[Entry, ...]:
     root = memory_md.parse(text)
     seen: dict[str, int] = {}
     result = []
@@ -33,7 +40,7 @@ def entries(text: str) -> list[Entry]:
         seen[base] = seen.get(base, 0) + 1
         key = base if seen[base] == 1 else f"{base}#{seen[base]}"
         result.append(Entry(key, block.kind, block.title, block.dump()))
-    return result
+    return tuple(result)
 
 
 def normalize(text: str) -> str:
@@ -57,10 +64,15 @@ class Change:
 def compare(current: str, proposed: str) -> list[Change]:
     """Every entry of either document, in the proposed order (removed ones after the
     entry they followed), with what happened to it."""
+    return list(_compare(current, proposed))
+
+
+@lru_cache(maxsize=32)
+def _compare(current: str, proposed: str) -> tuple[Change, ...]:
     old = {e.key: e for e in entries(current)}
     new = entries(proposed)
     matched = [e.key for e in new if e.key in old]
-    in_place = set(_longest_common_subsequence([k for k in old if k in set(matched)], matched))
+    in_place = _in_place([k for k in old if k in set(matched)], matched)
     changes: list[Change] = []
     for entry in new:
         before = old.get(entry.key)
@@ -96,26 +108,14 @@ def compare(current: str, proposed: str) -> list[Change]:
         while position < len(changes) and changes[position].status == "removed":
             position += 1
         changes.insert(position, removed)
-    return changes
+    return tuple(changes)
 
 
-def _longest_common_subsequence(a: list[str], b: list[str]) -> list[str]:
-    rows = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
-    for i in range(len(a) - 1, -1, -1):
-        for j in range(len(b) - 1, -1, -1):
-            rows[i][j] = (
-                rows[i + 1][j + 1] + 1 if a[i] == b[j] else max(rows[i + 1][j], rows[i][j + 1])
-            )
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        if a[i] == b[j]:
-            out.append(a[i])
-            i, j = i + 1, j + 1
-        elif rows[i + 1][j] >= rows[i][j + 1]:
-            i += 1
-        else:
-            j += 1
-    return out
+def _in_place(before: list[str], after: list[str]) -> set[str]:
+    """Keys that kept their relative order (the rest moved), in near-linear time for
+    documents that mostly keep their order."""
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    return {key for a, _, size in matcher.get_matching_blocks() for key in before[a : a + size]}
 
 
 ACCEPT, REJECT = "accept", "reject"
@@ -140,14 +140,16 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
 
 def join(parts: Iterable[str]) -> str:
     """Concatenate entry texts, each ending in a newline and separated by a blank line."""
-    out = ""
+    out: list[str] = []
     for part in parts:
-        if out and not out.endswith("\n"):
-            out += "\n"
-        if out and not out.endswith("\n\n"):
-            out += "\n"
-        out += part
-    return out
+        if out:
+            previous = out[-1]
+            if not previous.endswith("\n"):
+                out.append("\n\n")
+            elif not previous.endswith("\n\n"):
+                out.append("\n")
+        out.append(part)
+    return "".join(out)
 
 
 def replace_entry(text: str, key: str, new_text: str) -> str:

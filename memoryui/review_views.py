@@ -23,6 +23,7 @@ from .roles import has_role, require_role
 from .views import HtmxHttpRequest
 
 DOCUMENTS = {d.value for d in MemoryVersion.Document}
+REVIEW_PAGE_SIZE = 25
 
 
 def _layout(request: HtmxHttpRequest, name: str, layout_pk: int, role: Role) -> Layout:
@@ -75,11 +76,14 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
-    citations = _citation_status(proposal, reviews)
+    show_all = request.GET.get("all") == "1"
     sections = []
     for doc in reviews:
         rows = []
-        for change in doc.changes:
+        shown = [c for c in doc.changes if show_all or c.status != "unchanged"]
+        page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(request.GET.get(f"page_{doc.document}"))
+        citations = _citation_status(proposal, page.object_list)
+        for change in page.object_list:
             decision = doc.decisions.get(change.key)
             rows.append(
                 {
@@ -96,7 +100,14 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     "comments": comments.get(change.key, []),
                 }
             )
-        sections.append({"doc": doc, "rows": rows})
+        sections.append(
+            {
+                "doc": doc,
+                "rows": rows,
+                "page": page,
+                "hidden": len(doc.changes) - len(shown),
+            }
+        )
     return render(
         request,
         "memoryui/proposal_review.html",
@@ -106,6 +117,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "workspace": proposal.layout.workspace,
             "sections": sections,
             "can_review": can_review and not held,
+            "show_all": show_all,
             "held": held,
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
@@ -144,24 +156,22 @@ def _reviewers(workspace: Workspace) -> list:  # type: ignore[type-arg]
     )
 
 
-def _citation_status(proposal: Proposal, reviews: list[curation.DocumentReview]) -> dict[str, list]:
+def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[str, list]:
+    """For the entries shown: each cited rollout summary, whether it exists (imported,
+    or written by this proposal's run), and where it leads."""
     from . import documents
 
-    cited: dict[str, list[str]] = {}
-    for doc in reviews:
-        for change in doc.changes:
-            if change.proposed:
-                cited[change.key] = review_citations(change.proposed)
-    links = documents.resolve_citations(proposal.layout, {c for cs in cited.values() for c in cs})
-    new_files = set()
-    for job in proposal.run.jobs.filter(result__isnull=False).select_related("result"):
-        new_files.update(job.result.files)
-    out = {}
-    for key, paths in cited.items():
-        out[key] = [
-            (links[p].exists or p in new_files, links[p].url, p) for p in paths if p in links
-        ]
-    return out
+    cited = {c.key: review_citations(c.proposed) for c in changes if c.proposed}
+    links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
+    new_files: set[str] = set()
+    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
+        "result__files", flat=True
+    ):
+        new_files.update(files or {})
+    return {
+        key: [(links[p].exists or p in new_files, links[p].url, p) for p in paths if p in links]
+        for key, paths in cited.items()
+    }
 
 
 def review_citations(text: str) -> list[str]:
