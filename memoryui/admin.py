@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from .models import (
+    ApprovedEntry,
     AuditEvent,
     Blob,
     Comment,
@@ -186,3 +187,9 @@ class CommentAdmin(admin.ModelAdmin):
 class ProtectedRawMemoryAdmin(admin.ModelAdmin):
     list_display = ["layout", "rollout_id", "protected_by", "created_at"]
     raw_id_fields = ["layout", "protected_by"]
+
+
+@admin.register(ApprovedEntry)
+class ApprovedEntryAdmin(admin.ModelAdmin):
+    list_display = ["layout", "document", "key", "approved_by", "approved_at"]
+    raw_id_fields = ["layout", "proposal", "approved_by"]

@@ -20,6 +20,7 @@ from generation import review
 
 from . import documents
 from .models import (
+    ApprovedEntry,
     AuditEvent,
     Blob,
     Comment,
@@ -303,6 +304,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                             proposal=proposal,
                             rejected_by=user if getattr(user, "pk", None) else None,
                         )
+            _record_approvals(proposal, doc, user)
             current = latest(proposal.layout, doc.document)
             if current is not None and text_of(current) == final:
                 continue
@@ -329,6 +331,45 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             versions=[v.number for v in created],
         )
     return created
+
+
+def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
+    """Remember the text of every entry this approval accepts (explicitly or by
+    approving the proposal as it stands)."""
+    for change in doc.changes:
+        decision = doc.decisions.get(change.key)
+        if not change.proposed or (decision and decision.decision == EntryDecision.Decision.REJECT):
+            continue
+        text = decision.edited_text if decision and decision.edited_text else change.proposed
+        ApprovedEntry.objects.update_or_create(
+            layout=proposal.layout,
+            document=doc.document,
+            key=change.key,
+            defaults={
+                "text": text,
+                "proposal": proposal,
+                "approved_by": user if getattr(user, "pk", None) else None,
+                "approved_at": timezone.now(),
+            },
+        )
+
+
+def approval_states(proposal: Proposal, document: str) -> dict[str, str]:
+    """Per entry key: "approved" while the proposed text is the approved one, else
+    "outdated" (it was approved once, and has changed since)."""
+    approved = dict(
+        ApprovedEntry.objects.filter(layout=proposal.layout, document=document)
+        .exclude(proposal=proposal)
+        .values_list("key", "text")
+    )
+    text = proposal.memory_md if document == Document.MEMORY_MD else proposal.memory_summary
+    states = {}
+    for entry in review.entries(text):
+        if entry.key in approved:
+            states[entry.key] = (
+                "approved" if review.same_text(approved[entry.key], entry.text) else "outdated"
+            )
+    return states
 
 
 def reject_proposal(proposal: Proposal, *, user: Any) -> None:

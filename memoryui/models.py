@@ -696,3 +696,30 @@ class ProtectedRawMemory(models.Model):
 
     def __str__(self) -> str:
         return f"protected {self.rollout_id}"
+
+
+class ApprovedEntry(models.Model):
+    """An entry's text as people approved it: later proposals that keep the text keep
+    the approval; one that changes it comes back as outdated."""
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="approvals")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    text = models.TextField()
+    proposal = models.ForeignKey(
+        Proposal, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    approved_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["layout", "document", "key"], name="approval_unique_entry"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"approved {self.key}"

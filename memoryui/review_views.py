@@ -83,6 +83,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         shown = [c for c in doc.changes if show_all or c.status != "unchanged"]
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(request.GET.get(f"page_{doc.document}"))
         citations = _citation_status(proposal, page.object_list)
+        approvals = curation.approval_states(proposal, doc.document)
         for change in page.object_list:
             decision = doc.decisions.get(change.key)
             rows.append(
@@ -98,6 +99,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     "cites": citations.get(change.key, []),
                     "id": f"entry-{doc.document}-{_slug(change.key)}",
                     "comments": comments.get(change.key, []),
+                    "approval": approvals.get(change.key, ""),
                 }
             )
         sections.append(
@@ -271,7 +273,10 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         "preview": None,
     }
     if request.method == "GET":
-        return render(request, "memoryui/entry_edit.html", context)
+        template = "memoryui/entry_edit.html"
+        if request.htmx:  # opened inline, inside the entry
+            template += "#edit-form"
+        return render(request, template, context)
     text = request.POST.get("text", "").replace("\r\n", "\n")
     base = int(based_on) if based_on.isdigit() else None
     if request.POST.get("preview"):
