@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
