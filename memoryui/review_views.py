@@ -132,7 +132,24 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "protected": set(proposal.layout.protected.values_list("rollout_id", flat=True)),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
+            "lint": _lint(proposal),
         },
+    )
+
+
+def _lint(proposal: Proposal) -> list:  # type: ignore[type-arg]
+    """What the write-back's lint will say of the proposed files (cached by content)."""
+    from generation import lint
+
+    from .writeback import layout_dirs
+
+    base = proposal.layout.memories_dir
+    return lint.lint_files(
+        [
+            (f"{base}/MEMORY.md", proposal.memory_md.encode()),
+            (f"{base}/memory_summary.md", proposal.memory_summary.encode()),
+        ],
+        layout_dirs(proposal.layout.workspace),
     )
 
 

@@ -200,6 +200,11 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
     }
 
+# Where export_snapshot and the export page write <snapshot-id>.tar by default.
+MEMORYUI_SNAPSHOT_BASE_PATH = Path(
+    env_str("MEMORYUI_SNAPSHOT_BASE_PATH", str(VAR_DIR / "snapshots"))
+)
+
 # The role of a logged-in person who is not a member of a workspace: viewer, reviewer,
 # editor, admin, or none (no access).
 MEMORYUI_DEFAULT_ROLE = env_str("MEMORYUI_DEFAULT_ROLE", "viewer")

@@ -71,6 +71,7 @@ memoryui_patterns = [
     path(layout + "protect/", review_views.protect, name="protect"),
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
+    path("", include("memoryui.export_urls")),
 ]
 
 urlpatterns = [

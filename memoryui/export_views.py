@@ -1,0 +1,223 @@
+"""Memory leaving memoryui: a layout's write-back page and a workspace's export page.
+
+Anyone who may see the workspace sees what would be written, the lint findings and the
+conflicts; only admins write, export, overwrite a conflict or let a finding through.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import FileResponse, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from generation.export import SNAPSHOT_ID_RE, ExportError
+
+from .models import Layout, Role, Workspace
+from .roles import has_role, require_role
+from .snapshots import export_snapshot, plan_export, snapshot_base_path
+from .views import HtmxHttpRequest
+from .writeback import (
+    Plan,
+    Refused,
+    WritebackError,
+    WritebackResult,
+    check_disk,
+    plan_layout,
+    workspace_root,
+    write_back,
+)
+
+# --- write-back ---------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def layout_writeback(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    """GET: the plan, findings and conflicts. POST ``action=dry_run``: everything a write
+    would do, nothing written. POST ``action=write``: the write-back."""
+    layout = get_object_or_404(
+        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
+    )
+    require_role(
+        request.user, layout.workspace, Role.ADMIN if request.method == "POST" else Role.VIEWER
+    )
+    if request.method == "GET":
+        plan = plan_layout(layout)
+        error = _check_disk(plan)
+        return _writeback_page(request, layout, plan, error=error)
+    dry_run = request.POST.get("action") == "dry_run"
+    try:
+        result = write_back(
+            layout,
+            user=request.user,
+            overwrite=request.POST.getlist("overwrite"),
+            allow_findings=request.POST.getlist("allow_finding"),
+            dry_run=dry_run,
+        )
+    except Refused as exc:
+        return _writeback_page(request, layout, exc.plan, error=str(exc), status=409)
+    except WritebackError as exc:
+        plan = plan_layout(layout)
+        return _writeback_page(request, layout, plan, error=str(exc), status=409)
+    if dry_run:
+        return _writeback_page(request, layout, result.plan, result=result)
+    messages.success(
+        request,
+        f"Wrote {len(result.written)} file(s) into {layout.memories_dir}"
+        + (f"; {len(result.skipped_on_disk)} already on disk" if result.skipped_on_disk else "")
+        + ".",
+    )
+    return redirect("memoryui:layout_writeback", name=name, layout_pk=layout.pk)
+
+
+def _check_disk(plan: Plan) -> str:
+    try:
+        check_disk(plan, workspace_root(plan.layout.workspace))
+    except WritebackError as exc:
+        return str(exc)
+    return ""
+
+
+def _writeback_page(
+    request: HtmxHttpRequest,
+    layout: Layout,
+    plan: Plan,
+    *,
+    result: WritebackResult | None = None,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    workspace = layout.workspace
+    context: dict[str, Any] = {
+        "layout": layout,
+        "workspace": workspace,
+        "plan": plan,
+        "changed": plan.changed,
+        "conflicts": [(c, c.rows()) for c in plan.conflicts],
+        "result": result,
+        "error": error,
+        "is_admin": has_role(request.user, workspace, Role.ADMIN),
+        "is_directory": workspace.source_kind == Workspace.SourceKind.DIRECTORY,
+        "pending_paths": {f.path for f in plan.pending},
+        "on_disk_paths": {f.path for f in plan.on_disk},
+        "conflict_paths": plan.conflict_paths(),
+        "overwrite": set(request.POST.getlist("overwrite")),
+        "allowed": set(request.POST.getlist("allow_finding")),
+    }
+    return render(request, "memoryui/writeback.html", context, status=status)
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+class ExportForm(forms.Form):
+    DESTINATIONS = [("server", "Snapshot directory on the server"), ("download", "Download")]
+
+    layouts = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, help_text="None ticked: every layout."
+    )
+    snapshot_id = forms.RegexField(
+        regex=SNAPSHOT_ID_RE,
+        max_length=128,
+        error_messages={
+            "invalid": "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
+        },
+    )
+    destination = forms.ChoiceField(choices=DESTINATIONS, widget=forms.RadioSelect)
+    session_state = forms.BooleanField(
+        required=False,
+        label="Also write the session state that resumes it (server only)",
+    )
+
+    def __init__(self, *args: Any, layouts: list[Layout], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["layouts"].choices = [(lay.memories_dir,) * 2 for lay in layouts]
+
+
+@require_http_methods(["GET", "POST"])
+def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    workspace = get_object_or_404(Workspace, name=name)
+    require_role(request.user, workspace, Role.ADMIN if request.method == "POST" else Role.VIEWER)
+    layouts = list(workspace.layouts.present().order_by("memories_dir"))
+    if request.method == "GET":
+        form = ExportForm(
+            layouts=layouts,
+            initial={"snapshot_id": str(uuid.uuid4()), "destination": "server"},
+        )
+        return _export_page(request, workspace, layouts, form)
+    form = ExportForm(request.POST, layouts=layouts)
+    if not form.is_valid():
+        return _export_page(request, workspace, layouts, form, status=400)
+    data = form.cleaned_data
+    download = data["destination"] == "download"
+    fileobj = tempfile.TemporaryFile() if download else None
+    try:
+        result = export_snapshot(
+            workspace,
+            snapshot_id=data["snapshot_id"],
+            base_path=None if download else snapshot_base_path(),
+            fileobj=fileobj,
+            memories_dirs=data["layouts"],
+            allow_findings=request.POST.getlist("allow_finding"),
+            session_state=data["session_state"] and not download,
+            user=request.user,
+        )
+    except ExportError as exc:  # lint findings not allowed, an existing id, ...
+        _close(fileobj)
+        return _export_page(request, workspace, layouts, form, error=str(exc), status=409)
+    except OSError as exc:  # the download's temporary file: a full disk, say
+        _close(fileobj)
+        error = f"the archive could not be written ({exc.strerror or exc})"
+        return _export_page(request, workspace, layouts, form, error=error, status=503)
+    if fileobj is not None:
+        fileobj.seek(0)
+        return FileResponse(
+            fileobj,
+            as_attachment=True,
+            filename=f"{data['snapshot_id']}.tar",
+            content_type="application/x-tar",
+        )
+    text = f"Exported {result.snapshot.path} ({result.snapshot.members} members)."
+    if result.session_state:
+        text += f" Session state: {result.session_state}."
+    messages.success(request, text)
+    return redirect("memoryui:workspace_export", name=name)
+
+
+def _close(fileobj: Any) -> None:
+    if fileobj is not None:
+        fileobj.close()
+
+
+def _export_page(
+    request: HtmxHttpRequest,
+    workspace: Workspace,
+    layouts: list[Layout],
+    form: ExportForm,
+    *,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    chosen = form.cleaned_data.get("layouts") if form.is_bound and form.is_valid() else None
+    try:
+        plan = plan_export(workspace, chosen or None, layouts=layouts)
+    except ExportError as exc:
+        plan, error = plan_export(workspace, layouts=layouts), error or str(exc)
+    context = {
+        "workspace": workspace,
+        "form": form,
+        "plan": plan,
+        "overlay": list(plan.overlay.values()),
+        "error": error,
+        "is_admin": has_role(request.user, workspace, Role.ADMIN),
+        "base_path": snapshot_base_path(),
+        "layouts": layouts,
+        "is_directory": workspace.source_kind == Workspace.SourceKind.DIRECTORY,
+        "allowed": set(request.POST.getlist("allow_finding")),
+    }
+    return render(request, "memoryui/export.html", context, status=status)

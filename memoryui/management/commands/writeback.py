@@ -1,0 +1,151 @@
+import os
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from generation.export import WrittenFile
+from memoryui.models import Layout, Workspace
+from memoryui.writeback import Refused, WritebackError, WritebackResult, write_back
+
+# Test hook: seconds to sleep after each file is written, so that a test can kill the
+# process between two files. Read here only; the service knows nothing of it.
+PAUSE_ENV = "MEMORYUI_WRITEBACK_PAUSE_AFTER_FILE"
+
+
+class Command(BaseCommand):
+    help = (
+        "Write a workspace's curated memory (current MEMORY.md and memory_summary.md, and "
+        "the latest approved consolidation) into its layouts' directories on this server. "
+        "Files changed on disk since the import, and lint findings, block until named."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("workspace", help="workspace name")
+        parser.add_argument(
+            "--layout",
+            dest="layouts",
+            action="append",
+            metavar="MEMORIES_DIR",
+            help="only this layout (repeatable; default: every layout)",
+        )
+        parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+        parser.add_argument(
+            "--overwrite",
+            nargs="+",
+            action="extend",
+            default=[],
+            metavar="PATH",
+            help="replace these conflicting files although they changed on disk",
+        )
+        parser.add_argument(
+            "--allow-finding",
+            nargs="+",
+            action="extend",
+            default=[],
+            metavar="ID",
+            dest="allow_findings",
+            help="let these lint findings through",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        workspace = Workspace.objects.filter(name=options["workspace"]).first()
+        if workspace is None:
+            raise CommandError(f"no workspace named {options['workspace']!r}")
+        layouts = _layouts(workspace, options["layouts"])
+        pause = _pause_seconds()
+        failed = []
+        for layout in layouts:
+            self.stdout.write(self.style.MIGRATE_HEADING(f"Layout {layout.memories_dir}"))
+            try:
+                result = write_back(
+                    layout,
+                    overwrite=options["overwrite"],
+                    allow_findings=options["allow_findings"],
+                    dry_run=options["dry_run"],
+                    on_written=lambda w: self._written(w, pause),
+                )
+            except Refused as exc:
+                self._refused(exc)
+                failed.append(layout.memories_dir)
+                continue
+            except WritebackError as exc:
+                self.stderr.write(self.style.ERROR(f"  {exc}"))
+                failed.append(layout.memories_dir)
+                continue
+            self._report(result)
+        if failed:
+            raise CommandError(f"write-back not done for {', '.join(failed)}")
+
+    def _written(self, written: WrittenFile, pause: float) -> None:
+        self.stdout.write(f"  wrote {written.path}  sha256 {written.sha256}")
+        self.stdout.flush()
+        if pause:
+            time.sleep(pause)
+
+    def _report(self, result: WritebackResult) -> None:
+        plan = result.plan
+        out = self.stdout
+        out.write(f"  {len(plan.changed)} changed file(s), {plan.unchanged_count} unchanged")
+        for path in result.skipped_on_disk:
+            out.write(f"  already on disk {path}")
+        if result.dry_run:
+            for planned in result.would_write:
+                out.write(f"  would write {planned.path}  ({planned.source})")
+            self._conflicts(result.blocking_conflicts)
+            self._findings(result.blocking_findings)
+            for refusal in plan.refused:
+                out.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
+            out.write(self.style.SUCCESS("  dry run: nothing written"))
+            return
+        out.write(self.style.SUCCESS(f"  wrote {len(result.written)} file(s)"))
+
+    def _refused(self, exc: Refused) -> None:
+        for refusal in exc.plan.refused:
+            self.stdout.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
+        self._conflicts(exc.conflicts)
+        self._findings(exc.findings)
+        self.stderr.write(self.style.ERROR(f"  {exc}"))
+
+    def _conflicts(self, conflicts: list[Any]) -> None:
+        for conflict in conflicts:
+            state = "deleted" if conflict.disk_sha256 is None else "changed"
+            self.stdout.write(
+                self.style.WARNING(f"  CONFLICT {conflict.path} {state} on disk since the import:")
+            )
+            self.stdout.write(conflict.unified() or "  (no text difference)")
+            self.stdout.write(
+                f"  import it first, or pass --overwrite {conflict.path} to replace it knowingly"
+            )
+
+    def _findings(self, findings: list[Any]) -> None:
+        for f in findings:
+            where = f"{f.path}:{f.line}" if f.line else f.path
+            self.stdout.write(self.style.WARNING(f"  FINDING {f.id} {where}: {f.message}"))
+            if f.excerpt:
+                self.stdout.write(f"      {f.excerpt}")
+        if findings:
+            ids = " ".join(f.id for f in findings)
+            self.stdout.write(f"  to let them through knowingly: --allow-finding {ids}")
+
+
+def _layouts(workspace: Workspace, wanted: list[str] | None) -> list[Layout]:
+    layouts = list(workspace.layouts.present().order_by("memories_dir"))
+    if not wanted:
+        return layouts
+    known = {layout.memories_dir: layout for layout in layouts}
+    missing = [m for m in wanted if m not in known]
+    if missing:
+        raise CommandError(
+            f"no layout {', '.join(missing)} in {workspace.name}; "
+            f"its layouts are {', '.join(known) or 'none'}"
+        )
+    return [known[m] for m in dict.fromkeys(wanted)]
+
+
+def _pause_seconds() -> float:
+    value = os.environ.get(PAUSE_ENV, "")
+    try:
+        return max(0.0, float(value)) if value else 0.0
+    except ValueError as exc:
+        raise CommandError(f"{PAUSE_ENV} must be a number of seconds, not {value!r}") from exc

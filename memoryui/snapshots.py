@@ -1,0 +1,340 @@
+"""Export a workspace as an SDK ``LocalSnapshot`` archive: the imported tree, byte for
+byte, with the curated memory of all or chosen layouts laid over it.
+
+The tree comes from the database (the imported bytes, modes and modification times), so
+an export works whether the workspace's disk still exists or not. Files nobody changed
+are exactly the imported ones. Files and their blobs are streamed from one query in
+archive order, so memory holds a chunk of rows, not the workspace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Collection, Generator, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max, Q
+
+from generation import export
+from generation.export import ExportError, SnapshotInfo
+from generation.lint import Finding
+from generation.tree import Entry, LayoutDirs
+
+from .models import AuditEvent, Layout, Workspace, WorkspaceFile
+from .writeback import PlannedFile, Refusal, plan_layout
+
+CHUNK = 500
+EXPORT_SNAPSHOT_ACTION = "export.snapshot"
+EXPORT_DOWNLOAD_ACTION = "export.download"
+
+
+def snapshot_base_path() -> Path:
+    """Where the dashboard writes snapshots (``MEMORYUI_SNAPSHOT_BASE_PATH``)."""
+    default = Path(getattr(settings, "VAR_DIR", Path(settings.BASE_DIR) / "var")) / "snapshots"
+    return Path(getattr(settings, "MEMORYUI_SNAPSHOT_BASE_PATH", default))
+
+
+class ExportRefused(ExportError):
+    def __init__(self, findings: list[Finding], refused: list[Refusal]) -> None:
+        parts = []
+        if findings:
+            parts.append(f"{len(findings)} lint finding(s) not allowed")
+        if refused:
+            parts.append(f"{len(refused)} file name(s) outside their layout")
+        super().__init__("export refused: " + "; ".join(parts))
+        self.findings = findings
+        self.refused = refused
+
+
+@dataclass
+class ExportPlan:
+    workspace: Workspace
+    layouts: list[Layout]
+    curated: list[PlannedFile]
+    findings: list[Finding]
+    refused: list[Refusal]
+
+    @property
+    def overlay(self) -> dict[str, PlannedFile]:
+        """The curated files whose bytes differ from the imported ones."""
+        return {f.path: f for f in self.curated if f.changed}
+
+
+@dataclass
+class ExportResult:
+    plan: ExportPlan
+    snapshot: SnapshotInfo
+    session_state: Path | None = None
+    session_state_source: str = ""
+    allowed_findings: list[str] = field(default_factory=list)
+    event: AuditEvent | None = None
+
+
+def choose_layouts(
+    workspace: Workspace,
+    memories_dirs: Collection[str] | None,
+    layouts: list[Layout] | None = None,
+) -> list[Layout]:
+    """The layouts to curate (all when ``memories_dirs`` is empty); ``layouts``: the
+    workspace's present layouts, when the caller has them already."""
+    if layouts is None:
+        layouts = list(workspace.layouts.present().order_by("memories_dir"))
+    if not memories_dirs:
+        return layouts
+    known = {layout.memories_dir: layout for layout in layouts}
+    unknown = sorted(set(memories_dirs) - set(known))
+    if unknown:
+        raise ExportError(
+            f"no layout {', '.join(unknown)} in {workspace.name}; "
+            f"its layouts are {', '.join(sorted(known)) or 'none'}"
+        )
+    return [known[m] for m in sorted(set(memories_dirs))]
+
+
+def plan_export(
+    workspace: Workspace,
+    memories_dirs: Collection[str] | None = None,
+    *,
+    layouts: list[Layout] | None = None,
+) -> ExportPlan:
+    if layouts is None:
+        layouts = list(workspace.layouts.present().order_by("memories_dir"))
+    chosen = choose_layouts(workspace, memories_dirs, layouts)
+    dirs = [LayoutDirs(layout.memories_dir, layout.sessions_dir) for layout in layouts]
+    curated: list[PlannedFile] = []
+    findings: list[Finding] = []
+    refused: list[Refusal] = []
+    for layout in chosen:
+        layout.workspace = workspace
+        plan = plan_layout(layout, dirs=dirs)
+        curated.extend(plan.files)
+        findings.extend(plan.findings)
+        refused.extend(plan.refused)
+    return ExportPlan(workspace, chosen, curated, findings, refused)
+
+
+def export_snapshot(
+    workspace: Workspace,
+    *,
+    snapshot_id: str,
+    base_path: Path | None = None,
+    fileobj: IO[bytes] | None = None,
+    memories_dirs: Collection[str] | None = None,
+    allow_findings: Collection[str] = (),
+    session_state: bool = False,
+    workspace_root: Path | None = None,
+    user: Any = None,
+) -> ExportResult:
+    """Write the workspace as ``<base_path>/<snapshot_id>.tar`` (or into ``fileobj``,
+    for a download) with the curated memory of ``memories_dirs`` (all layouts when
+    empty). With ``session_state``, also ``<snapshot_id>.session_state.json`` beside
+    the archive, resuming into ``workspace_root``. Raises ExportRefused while lint
+    findings are not allowed, ExportError when the archive cannot be written."""
+    export.check_snapshot_id(snapshot_id)
+    if (base_path is None) == (fileobj is None):
+        raise ExportError("export either into a base path or into a download, not both")
+    if session_state and base_path is None:
+        raise ExportError("a session state is written beside an archive on the server only")
+    plan = plan_export(workspace, memories_dirs)
+    blocking = [f for f in plan.findings if f.id not in set(allow_findings)]
+    if blocking or plan.refused:
+        raise ExportRefused(blocking, plan.refused)
+    members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+    with closing(members):  # stops the reader thread, even when writing fails
+        if base_path is not None:
+            info = export.write_snapshot(
+                base_path, snapshot_id, members, root_mtime_ns=root_mtime_ns
+            )
+        else:
+            assert fileobj is not None
+            info = export.write_snapshot_to(fileobj, members, root_mtime_ns=root_mtime_ns)
+    result = ExportResult(
+        plan,
+        info,
+        allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
+    )
+    if session_state and base_path is not None:
+        root = workspace_root or base_path / f"{snapshot_id}-workspace"
+        result.session_state, result.session_state_source = write_session_state(
+            workspace, snapshot_id=snapshot_id, base_path=base_path, root=root
+        )
+    result.event = _audit(workspace, snapshot_id, result, user)
+    return result
+
+
+def snapshot_members(
+    workspace: Workspace, overlay: dict[str, PlannedFile]
+) -> tuple[Generator[Entry, None, None], int]:
+    """The archive's members, streamed from one query, and the modification time for
+    its root. Close the generator when done with it.
+
+    Members come in path order (the unique index's order, so the database does not
+    sort): a directory before its contents, which is all a restore needs. Files the
+    workspace never had (a proposal's new raw memories) come last."""
+    now_ns = time.time_ns()
+    present = WorkspaceFile.objects.present().filter(workspace=workspace)
+    latest = present.aggregate(latest=Max("mtime_ns"))["latest"]
+    stored = set(present.filter(path__in=list(overlay)).values_list("path", flat=True))
+    new = [Entry(p, f.data, 0o644, now_ns) for p, f in sorted(overlay.items()) if p not in stored]
+    rows = (
+        present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+        .order_by("path")
+        .values_list("path", "kind", "mode", "mtime_ns", "blob__data")
+    )
+    return _members(rows.query.sql_with_params(), overlay, new, now_ns), latest or now_ns
+
+
+def _members(
+    query: tuple[str, Sequence[Any]],
+    overlay: dict[str, PlannedFile],
+    new: list[Entry],
+    now_ns: int,
+) -> Generator[Entry, None, None]:
+    """The stored rows as entries (curated bytes in place of the imported ones), then
+    ``new``; a directory member is made up before any file whose parent has none yet
+    (an archive imported without directory members, a new ``raw_memories/``). One
+    generator, not a chain of them: this loop runs once per file of the workspace."""
+    directory = WorkspaceFile.Kind.DIRECTORY
+    seen: set[str] = set()
+    stored = (row for batch in _batches(*query) for row in batch)
+    added = ((e.path, "", e.mode, e.mtime_ns, e.data) for e in new)
+    for path, kind, mode, mtime_ns, data in itertools.chain(stored, added):
+        if kind == directory:
+            if path in seen:
+                continue  # already made up for a file that came first
+            seen.add(path)
+            entry = Entry(path, None, mode, mtime_ns)
+        elif path in overlay:
+            entry = Entry(path, overlay[path].data, mode, now_ns)
+        else:
+            entry = Entry(path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
+        parent = path.rpartition("/")[0]
+        if parent and parent not in seen:
+            yield from _made_up_parents(parent, seen, now_ns)
+        yield entry
+
+
+def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
+    missing = []
+    while parent and parent not in seen:
+        missing.append(parent)
+        parent = parent.rpartition("/")[0]
+    for directory in reversed(missing):
+        seen.add(directory)
+        yield Entry(directory, None, 0o755, mtime_ns)
+
+
+def _batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` in batches, from a chunked cursor (server-side on
+    PostgreSQL), as ``QuerySet.iterator()`` reads them but without building rows."""
+    if connection.vendor == "postgresql":
+        yield from _postgres_batches(sql, params)
+        return
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(CHUNK):
+            yield rows
+
+
+def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+    """A server-side cursor in binary format (blobs travel as they are, not as
+    hexadecimal text), read ahead by a second thread: the server's work and the wire
+    overlap with the archive writing, as they cannot within one thread. The thread has
+    the connection to itself until the last batch is read."""
+    connection.ensure_connection()
+    raw = connection.connection
+    batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=4)
+    stop = threading.Event()
+
+    def put(item: list[tuple[Any, ...]] | BaseException) -> None:
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def read() -> None:
+        name = f"memoryui_export_{uuid.uuid4().hex}"
+        try:
+            with raw.cursor(name=name, binary=True, withhold=raw.autocommit) as cursor:
+                cursor.execute(sql, params)
+                while not stop.is_set():
+                    rows = cursor.fetchmany(CHUNK)
+                    put(rows)
+                    if not rows:
+                        return
+        except BaseException as exc:  # re-raised in the caller's thread
+            put(exc)
+
+    reader = threading.Thread(target=read, name="snapshot-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = batches.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def write_session_state(
+    workspace: Workspace, *, snapshot_id: str, base_path: Path, root: Path
+) -> tuple[Path, str]:
+    """``<base_path>/<snapshot_id>.session_state.json`` for ``UnixLocalSandboxClient
+    .resume()``: the imported workspace's session state re-pointed at the new archive,
+    or a fresh one when the workspace came without one. Returns the path and the source
+    it was re-pointed from ("" for a fresh state)."""
+    source = export.find_session_state(Path(workspace.source_path))
+    if source is not None:
+        state = export.repoint_session_state(
+            export.load_session_state(source.read_bytes()),
+            snapshot_id=snapshot_id,
+            base_path=base_path,
+            root=root,
+        )
+    else:
+        state = export.new_session_state(
+            session_id=str(uuid.uuid4()), snapshot_id=snapshot_id, base_path=base_path, root=root
+        )
+    target = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
+    data = export.session_state_bytes(state)
+
+    def write(fh: IO[bytes]) -> None:
+        fh.write(data)
+
+    export.publish_new_file(target, write)
+    return target, str(source or "")
+
+
+def _audit(workspace: Workspace, snapshot_id: str, result: ExportResult, user: Any) -> AuditEvent:
+    info = result.snapshot
+    return AuditEvent.record(
+        workspace,
+        EXPORT_SNAPSHOT_ACTION if info.path else EXPORT_DOWNLOAD_ACTION,
+        user=user,
+        actor="" if getattr(user, "pk", None) else "command line",
+        target=str(info.path or f"{snapshot_id}.tar (download)"),
+        snapshot_id=snapshot_id,
+        sha256=info.sha256,
+        size=info.size,
+        members=info.members,
+        layouts=[layout.memories_dir for layout in result.plan.layouts],
+        files=[{"path": f.path, "sha256": f.sha256} for f in result.plan.overlay.values()],
+        allowed_findings=result.allowed_findings,
+        session_state=str(result.session_state or ""),
+        session_state_source=result.session_state_source,
+    )

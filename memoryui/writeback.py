@@ -1,0 +1,656 @@
+"""Curated memory back into the workspace: write-back into a layout's directory on the
+server, and the curated files that a snapshot export lays over the imported tree.
+
+A layout's *plan* is what memoryui holds that the workspace should have: the current
+versions of ``MEMORY.md`` and ``memory_summary.md`` and, for the latest approved
+proposal not yet written back, ``phase_two_selection.json`` (with a fresh
+``updated_at``, as the SDK writes it after a successful phase two), ``raw_memories.md``
+and the raw memories and rollout summaries of the proposal's run. A file is *changed*
+when its planned bytes differ from the bytes imported.
+
+Write-back writes the changed files, each atomically, and only inside the layout's
+memories dir whatever a name says. A file that changed on disk since it was imported is
+a conflict: it is shown as a diff and not overwritten unless an admin names it. Lint
+findings block until an admin allows each one. Every write-back is in the audit log with
+its files and hashes, and the database is brought to the written bytes, so that a
+re-import finds nothing changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from generation import export, tree
+from generation.export import ExportError, WrittenFile
+from generation.lint import LINT_VERSION, Finding, lint_file
+from generation.tree import FileKind, LayoutDirs
+
+from . import diffs, importer
+from .models import (
+    AuditEvent,
+    Blob,
+    Layout,
+    MemoryVersion,
+    PhaseOneJob,
+    PhaseOneResult,
+    Proposal,
+    Workspace,
+    WorkspaceFile,
+)
+
+WRITEBACK_ACTION = "writeback.write"
+WRITEBACK_FAILED_ACTION = "writeback.failed"
+# Phase one writes exactly these shapes, relative to the memories dir.
+_PHASE_ONE_PATH = re.compile(r"^(?:raw_memories|rollout_summaries)/[^/]+\.md$")
+# Texts larger than this are not diffed line by line on a page (difflib is quadratic
+# in the worst case).
+DIFF_LIMIT_BYTES = 400_000
+LINT_CACHE_SECONDS = 30 * 24 * 3600
+DOCUMENT_FILES = {
+    MemoryVersion.Document.MEMORY_MD: "MEMORY.md",
+    MemoryVersion.Document.MEMORY_SUMMARY: "memory_summary.md",
+}
+
+
+class WritebackError(Exception):
+    """The write-back cannot run at all, or stopped; the message says why."""
+
+
+class Refused(WritebackError):
+    """Conflicts or lint findings that nobody overrode, or names that leave the layout."""
+
+    def __init__(self, plan: Plan, conflicts: list[Conflict], findings: list[Finding]) -> None:
+        reasons = []
+        if plan.refused:
+            reasons.append(f"{len(plan.refused)} file name(s) outside the layout")
+        if conflicts:
+            reasons.append(f"{len(conflicts)} file(s) changed on disk since the import")
+        if findings:
+            reasons.append(f"{len(findings)} lint finding(s) not allowed")
+        super().__init__("write-back refused: " + "; ".join(reasons))
+        self.plan = plan
+        self.conflicts = conflicts
+        self.findings = findings
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str  # relative to the workspace
+    data: bytes
+    source: str  # where the bytes come from, for people
+    base_sha256: str | None  # what was imported; None: memoryui never saw this file
+    kind: FileKind
+    sha256: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
+
+    @property
+    def changed(self) -> bool:
+        return self.sha256 != self.base_sha256
+
+    @property
+    def is_new(self) -> bool:
+        return self.base_sha256 is None
+
+    def same_content(self, data: bytes | None) -> bool:
+        """Whether ``data`` already says what this file says. A selection with the same
+        items is the same whatever its ``updated_at``."""
+        if data is None:
+            return False
+        if data == self.data:
+            return True
+        return self.kind == FileKind.SELECTION and _selection_items(data) == _selection_items(
+            self.data
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    path: str
+    reason: str
+
+
+@dataclass
+class Conflict:
+    """A changed file whose disk bytes are neither the imported ones nor ours."""
+
+    path: str
+    base_sha256: str | None
+    disk_sha256: str | None  # None: gone from disk
+    base: bytes
+    disk: bytes
+
+    @property
+    def too_large(self) -> bool:
+        return max(len(self.base), len(self.disk)) > DIFF_LIMIT_BYTES
+
+    def rows(self) -> list[diffs.Row]:
+        """The on-disk change (imported -> disk) for a page."""
+        if self.too_large:
+            return []
+        return diffs.side_by_side(_text(self.base), _text(self.disk))
+
+    def unified(self) -> str:
+        lines = difflib.unified_diff(
+            _text(self.base).splitlines(keepends=True),
+            _text(self.disk).splitlines(keepends=True),
+            fromfile=f"{self.path} (imported)",
+            tofile=f"{self.path} (on disk now)",
+        )
+        return "".join(lines)
+
+
+@dataclass
+class Plan:
+    layout: Layout
+    files: list[PlannedFile]
+    proposal: Proposal | None
+    refused: list[Refusal]
+    findings: list[Finding]
+    conflicts: list[Conflict] = field(default_factory=list)
+    # After check_disk: changed files to write, and those whose content is on disk already.
+    pending: list[PlannedFile] = field(default_factory=list)
+    on_disk: list[PlannedFile] = field(default_factory=list)
+    disk_checked: bool = False
+    disk_sha256: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> list[PlannedFile]:
+        return [f for f in self.files if f.changed]
+
+    @property
+    def unchanged_count(self) -> int:
+        return sum(1 for f in self.files if not f.changed)
+
+    def conflict_paths(self) -> set[str]:
+        return {c.path for c in self.conflicts}
+
+
+@dataclass
+class WritebackResult:
+    plan: Plan
+    dry_run: bool
+    written: list[WrittenFile]
+    skipped_on_disk: list[str]
+    overwritten: list[str]
+    allowed_findings: list[str]
+    event: AuditEvent | None = None
+    blocking_conflicts: list[Conflict] = field(default_factory=list)
+    blocking_findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def would_write(self) -> list[PlannedFile]:
+        """The files a real run would write, given the same decisions."""
+        overwritten = set(self.overwritten)
+        return self.plan.pending + [f for f in self.plan.changed if f.path in overwritten]
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _selection_items(data: bytes) -> list[tree.SelectionItem] | None:
+    parsed = tree.parse_selection(data)
+    return None if parsed.problem and not parsed.items else parsed.items
+
+
+def layout_dirs(workspace: Workspace) -> list[LayoutDirs]:
+    return [
+        LayoutDirs(m, s)
+        for m, s in workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+    ]
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+def plan_layout(
+    layout: Layout, *, now: datetime | None = None, dirs: list[LayoutDirs] | None = None
+) -> Plan:
+    """What the layout's directory should hold, from the database alone. ``dirs``: the
+    workspace's layouts, when the caller has them already."""
+    dirs = layout_dirs(layout.workspace) if dirs is None else dirs
+    candidates: list[tuple[str, bytes, str, FileKind]] = []
+    for document, name in DOCUMENT_FILES.items():
+        version = (
+            MemoryVersion.objects.filter(layout=layout, document=document)
+            .select_related("blob", "author")
+            .order_by("-number")
+            .first()
+        )
+        if version is None:
+            continue
+        who = version.author.get_username() if version.author else version.get_author_kind_display()
+        kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
+        candidates.append(
+            (
+                f"{layout.memories_dir}/{name}",
+                bytes(version.blob.data),
+                f"{name} version {version.number} ({who})",
+                kind,
+            )
+        )
+    refused: list[Refusal] = []
+    proposal = proposal_to_write(layout)
+    if proposal is not None:
+        more, refused = _proposal_files(layout, proposal, dirs, now or timezone.now())
+        candidates.extend(more)
+    imported = _imported(layout, [path for path, *_ in candidates])
+    files = [
+        PlannedFile(path, data, source, imported.get(path), kind)
+        for path, data, source, kind in candidates
+    ]
+    files = [_keep_equivalent_selection(f) for f in files]
+    return Plan(layout, files, proposal, refused, lint_planned(files, dirs))
+
+
+def lint_planned(files: list[PlannedFile], dirs: list[LayoutDirs]) -> list[Finding]:
+    """``generation.lint.lint_file`` for each file, remembered in the cache (shared between
+    processes when one is configured): a large MEMORY.md takes a second to lint."""
+    keys = {
+        f.path: "memoryui:lint:"
+        + hashlib.sha256(f"{LINT_VERSION}\0{f.path}\0{f.sha256}\0{dirs}".encode()).hexdigest()
+        for f in files
+    }
+    cached = cache.get_many(list(keys.values()))
+    findings: list[Finding] = []
+    fresh = {}
+    for f in files:
+        found = cached.get(keys[f.path])
+        if found is None:
+            found = fresh[keys[f.path]] = lint_file(f.path, f.data, dirs)
+        findings.extend(found)
+    if fresh:
+        cache.set_many(fresh, timeout=LINT_CACHE_SECONDS)
+    return findings
+
+
+def _imported(layout: Layout, paths: list[str]) -> dict[str, str | None]:
+    """path -> imported sha256 of those of ``paths`` memoryui has seen (None: gone from
+    disk at the last import)."""
+    found: dict[str, str | None] = {}
+    for chunk in _chunks(sorted(set(paths)), 500):
+        rows = WorkspaceFile.objects.filter(
+            workspace_id=layout.workspace_id, path__in=chunk
+        ).values_list("path", "blob_id", "missing_since")
+        found.update((path, None if gone else blob) for path, blob, gone in rows)
+    return found
+
+
+def _keep_equivalent_selection(planned: PlannedFile) -> PlannedFile:
+    """A selection with the same items as the imported one keeps the imported bytes
+    rather than a new ``updated_at``: nothing changed, nothing to write."""
+    if planned.kind != FileKind.SELECTION or planned.base_sha256 is None or not planned.changed:
+        return planned
+    old = _blob(planned.base_sha256)
+    if not planned.same_content(old):
+        return planned
+    return PlannedFile(planned.path, old, planned.source, planned.base_sha256, planned.kind)
+
+
+def proposal_to_write(layout: Layout) -> Proposal | None:
+    """The latest approved proposal, unless a write-back already wrote it."""
+    proposal = (
+        Proposal.objects.filter(layout=layout, status=Proposal.Status.APPROVED)
+        .order_by("-decided_at", "-created_at", "-pk")
+        .first()
+    )
+    if proposal is None:
+        return None
+    written = AuditEvent.objects.filter(
+        layout=layout, action=WRITEBACK_ACTION, detail__proposal=proposal.pk
+    ).exists()
+    return None if written else proposal
+
+
+def _proposal_files(
+    layout: Layout, proposal: Proposal, dirs: list[LayoutDirs], now: datetime
+) -> tuple[list[tuple[str, bytes, str, FileKind]], list[Refusal]]:
+    base = layout.memories_dir
+    label = f"approved proposal #{proposal.pk}"
+    items = [_selection_item(raw) for raw in proposal.selection if isinstance(raw, dict)]
+    selection = tree.dump_selection(items, now.astimezone(UTC).isoformat()).encode()
+    files = [
+        (f"{base}/phase_two_selection.json", selection, label, FileKind.SELECTION),
+        (
+            f"{base}/raw_memories.md",
+            proposal.raw_memories_md.encode("utf-8"),
+            label,
+            FileKind.RAW_MEMORIES_MERGED,
+        ),
+    ]
+    refused: list[Refusal] = []
+    results = PhaseOneResult.objects.filter(
+        pk__in=PhaseOneJob.objects.filter(
+            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
+        ).values("result_id"),
+        outcome=PhaseOneResult.Outcome.MEMORY,
+    ).values_list("files", flat=True)
+    for result_files in results:
+        for rel, text in sorted((result_files or {}).items()):
+            path = f"{base}/{rel}"
+            problem = _phase_one_path_problem(str(rel), path, layout, dirs)
+            if problem:
+                refused.append(Refusal(str(rel), problem))
+                continue
+            kind = (
+                FileKind.RAW_MEMORY if rel.startswith("raw_memories/") else FileKind.ROLLOUT_SUMMARY
+            )
+            files.append((path, str(text).encode("utf-8"), f"{label}, phase one", kind))
+    return files, refused
+
+
+def _selection_item(raw: dict[str, Any]) -> tree.SelectionItem:
+    return tree.SelectionItem(
+        **{f.name: str(raw.get(f.name) or "") for f in fields(tree.SelectionItem)}
+    )
+
+
+def _phase_one_path_problem(rel: str, path: str, layout: Layout, dirs: list[LayoutDirs]) -> str:
+    try:
+        export.confine(path, [layout.memories_dir])
+    except ExportError as exc:
+        return str(exc)
+    if not _PHASE_ONE_PATH.fullmatch(rel):
+        return (
+            "not a raw memory or rollout summary name "
+            "(raw_memories/<id>.md, rollout_summaries/<file>.md)"
+        )
+    owner = tree.classify(path, dirs).layout
+    if owner is None or owner.memories_dir != layout.memories_dir:
+        return f"would land in another layout ({owner.memories_dir if owner else 'none'})"
+    return ""
+
+
+def _blob(sha256: str) -> bytes:
+    return bytes(Blob.objects.values_list("data", flat=True).get(pk=sha256))
+
+
+# --- the disk ---------------------------------------------------------------------------
+
+
+def workspace_root(workspace: Workspace) -> Path:
+    if workspace.source_kind != Workspace.SourceKind.DIRECTORY:
+        raise WritebackError(
+            f"{workspace.name} was imported from a snapshot archive, not a directory: "
+            "export it as a snapshot instead"
+        )
+    root = Path(workspace.source_path)
+    if root.is_symlink() or not root.is_dir():
+        raise WritebackError(f"the workspace directory {root} is gone or not a directory")
+    return root
+
+
+def read_disk(root: Path, path: str) -> bytes | None:
+    """The file's bytes on disk, None when it does not exist; OSError when it is not
+    a regular file or its path passes through a link."""
+    try:
+        return tree.read_file(root, path)
+    except FileNotFoundError:
+        return None
+
+
+def check_disk(plan: Plan, root: Path) -> None:
+    """Sort the changed files into pending (disk still as imported), on disk already,
+    and conflicts (changed on disk since the import)."""
+    plan.conflicts, plan.pending, plan.on_disk = [], [], []
+    conflicting = []
+    for planned in plan.changed:
+        try:
+            disk = read_disk(root, planned.path)
+        except OSError as exc:
+            plan.refused.append(
+                Refusal(planned.path, f"cannot be read on disk ({exc.strerror or exc})")
+            )
+            continue
+        digest = hashlib.sha256(disk).hexdigest() if disk is not None else None
+        plan.disk_sha256[planned.path] = digest
+        if planned.same_content(disk):
+            plan.on_disk.append(planned)
+        elif digest == planned.base_sha256:
+            plan.pending.append(planned)
+        else:
+            conflicting.append((planned, disk, digest))
+    bases = _blobs([p.base_sha256 for p, _, _ in conflicting if p.base_sha256])
+    for planned, disk, digest in conflicting:
+        base = bases.get(planned.base_sha256 or "", b"")
+        plan.conflicts.append(
+            Conflict(planned.path, planned.base_sha256, digest, base, disk or b"")
+        )
+    plan.disk_checked = True
+
+
+def _blobs(shas: list[str]) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for chunk in _chunks(sorted(set(shas)), 500):
+        found.update(
+            (k, bytes(v))
+            for k, v in Blob.objects.filter(pk__in=chunk).values_list("sha256", "data")
+        )
+    return found
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def write_back(
+    layout: Layout,
+    *,
+    user: Any = None,
+    overwrite: Collection[str] = (),
+    allow_findings: Collection[str] = (),
+    dry_run: bool = False,
+    on_written: Callable[[WrittenFile], None] | None = None,
+) -> WritebackResult:
+    """Write the layout's changed files into its memories dir.
+
+    ``overwrite`` names conflicting files to replace anyway, ``allow_findings`` the lint
+    findings to let through (both: an admin's decision, checked by the caller). A dry
+    run computes everything and writes nothing. Raises Refused while anything blocks,
+    WritebackError when the workspace cannot be written. ``on_written`` is called after
+    each file is in place.
+    """
+    root = workspace_root(layout.workspace)
+    failure: Exception | None = None
+    with transaction.atomic():
+        # One write-back per layout at a time.
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        plan = plan_layout(layout)
+        check_disk(plan, root)
+        result = WritebackResult(
+            plan,
+            dry_run,
+            written=[],
+            skipped_on_disk=[f.path for f in plan.on_disk],
+            overwritten=sorted(plan.conflict_paths() & set(overwrite)),
+            allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
+            blocking_conflicts=[c for c in plan.conflicts if c.path not in overwrite],
+            blocking_findings=[f for f in plan.findings if f.id not in allow_findings],
+        )
+        if dry_run:
+            return result
+        if plan.refused or result.blocking_conflicts or result.blocking_findings:
+            raise Refused(plan, result.blocking_conflicts, result.blocking_findings)
+        export.remove_stale_temp_files(root, _directories(plan))
+        to_write = result.would_write
+        try:
+            for planned in to_write:
+                _check_unchanged_since(root, planned, plan)
+                written = export.write_atomic(
+                    root, planned.path, planned.data, allowed_dirs=[layout.memories_dir]
+                )
+                result.written.append(written)
+                if on_written is not None:
+                    on_written(written)
+        except (ExportError, OSError) as exc:
+            failure = exc
+        record_written(layout, plan, result.written, root)
+        if result.written or result.skipped_on_disk or plan.proposal or failure:
+            result.event = _audit(layout, plan, result, user, failure)
+    if failure is not None:
+        raise WritebackError(
+            f"write-back stopped after {len(result.written)} of {len(to_write)} file(s): {failure}"
+        ) from failure
+    return result
+
+
+def _directories(plan: Plan) -> list[str]:
+    return sorted({f.path.rpartition("/")[0] for f in plan.changed})
+
+
+def _check_unchanged_since(root: Path, planned: PlannedFile, plan: Plan) -> None:
+    """The file must still be as check_disk saw it (or be a conflict being overwritten)."""
+    if planned.path in plan.conflict_paths():
+        return
+    disk = read_disk(root, planned.path)
+    digest = hashlib.sha256(disk).hexdigest() if disk is not None else None
+    if digest != plan.disk_sha256.get(planned.path):
+        raise ExportError(f"{planned.path} changed on disk during the write-back; not replaced")
+
+
+def _audit(
+    layout: Layout, plan: Plan, result: WritebackResult, user: Any, failure: Exception | None
+) -> AuditEvent:
+    files = [
+        {
+            "path": w.path,
+            "sha256": w.sha256,
+            "previous_sha256": plan.disk_sha256.get(w.path),
+            "size": w.size,
+        }
+        for w in result.written
+    ]
+    detail: dict[str, Any] = {
+        "files": files,
+        "already_on_disk": result.skipped_on_disk,
+        "overwritten": result.overwritten,
+        "allowed_findings": result.allowed_findings,
+        "proposal": plan.proposal.pk if plan.proposal and failure is None else None,
+    }
+    if failure is not None:
+        detail["error"] = str(failure)
+        detail["attempted_proposal"] = plan.proposal.pk if plan.proposal else None
+    return AuditEvent.record(
+        layout.workspace,
+        WRITEBACK_FAILED_ACTION if failure else WRITEBACK_ACTION,
+        user=user,
+        actor="" if getattr(user, "pk", None) else "command line",
+        layout=layout,
+        target=layout.memories_dir,
+        **detail,
+    )
+
+
+# --- the database after a write ---------------------------------------------------------
+
+
+def record_written(layout: Layout, plan: Plan, written: list[WrittenFile], root: Path) -> None:
+    """Bring the database to the bytes now on disk, as an import would: the file rows,
+    their blobs and what is parsed from them. Files found on disk already (an earlier
+    write-back stopped midway) are recorded too."""
+    by_path = {f.path: f for f in plan.files}
+    records: list[tuple[str, bytes, int, int]] = [
+        (w.path, by_path[w.path].data, w.mode, w.mtime_ns) for w in written
+    ]
+    for planned in plan.on_disk:
+        st = os.lstat(root / planned.path)
+        data = read_disk(root, planned.path) or b""
+        records.append((planned.path, data, st.st_mode & 0o7777, st.st_mtime_ns))
+    created = sorted({d for w in written for d in w.created_dirs})
+    if records or created:
+        _store(layout, records, created, root)
+
+
+def _store(
+    layout: Layout, records: list[tuple[str, bytes, int, int]], created: list[str], root: Path
+) -> None:
+    workspace = layout.workspace
+    dirs = layout_dirs(workspace)
+    layouts = {lay.memories_dir: lay for lay in workspace.layouts.all()}
+    existing = {
+        row.path: row
+        for row in WorkspaceFile.objects.filter(
+            workspace=workspace, path__in=[p for p, *_ in records] + created
+        )
+    }
+    items = []
+    for path, data, mode, mtime_ns in records:
+        placement = tree.classify(path, dirs)
+        owner = layouts.get(placement.layout.memories_dir) if placement.layout else None
+        row = existing.get(path)
+        items.append(
+            importer._Item(
+                path,
+                False,
+                len(data),
+                mode,
+                mtime_ns,
+                data,
+                hashlib.sha256(data).hexdigest(),
+                placement.kind,
+                owner.pk if owner else None,
+                file_id=row.pk if row else None,
+                memories_dir=owner.memories_dir if owner else None,
+            )
+        )
+    parsed = importer._Parsed.build(items, workspace, layouts)
+    for item in items:
+        Blob.objects.get_or_create(
+            sha256=item.digest, defaults={"size": item.size, "data": item.data}
+        )
+    now = timezone.now()
+    new, changed = [], []
+    for item in items:
+        values = {
+            "layout_id": item.layout_id,
+            "kind": item.kind,
+            "blob_id": item.digest,
+            "size": item.size,
+            "mode": item.mode,
+            "mtime_ns": item.mtime_ns,
+            "problem": item.problem,
+            "changed_at": now,
+            "missing_since": None,
+        }
+        if item.file_id is None:
+            item.file_id = WorkspaceFile.objects.create(
+                workspace=workspace, path=item.path, **values
+            ).pk
+            new.append(item)
+        else:
+            WorkspaceFile.objects.filter(pk=item.file_id).update(**values)
+            changed.append(item)
+    parsed.write(new, changed)
+    for path in created:
+        st = os.lstat(root / path)
+        placement = tree.classify(path, dirs, is_dir=True)
+        owner = layouts.get(placement.layout.memories_dir) if placement.layout else None
+        WorkspaceFile.objects.update_or_create(
+            workspace=workspace,
+            path=path,
+            defaults={
+                "layout": owner,
+                "kind": FileKind.DIRECTORY,
+                "mode": st.st_mode & 0o7777,
+                "mtime_ns": st.st_mtime_ns,
+                "missing_since": None,
+            },
+        )
