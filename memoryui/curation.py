@@ -53,11 +53,9 @@ class UnresolvedConflicts(Exception):
 
 
 def latest(layout: Layout, document: str) -> MemoryVersion | None:
+    # No blob join: text_of() reads the content through the per-process cache.
     return (
-        MemoryVersion.objects.filter(layout=layout, document=document)
-        .select_related("blob")
-        .order_by("-number")
-        .first()
+        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
     )
 
 

@@ -274,3 +274,19 @@ def test_model_written_markup_never_reaches_the_page_as_markup(reviewer, workspa
         assert "<img src=x" not in html, html[html.index("<img src=x") - 300 :][:600]
         assert 'href="javascript:' not in html and 'href="data:text' not in html
         assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_layout_overview_leaves_out_files_gone_from_disk(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    (ws / "sessions" / "engineering" / "poll-billing-api-6d30c0.jsonl").unlink()
+    (ws / "memories" / "engineering" / "raw_memories" / "deploy-auth-proxy-dc4ee6.md").unlink()
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    page = reviewer.get(url("layout_detail", layout)).content.decode()
+
+    assert "<b>2</b> rollouts" in page and "<b>2</b> raw memories" in page
+    assert "max_turns_exceeded (1)" not in page  # the gone rollout is not in the chart
+    without = page[page.index('id="without-memory"') :]
+    assert "deploy-auth-proxy-dc4ee6" in without  # its raw memory is gone
