@@ -204,27 +204,15 @@ def configure_django(url: str | None, workdir: Path, base_url: str) -> str:
 
 
 def _postgres_admin(action: str) -> None:
-    import psycopg
-    from django.db import connection, connections
-    from psycopg import sql
+    """Drop (and for "create", create again) the scratch database, with bench_import's
+    helpers."""
+    import bench_import
+    from django.db import connections
 
     connections.close_all()
-    params = connection.settings_dict
-    with (
-        psycopg.connect(
-            host=params["HOST"] or None,
-            port=params["PORT"] or None,
-            user=params["USER"] or None,
-            password=params["PASSWORD"] or None,
-            dbname="postgres",
-            autocommit=True,
-        ) as admin,
-        admin.cursor() as cursor,
-    ):
-        name = sql.Identifier(params["NAME"])
-        cursor.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        if action == "create":
-            cursor.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    bench_import._postgres_admin(
+        bench_import._create_postgres if action == "create" else bench_import._drop_postgres
+    )
 
 
 # --- measuring ---------------------------------------------------------------------------
