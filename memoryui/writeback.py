@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import os
 import re
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, fields
@@ -502,7 +501,7 @@ def write_back(
                     on_written(written)
         except (ExportError, OSError) as exc:
             failure = exc
-        record_written(layout, plan, result.written, root)
+        record_written(layout, plan, result.written, root, user)
         if result.written or result.skipped_on_disk or plan.proposal or failure:
             result.event = _audit(layout, plan, result, user, failure)
     if failure is not None:
@@ -562,95 +561,12 @@ def _audit(
 # --- the database after a write ---------------------------------------------------------
 
 
-def record_written(layout: Layout, plan: Plan, written: list[WrittenFile], root: Path) -> None:
-    """Bring the database to the bytes now on disk, as an import would: the file rows,
-    their blobs and what is parsed from them. Files found on disk already (an earlier
-    write-back stopped midway) are recorded too."""
-    by_path = {f.path: f for f in plan.files}
-    records: list[tuple[str, bytes, int, int]] = [
-        (w.path, by_path[w.path].data, w.mode, w.mtime_ns) for w in written
-    ]
-    for planned in plan.on_disk:
-        st = os.lstat(root / planned.path)
-        data = read_disk(root, planned.path) or b""
-        records.append((planned.path, data, st.st_mode & 0o7777, st.st_mtime_ns))
-    created = sorted({d for w in written for d in w.created_dirs})
-    if records or created:
-        _store(layout, records, created, root)
-
-
-def _store(
-    layout: Layout, records: list[tuple[str, bytes, int, int]], created: list[str], root: Path
+def record_written(
+    layout: Layout, plan: Plan, written: list[WrittenFile], root: Path, user: Any = None
 ) -> None:
-    workspace = layout.workspace
-    dirs = layout_dirs(workspace)
-    layouts = {lay.memories_dir: lay for lay in workspace.layouts.all()}
-    existing = {
-        row.path: row
-        for row in WorkspaceFile.objects.filter(
-            workspace=workspace, path__in=[p for p, *_ in records] + created
-        )
-    }
-    items = []
-    for path, data, mode, mtime_ns in records:
-        placement = tree.classify(path, dirs)
-        owner = layouts.get(placement.layout.memories_dir) if placement.layout else None
-        row = existing.get(path)
-        items.append(
-            importer._Item(
-                path,
-                False,
-                len(data),
-                mode,
-                mtime_ns,
-                data,
-                hashlib.sha256(data).hexdigest(),
-                placement.kind,
-                owner.pk if owner else None,
-                file_id=row.pk if row else None,
-                memories_dir=owner.memories_dir if owner else None,
-            )
-        )
-    parsed = importer._Parsed.build(items, workspace, layouts)
-    for item in items:
-        Blob.objects.get_or_create(
-            sha256=item.digest, defaults={"size": item.size, "data": item.data}
-        )
-    now = timezone.now()
-    new, changed = [], []
-    for item in items:
-        values = {
-            "layout_id": item.layout_id,
-            "kind": item.kind,
-            "blob_id": item.digest,
-            "size": item.size,
-            "mode": item.mode,
-            "mtime_ns": item.mtime_ns,
-            "problem": item.problem,
-            "changed_at": now,
-            "missing_since": None,
-        }
-        if item.file_id is None:
-            item.file_id = WorkspaceFile.objects.create(
-                workspace=workspace, path=item.path, **values
-            ).pk
-            new.append(item)
-        else:
-            WorkspaceFile.objects.filter(pk=item.file_id).update(**values)
-            changed.append(item)
-    parsed.write(new, changed)
-    for path in created:
-        st = os.lstat(root / path)
-        placement = tree.classify(path, dirs, is_dir=True)
-        owner = layouts.get(placement.layout.memories_dir) if placement.layout else None
-        WorkspaceFile.objects.update_or_create(
-            workspace=workspace,
-            path=path,
-            defaults={
-                "layout": owner,
-                "kind": FileKind.DIRECTORY,
-                "mode": st.st_mode & 0o7777,
-                "mtime_ns": st.st_mtime_ns,
-                "missing_since": None,
-            },
-        )
+    """Bring the database to the bytes now on disk: the importer's own sync (file rows,
+    blobs, parsed rows) over the workspace. Written files equal the current versions, so
+    no new version appears; files found on disk already (an earlier write-back stopped
+    midway) are recorded too."""
+    if written or plan.on_disk:
+        importer.import_workspace(root, layout.workspace.name, user=user)
