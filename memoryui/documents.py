@@ -183,3 +183,17 @@ class FileView:
         name = file.path.removeprefix(prefix)
         html = render_markdown(text) if name.lower().endswith(".md") else None
         return cls(name, file.size, html, text, cut, problem)
+
+
+def current_selection(layout: Layout) -> tuple[WorkspaceFile | None, tree.Selection | None]:
+    """The layout's phase_two_selection.json on disk and what it selects (parsed once
+    per content)."""
+    file = (
+        WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
+        .only("pk", "blob_id", "path")
+        .first()
+    )
+    if file is None or file.blob_id is None:
+        return file, None
+    return file, selection(file.blob_id)

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, tree
 
+from . import curation, documents
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -42,7 +43,6 @@ from .models import (
     RawMemory,
     Rollout,
     RolloutSummary,
-    WorkspaceFile,
 )
 
 MAX_ATTEMPTS = 6
@@ -138,12 +138,6 @@ def _caller(config: llm.ModelConfig) -> Callable[..., tuple[dict, llm.Usage]]:
     return call
 
 
-def _latest_version(layout: Layout, document: str) -> MemoryVersion | None:
-    return (
-        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
-    )
-
-
 # --- starting ---------------------------------------------------------------------
 
 
@@ -167,8 +161,8 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
             started_at=timezone.now(),
             offline_demo=access.offline_demo,
             settings_snapshot=_snapshot(gs),
-            base_memory_md=_latest_version(layout, MemoryVersion.Document.MEMORY_MD),
-            base_memory_summary=_latest_version(layout, MemoryVersion.Document.MEMORY_SUMMARY),
+            base_memory_md=curation.latest(layout, MemoryVersion.Document.MEMORY_MD),
+            base_memory_summary=curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY),
         )
         rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
         PhaseOneJob.objects.bulk_create(
@@ -369,36 +363,6 @@ def _raw_memory_texts(run: GenerationRun) -> dict[str, str]:
     return texts
 
 
-def _document_text(version: MemoryVersion | None) -> str:
-    if version is None:
-        return ""
-    return bytes(version.blob.data).decode("utf-8", errors="replace")
-
-
-def _previous_selection(layout: Layout) -> tree.Selection | None:
-    file = (
-        WorkspaceFile.objects.present()
-        .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
-        .select_related("blob")
-        .first()
-    )
-    return tree.parse_selection(bytes(file.blob.data)) if file and file.blob else None
-
-
-def pinned_entries(layout: Layout) -> list[str]:
-    """MEMORY.md entries people pinned: phase two must keep them verbatim."""
-    from .curation import pinned_texts
-
-    return pinned_texts(layout)
-
-
-def rejected_entries(layout: Layout) -> list[str]:
-    """Entries people rejected: phase two is told not to bring them back."""
-    from .curation import rejected_texts
-
-    return rejected_texts(layout)
-
-
 def consolidate(run_id: int) -> bool:
     """Run phase two for a run and store its proposal. Returns False when another worker
     has it. Raises ``llm.TransientModelError`` for the caller to retry."""
@@ -411,12 +375,12 @@ def consolidate(run_id: int) -> bool:
     if not claimed:
         return False
     run = GenerationRun.objects.select_related(
-        "layout__workspace", "base_memory_md__blob", "base_memory_summary__blob"
+        "layout__workspace", "base_memory_md", "base_memory_summary"
     ).get(pk=run_id)
     snapshot = run.settings_snapshot
     plan = phase_two.plan_phase_two(
         _raw_memory_texts(run).values(),
-        _previous_selection(run.layout),
+        documents.current_selection(run.layout)[1],
         int(snapshot.get("max_raw_memories_for_consolidation", 256)),
         protected=ProtectedRawMemory.objects.filter(layout=run.layout).values_list(
             "rollout_id", flat=True
@@ -425,10 +389,10 @@ def consolidate(run_id: int) -> bool:
     try:
         result = phase_two.run_phase_two(
             plan=plan,
-            current_memory_md=_document_text(run.base_memory_md),
-            current_summary=_document_text(run.base_memory_summary),
-            pinned=pinned_entries(run.layout),
-            rejected=rejected_entries(run.layout),
+            current_memory_md=curation.text_of(run.base_memory_md),
+            current_summary=curation.text_of(run.base_memory_summary),
+            pinned=curation.pinned_texts(run.layout),
+            rejected=curation.rejected_texts(run.layout),
             extra_prompt=snapshot.get("extra_prompt", ""),
             call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
         )

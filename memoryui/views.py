@@ -147,18 +147,6 @@ def _current_versions(layout: Layout) -> dict[str, dict]:
     return current
 
 
-def _selection(layout: Layout) -> tuple[WorkspaceFile | None, tree.Selection | None]:
-    file = (
-        WorkspaceFile.objects.present()
-        .filter(layout=layout, kind=WorkspaceFile.Kind.SELECTION)
-        .only("pk", "blob_id", "path")
-        .first()
-    )
-    if file is None or file.blob_id is None:
-        return file, None
-    return file, documents.selection(file.blob_id)
-
-
 @require_GET
 def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
@@ -181,7 +169,7 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
     )
     raws = RawMemory.objects.filter(layout=layout).exclude(file_id__in=gone)
     without_memory = rollouts.exclude(rollout_id__in=raws.values("rollout_id"))
-    selection_file, selection = _selection(layout)
+    selection_file, selection = documents.current_selection(layout)
     selected_ids = [item.rollout_id for item in selection.items] if selection else []
     forgotten = raws.exclude(rollout_id__in=selected_ids).order_by("-updated_at_raw", "rollout_id")
     return render(
@@ -232,7 +220,7 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         elif data["memory"] == "some":
             rollouts = rollouts.filter(rollout_id__in=raw_ids)
         if data["selection"]:
-            _, selection = _selection(layout)
+            _, selection = documents.current_selection(layout)
             ids = [item.rollout_id for item in selection.items] if selection else []
             if data["selection"] == "selected":
                 rollouts = rollouts.filter(rollout_id__in=ids)
@@ -328,7 +316,7 @@ def _entry_views(layout, version, blocks, links):  # type: ignore[no-untyped-def
     pinned = set(
         Pin.objects.filter(layout=layout, document=version.document).values_list("key", flat=True)
     )
-    _, selection = _selection(layout)
+    _, selection = documents.current_selection(layout)
     selected = {item.rollout_id for item in selection.items} if selection else None
     views = []
     for i, block in blocks:
