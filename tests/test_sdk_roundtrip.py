@@ -4,7 +4,6 @@ capability injects the curated ``memory_summary.md``, and its memory storage rea
 exported selection and raw memories without losing an item."""
 
 import asyncio
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -20,7 +19,6 @@ from generation.fake_openai import FakeOpenAI
 from memoryui import curation, pipeline, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
-    Blob,
     GenerationSettings,
     Layout,
     MemoryVersion,
@@ -87,20 +85,14 @@ def files_of(root: Path) -> dict[str, tuple[bytes | None, int]]:
 
 def curate(layout: Layout, document: str, text: str, user) -> MemoryVersion:
     """A person's edit: a new current version, as the curation pages make it."""
-    data = text.encode()
-    digest = hashlib.sha256(data).hexdigest()
-    Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
-    latest = (
-        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
-    )
-    return MemoryVersion.objects.create(
-        layout=layout,
-        document=document,
-        number=latest.number + 1 if latest else 1,
-        blob_id=digest,
-        author_kind=MemoryVersion.Author.PERSON,
-        author=user,
+    current = curation.latest(layout, document)
+    return curation.save_document(
+        layout,
+        document,
+        text,
+        user=user,
         reason="curated in a test",
+        based_on=current.number if current else None,
     )
 
 

@@ -21,11 +21,10 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import export, tree
-from memoryui import writeback
+from memoryui import curation, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
-    Blob,
     GenerationRun,
     Layout,
     Membership,
@@ -65,19 +64,14 @@ def layout(ws):
 
 
 def curate(layout: Layout, document: str, text: str, user=None) -> MemoryVersion:
-    data = text.encode()
-    digest = hashlib.sha256(data).hexdigest()
-    Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
-    latest = (
-        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
-    )
-    return MemoryVersion.objects.create(
-        layout=layout,
-        document=document,
-        number=latest.number + 1 if latest else 1,
-        blob_id=digest,
-        author_kind=MemoryVersion.Author.PERSON,
-        author=user,
+    current = curation.latest(layout, document)
+    return curation.save_document(
+        layout,
+        document,
+        text,
+        user=user,
+        reason="curated in a test",
+        based_on=current.number if current else None,
     )
 
 
