@@ -76,6 +76,23 @@ def phase_two_task(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
 
 
 @shared_task(acks_late=True)
+def recover_stalled_runs() -> None:
+    """Periodic (Celery beat): send again the work of active runs whose task message was
+    lost with a worker, and keep every extracting run's window of jobs full."""
+    from memoryui import pipeline
+    from memoryui.models import GenerationRun
+
+    stalled = pipeline.take_stalled()
+    for job_id in stalled.jobs:
+        phase_one_task.delay(job_id)
+    for run_id in stalled.runs:
+        phase_two_task.delay(run_id)
+    extracting = GenerationRun.objects.filter(status=GenerationRun.Status.EXTRACTING)
+    for run_id in extracting.values_list("pk", flat=True):
+        advance_run(run_id)
+
+
+@shared_task(acks_late=True)
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)

@@ -382,6 +382,7 @@ class GenerationRun(models.Model):
     phase_two_input_tokens = models.PositiveIntegerField(default=0)
     phase_two_output_tokens = models.PositiveIntegerField(default=0)
     phase_two_lease_until = models.DateTimeField(null=True, blank=True)
+    phase_two_dispatched_at = models.DateTimeField(null=True, blank=True)
     base_memory_md = models.ForeignKey(
         MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -442,7 +443,9 @@ class PhaseOneJob(models.Model):
     run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="jobs")
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="+")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    dispatched = models.BooleanField(default=False)
+    # When a task was last sent for this job. A job sent but never taken (its message
+    # was lost with a worker) is sent again once a lease has passed.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     result = models.ForeignKey(
@@ -456,7 +459,7 @@ class PhaseOneJob(models.Model):
 
     class Meta:
         ordering = ["run", "pk"]
-        indexes = [models.Index(fields=["run", "status", "dispatched"], name="job_window")]
+        indexes = [models.Index(fields=["run", "status", "dispatched_at"], name="job_window")]
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.status})"

@@ -5,7 +5,9 @@ Phase one runs one job per rollout, at most ``concurrency`` at a time per layout
 finishing job claims the next ones (``claim_window``), and the last one to finish moves
 the run to phase two (``finish_phase_one``), exactly once. Every step claims its work
 with a conditional update, so a task delivered twice (``acks_late``) does nothing the
-second time, and one whose worker died is taken over once its lease has expired.
+second time, and one whose worker died is taken over once its lease has expired. Work
+whose task message was lost altogether is found by ``take_stalled``, which the periodic
+``recover_stalled_runs`` task calls, and sent again.
 
 Nothing here writes to the workspace: phase one's files and phase two's documents are
 stored, and phase two ends in a ``Proposal`` that a person reviews.
@@ -19,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -183,15 +185,16 @@ def claim_window(run_id: int) -> list[int]:
             return []
         jobs = PhaseOneJob.objects.filter(run_id=run_id)
         in_flight = jobs.filter(
-            dispatched=True, status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING]
+            dispatched_at__isnull=False,
+            status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING],
         ).count()
         free = max(0, int(run.settings_snapshot.get("concurrency", 8)) - in_flight)
         ids = list(
-            jobs.filter(status=PhaseOneJob.Status.QUEUED, dispatched=False)
+            jobs.filter(status=PhaseOneJob.Status.QUEUED, dispatched_at__isnull=True)
             .order_by("pk")
             .values_list("pk", flat=True)[:free]
         )
-        PhaseOneJob.objects.filter(pk__in=ids).update(dispatched=True)
+        PhaseOneJob.objects.filter(pk__in=ids).update(dispatched_at=timezone.now())
     return ids
 
 
@@ -302,7 +305,10 @@ def _finish_job(job: PhaseOneJob, result: PhaseOneResult, *, reused: bool) -> No
 def release_for_retry(job_id: int, reason: str) -> int:
     """Put a job back in the queue after a transient error; returns its attempts."""
     PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING).update(
-        status=PhaseOneJob.Status.QUEUED, lease_until=None, error=reason[:1000]
+        status=PhaseOneJob.Status.QUEUED,
+        lease_until=None,
+        dispatched_at=timezone.now(),  # the retry is sent now
+        error=reason[:1000],
     )
     return PhaseOneJob.objects.values_list("attempts", flat=True).get(pk=job_id)
 
@@ -335,9 +341,46 @@ def finish_phase_one(run_id: int) -> bool:
         return False
     return bool(
         GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.EXTRACTING).update(
-            status=GenerationRun.Status.CONSOLIDATING
+            status=GenerationRun.Status.CONSOLIDATING, phase_two_dispatched_at=timezone.now()
         )
     )
+
+
+@dataclass(frozen=True)
+class Stalled:
+    jobs: list[int]
+    runs: list[int]
+
+
+def take_stalled(now: datetime | None = None) -> Stalled:
+    """The work of active runs whose task message was lost (a worker died between
+    marking a job sent and sending it, or holding a message the broker never gave
+    back), and mark it sent again: phase-one jobs sent a lease ago that no worker holds
+    now, and runs waiting for phase two as long. A copy of a message that was not lost
+    after all does nothing: jobs and phase two are claimed before they run."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    with transaction.atomic():
+        jobs = list(
+            PhaseOneJob.objects.filter(
+                run__status=GenerationRun.Status.EXTRACTING, dispatched_at__lt=stale
+            )
+            .filter(
+                Q(status=PhaseOneJob.Status.QUEUED)
+                | Q(status=PhaseOneJob.Status.RUNNING, lease_until__lt=now)
+            )
+            .values_list("pk", flat=True)
+        )
+        PhaseOneJob.objects.filter(pk__in=jobs).update(dispatched_at=now)
+        runs = list(
+            GenerationRun.objects.filter(
+                status=GenerationRun.Status.CONSOLIDATING, phase_two_dispatched_at__lt=stale
+            )
+            .filter(Q(phase_two_lease_until__isnull=True) | Q(phase_two_lease_until__lt=now))
+            .values_list("pk", flat=True)
+        )
+        GenerationRun.objects.filter(pk__in=runs).update(phase_two_dispatched_at=now)
+    return Stalled(jobs=jobs, runs=runs)
 
 
 # --- phase two --------------------------------------------------------------------
@@ -565,8 +608,8 @@ def run_inline(
 def _claim_all(run_id: int) -> list[int]:
     ids = list(
         PhaseOneJob.objects.filter(
-            run_id=run_id, status=PhaseOneJob.Status.QUEUED, dispatched=False
+            run_id=run_id, status=PhaseOneJob.Status.QUEUED, dispatched_at__isnull=True
         ).values_list("pk", flat=True)
     )
-    PhaseOneJob.objects.filter(pk__in=ids).update(dispatched=True)
+    PhaseOneJob.objects.filter(pk__in=ids).update(dispatched_at=timezone.now())
     return ids

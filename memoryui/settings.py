@@ -179,6 +179,17 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
+# every this many seconds, generation work whose task was lost with a worker.
+MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 60)
+CELERY_BEAT_SCHEDULE = {
+    "recover-stalled-runs": {
+        "task": "generation.tasks.recover_stalled_runs",
+        "schedule": MEMORYUI_RECOVERY_SECONDS,
+        "options": {"expires": MEMORYUI_RECOVERY_SECONDS},
+    }
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Generation: the openai client talks to OpenAI or any OpenAI-compatible server.
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")

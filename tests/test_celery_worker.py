@@ -49,7 +49,7 @@ def slow_model(settings):
         yield server
 
 
-def start_worker(broker_url: str, model_url: str, name: str) -> subprocess.Popen:
+def start_worker(broker_url: str, model_url: str, name: str, tmp: Path) -> subprocess.Popen:
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
@@ -60,6 +60,7 @@ def start_worker(broker_url: str, model_url: str, name: str) -> subprocess.Popen
         "OPENAI_BASE_URL": model_url,
         "OPENAI_API_KEY": "",
         "MEMORYUI_JOB_LEASE_SECONDS": "4",
+        "MEMORYUI_RECOVERY_SECONDS": "1",
         "MEMORYUI_RETRY_BASE_SECONDS": "0",
         "DJANGO_ALLOW_ASYNC_UNSAFE": "",
     }
@@ -71,6 +72,8 @@ def start_worker(broker_url: str, model_url: str, name: str) -> subprocess.Popen
             "-A",
             "memoryui",
             "worker",
+            "--beat",
+            f"--schedule={tmp / f'beat-{name}'}",
             "--pool=threads",
             "--concurrency=4",
             "--loglevel=WARNING",
@@ -89,6 +92,9 @@ def start_worker(broker_url: str, model_url: str, name: str) -> subprocess.Popen
 
 
 def stop(worker: subprocess.Popen, sig: int = signal.SIGTERM) -> str:
+    """Stop the worker (once) and return everything it printed."""
+    if hasattr(worker, "log"):
+        return worker.log
     if worker.poll() is None:
         os.killpg(worker.pid, sig)
     try:
@@ -96,10 +102,22 @@ def stop(worker: subprocess.Popen, sig: int = signal.SIGTERM) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(worker.pid, signal.SIGKILL)
         out, _ = worker.communicate()
-    return out.decode(errors="replace")
+    worker.log = out.decode(errors="replace")
+    return worker.log
 
 
-def wait_for(condition, timeout: float, what: str, worker=None) -> None:
+def jobs_report(run_id: int) -> str:
+    jobs = PhaseOneJob.objects.filter(run_id=run_id).order_by("pk")
+    run = GenerationRun.objects.get(pk=run_id)
+    lines = [f"run {run.status}, phase two lease {run.phase_two_lease_until}"]
+    lines += [
+        f"job {j.pk}: {j.status} sent {j.dispatched_at} lease {j.lease_until} tries {j.attempts}"
+        for j in jobs
+    ]
+    return "\n".join(lines)
+
+
+def wait_for(condition, timeout: float, what: str, worker=None, run_id=None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -107,10 +125,12 @@ def wait_for(condition, timeout: float, what: str, worker=None) -> None:
         if worker is not None and worker.poll() is not None:
             raise AssertionError(f"worker exited while waiting for {what}:\n{stop(worker)}")
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    report = jobs_report(run_id) if run_id else ""
+    log = stop(worker) if worker is not None else ""
+    raise AssertionError(f"timed out waiting for {what}\n{report}\nworker log:\n{log}")
 
 
-def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir):
+def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir, tmp_path):
     from generation.tasks import start_generation
 
     import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
@@ -121,7 +141,7 @@ def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir
     keep = list(run.jobs.order_by("pk").values_list("pk", flat=True)[:24])
     run.jobs.exclude(pk__in=keep).delete()
 
-    first = start_worker(broker, slow_model.base_url, "first")
+    first = start_worker(broker, slow_model.base_url, "first", tmp_path)
     try:
         with app.connection_for_write(broker) as conn:
             start_generation.apply_async((run.pk,), connection=conn)
@@ -134,13 +154,14 @@ def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir
     killed_at = done.count()
     assert killed_at < 24
 
-    second = start_worker(broker, slow_model.base_url, "second")
+    second = start_worker(broker, slow_model.base_url, "second", tmp_path)
     try:
         wait_for(
             lambda: GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE,
             120,
             "the run to finish on the second worker",
             second,
+            run.pk,
         )
     finally:
         log = stop(second)

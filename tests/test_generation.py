@@ -201,6 +201,102 @@ def test_a_job_delivered_twice_runs_once(model, layout):
     assert len(model.requests) == calls
 
 
+# --- work lost with a worker ------------------------------------------------------
+
+
+def long_ago(seconds: int):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """What the recovery task sends, instead of sending it."""
+    from generation import tasks
+
+    sent = {"phase_one": [], "phase_two": []}
+    monkeypatch.setattr(tasks.phase_one_task, "delay", sent["phase_one"].append)
+    monkeypatch.setattr(tasks.phase_two_task, "delay", sent["phase_two"].append)
+    return sent
+
+
+def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layout, settings, sent):
+    from generation.tasks import recover_stalled_runs
+
+    run = pipeline.start_run(layout)
+    lost = pipeline.claim_window(run.pk)  # marked sent; the worker died before sending
+    recover_stalled_runs()
+    assert sent["phase_one"] == []  # too early to tell from a busy queue
+
+    run.jobs.filter(pk__in=lost).update(
+        dispatched_at=long_ago(settings.MEMORYUI_JOB_LEASE_SECONDS + 1)
+    )
+    recover_stalled_runs()
+    recover_stalled_runs()
+
+    assert sorted(sent["phase_one"]) == sorted(lost)  # once per lease, not every sweep
+    for job_id in lost:
+        pipeline.process_job(job_id)
+    assert run.jobs.filter(pk__in=lost, status=PhaseOneJob.Status.DONE).count() == 2
+
+
+def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
+    model, layout, settings, sent
+):
+    from generation.tasks import recover_stalled_runs
+
+    run = pipeline.start_run(layout)
+    job_id = pipeline.claim_window(run.pk)[0]
+    lease = settings.MEMORYUI_JOB_LEASE_SECONDS
+    job = run.jobs.filter(pk=job_id)
+    job.update(status=PhaseOneJob.Status.RUNNING, dispatched_at=long_ago(lease + 5))
+    job.update(lease_until=long_ago(-60))  # still held
+    recover_stalled_runs()
+    assert job_id not in sent["phase_one"]
+
+    job.update(lease_until=long_ago(1))  # the holder is gone
+    recover_stalled_runs()
+
+    assert job_id in sent["phase_one"]
+    assert pipeline.process_job(job_id) == run.pk
+    assert job.get().status == PhaseOneJob.Status.DONE
+
+
+def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
+    from generation.tasks import recover_stalled_runs
+
+    run = pipeline.start_run(layout)
+    pipeline.run_inline(run.pk, threads=1)  # phase one and two, for the answers' sake
+    run.jobs.update(status=PhaseOneJob.Status.DONE)
+    Proposal.objects.filter(run=run).delete()
+    GenerationRun.objects.filter(pk=run.pk).update(
+        status=GenerationRun.Status.CONSOLIDATING,
+        phase_two_dispatched_at=long_ago(settings.MEMORYUI_JOB_LEASE_SECONDS + 1),
+        phase_two_lease_until=long_ago(-60),  # a worker is consolidating
+    )
+    recover_stalled_runs()
+    assert sent["phase_two"] == []
+
+    GenerationRun.objects.filter(pk=run.pk).update(phase_two_lease_until=None)
+    recover_stalled_runs()
+
+    assert sent["phase_two"] == [run.pk]
+    assert pipeline.consolidate(run.pk)
+    assert GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE
+
+
+def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
+    from generation.tasks import recover_stalled_runs
+
+    run = pipeline.start_run(layout)  # start_generation was lost: nothing sent yet
+    recover_stalled_runs()
+    assert len(sent["phase_one"]) == 2  # the layout's concurrency
+    assert run.jobs.filter(dispatched_at__isnull=False).count() == 2
+
+
 # --- pages and command --------------------------------------------------------------
 
 
