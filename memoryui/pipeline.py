@@ -226,6 +226,13 @@ def _session_id(layout: Layout, rollout_id: str) -> str:
     return "memoryui"
 
 
+def _takeable(now: datetime) -> Q:
+    """Jobs a worker may take: queued, or running under a lease that has passed."""
+    return Q(status=PhaseOneJob.Status.QUEUED) | Q(
+        status=PhaseOneJob.Status.RUNNING, lease_until__lt=now
+    )
+
+
 def process_job(job_id: int) -> int | None:
     """Run phase one for one job; returns its run id, or None when there was nothing
     to do (another worker has it, or the run was cancelled).
@@ -235,10 +242,7 @@ def process_job(job_id: int) -> int | None:
     lease = now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
     claimed = (
         PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
-        .filter(
-            Q(status=PhaseOneJob.Status.QUEUED)
-            | Q(status=PhaseOneJob.Status.RUNNING, lease_until__lt=now)
-        )
+        .filter(_takeable(now))
         .update(status=PhaseOneJob.Status.RUNNING, lease_until=lease, attempts=F("attempts") + 1)
     )
     if not claimed:
@@ -365,10 +369,7 @@ def take_stalled(now: datetime | None = None) -> Stalled:
             PhaseOneJob.objects.filter(
                 run__status=GenerationRun.Status.EXTRACTING, dispatched_at__lt=stale
             )
-            .filter(
-                Q(status=PhaseOneJob.Status.QUEUED)
-                | Q(status=PhaseOneJob.Status.RUNNING, lease_until__lt=now)
-            )
+            .filter(_takeable(now))
             .values_list("pk", flat=True)
         )
         PhaseOneJob.objects.filter(pk__in=jobs).update(dispatched_at=now)
