@@ -27,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, tree
@@ -506,6 +506,7 @@ class Progress:
     input_tokens: int
     output_tokens: int
     cost: float | None
+    last_activity: datetime | None = None  # the run's start or its last finished job
 
     @property
     def finished(self) -> int:
@@ -531,6 +532,7 @@ def progress(run: GenerationRun) -> Progress:
         cancelled=Count("pk", filter=Q(status=S.CANCELLED)),
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
+        last_finished=Max("finished_at"),
     )
     snapshot = run.settings_snapshot
     one = llm.Usage(agg["input_tokens"] or 0, agg["output_tokens"] or 0)
@@ -551,7 +553,20 @@ def progress(run: GenerationRun) -> Progress:
         input_tokens=one.input_tokens + two.input_tokens,
         output_tokens=one.output_tokens + two.output_tokens,
         cost=cost,
+        last_activity=max(
+            (t for t in (run.started_at, agg["last_finished"]) if t is not None), default=None
+        ),
     )
+
+
+def stalled_since(run: GenerationRun, progress: Progress, now: datetime) -> datetime | None:
+    """When an active run last moved, if that was longer ago than a job's lease: long
+    enough for any lost work to have been sent again, had a worker and beat been up."""
+    if not run.is_active or progress.last_activity is None:
+        return None
+    if now - progress.last_activity <= timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS):
+        return None
+    return progress.last_activity
 
 
 # --- running without a worker ------------------------------------------------------

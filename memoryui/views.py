@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
@@ -490,11 +491,14 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         .select_related("rollout")
         .order_by("pk")[:100]
     )
+    progress = pipeline.progress(run)
     context = {
         "run": run,
         "layout": run.layout,
         "workspace": run.layout.workspace,
-        "progress": pipeline.progress(run),
+        "progress": progress,
+        "stalled_since": pipeline.stalled_since(run, progress, timezone.now()),
+        "lease_minutes": settings.MEMORYUI_JOB_LEASE_SECONDS // 60,
         "failures": failures,
         "elapsed": (
             (run.finished_at or timezone.now()) - (run.started_at or run.created_at)

@@ -316,6 +316,26 @@ def test_staff_start_a_run_and_watch_it(client, model, layout, django_capture_on
     assert fragment.lstrip().startswith('<section id="run-progress"') and "<html" not in fragment
 
 
+def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layout, settings):
+    run = pipeline.start_run(layout)
+    client.force_login(make_user())
+    url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    assert 'id="stalled"' not in client.get(url).content.decode()
+
+    job_id = pipeline.claim_window(run.pk)[0]
+    pipeline.process_job(job_id)
+    lease = settings.MEMORYUI_JOB_LEASE_SECONDS
+    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(lease + 3600))
+    run.jobs.filter(pk=job_id).update(finished_at=long_ago(lease + 600))
+    page = client.get(url).content.decode()
+
+    assert 'id="stalled"' in page and "moved for 25\xa0minutes." in page
+    assert "celery -A memoryui beat" in page
+
+    pipeline.cancel_run(run.pk)
+    assert 'id="stalled"' not in client.get(url).content.decode()
+
+
 def test_running_run_page_polls_for_progress(client, model, layout):
     run = pipeline.start_run(layout)
     client.force_login(make_user())
