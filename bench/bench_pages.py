@@ -124,12 +124,30 @@ def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]
     ).pk
 
 
+def profile(client, url: str, requests: int) -> None:  # type: ignore[no-untyped-def]
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(requests):
+        client.get(url)
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("cumulative").print_stats(35)
+    stats.sort_stats("tottime").print_stats(25)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
     parser.add_argument("--rollouts", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--database-url")
+    parser.add_argument(
+        "--profile", metavar="PAGE", help="also print a cProfile of this page's requests"
+    )
+    parser.add_argument("--only", metavar="PAGE", action="append", help="measure these pages")
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="memoryui-pages-"))
@@ -160,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'page':<26} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'queries':>8}  status")
     worst = 0.0
     for label, url in pages():
+        if args.only and label not in args.only:
+            continue
         response = client.get(url)  # warm: template and parse caches
         if response.status_code != 200:
             print(f"{label:<26} HTTP {response.status_code}")
@@ -177,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             client.get(url)
             times.append((time.perf_counter() - t) * 1000)
+        if label == args.profile:
+            profile(client, url, args.requests)
         times.sort()
         p95 = times[max(0, round(0.95 * len(times)) - 1)]
         worst = max(worst, p95)

@@ -4,6 +4,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
 from generation.tree import TERMINAL_STATES
 
 STATES = (*TERMINAL_STATES, "unknown")
@@ -27,6 +30,28 @@ class Chart:
     max_total: int
     legend: list[tuple[str, int]]
     hidden_days: int
+
+    def svg(self) -> SafeString:
+        """The chart's markup, built here rather than in a template: a few hundred
+        numbers are ~50x cheaper to format in Python than through template tags."""
+        parts = [
+            f'<svg width="{self.width}" height="{self.height}" '
+            f'viewBox="0 0 {self.width} {self.height}" role="img" '
+            'aria-label="Rollouts per day by terminal state">'
+        ]
+        for bar in self.bars:
+            day = bar.day.isoformat() if bar.day else "no date"
+            counts = "".join(f", {n} {escape(state)}" for state, n, _, _ in bar.segments)
+            plural = "" if bar.total == 1 else "s"
+            parts.append(f"<g><title>{day}: {bar.total} rollout{plural}{counts}</title>")
+            parts.extend(
+                f'<rect class="state-{escape(state)}" x="{bar.x}" y="{y}" '
+                f'width="{self.bar_width}" height="{h}"></rect>'
+                for state, _, y, h in bar.segments
+            )
+            parts.append("</g>")
+        parts.append("</svg>")
+        return mark_safe("".join(parts))  # numbers, ISO dates and escaped state names
 
 
 def terminal_states_per_day(rows: list[dict[str, Any]], height: int = 120) -> Chart:

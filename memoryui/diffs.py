@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -12,7 +13,7 @@ from django.utils.safestring import SafeString, mark_safe
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
     kind: str  # "same", "changed", "added", "removed", "skip"
     left_no: int | None
@@ -37,9 +38,25 @@ def _words(a: str, b: str) -> tuple[SafeString, SafeString]:
     return mark_safe("".join(left)), mark_safe("".join(right))  # noqa: S308 - escaped above
 
 
+# Entry-sized diffs (a review page shows dozens, and is opened again and again) are
+# cached; whole documents are not, so that the cache stays small.
+CACHED_DIFF_CHARS = 20_000
+
+
 def side_by_side(old: str, new: str, context: int = 3) -> list[Row]:
     """Rows of a two-column diff; unchanged stretches longer than ``2 * context`` lines
     are folded into one "skip" row."""
+    if len(old) + len(new) <= CACHED_DIFF_CHARS:
+        return list(_cached_rows(old, new, context))
+    return _rows(old, new, context)
+
+
+@lru_cache(maxsize=2048)
+def _cached_rows(old: str, new: str, context: int) -> tuple[Row, ...]:
+    return tuple(_rows(old, new, context))
+
+
+def _rows(old: str, new: str, context: int) -> list[Row]:
     a, b = old.splitlines(), new.splitlines()
     rows: list[Row] = []
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)

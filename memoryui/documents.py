@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from urllib.parse import quote
 
 from django.urls import reverse
+from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
 
 from generation import memory_md, tree
 from generation.summary import Injection, injected_summary
 
-from .models import Blob, Layout, RolloutSummary, WorkspaceFile
+from .models import Blob, Layout, WorkspaceFile
 from .templatetags.markdown import render_markdown
 
 # Pages show the head and tail of a file larger than this.
@@ -94,28 +96,32 @@ class Citation:
 def resolve_citations(layout: Layout, cited: set[str]) -> dict[str, Citation]:
     """One query for all citations of a page; a citation to a missing file is flagged."""
     paths = {f"{layout.memories_dir}/{c}": c for c in cited}
+    # From the files' side: (workspace, path) is unique and indexed.
     found = dict(
-        RolloutSummary.objects.filter(
-            layout=layout, file__path__in=list(paths), file__missing_since__isnull=True
-        ).values_list("file__path", "rollout_id")
+        WorkspaceFile.objects.filter(
+            workspace_id=layout.workspace_id,
+            path__in=list(paths),
+            missing_since__isnull=True,
+            rollout_summary__layout=layout,
+        )
+        .order_by()
+        .values_list("path", "rollout_summary__rollout_id")
     )
-    links = {}
-    for full, cited_path in paths.items():
-        filename = cited_path.rpartition("/")[2]
-        links[cited_path] = Citation(
+    # One reverse() for the page: the file name is the URL's last segment, quoted as
+    # reverse() would quote it.
+    base = reverse(
+        "memoryui:citation",
+        kwargs={"name": layout.workspace.name, "layout_pk": layout.pk, "filename": "-"},
+    ).removesuffix("-/")
+    return {
+        cited_path: Citation(
             path=cited_path,
             exists=full in found,
-            url=reverse(
-                "memoryui:citation",
-                kwargs={
-                    "name": layout.workspace.name,
-                    "layout_pk": layout.pk,
-                    "filename": filename,
-                },
-            ),
+            url=f"{base}{quote(cited_path.rpartition('/')[2], safe=RFC3986_SUBDELIMS + '~:@')}/",
             rollout_id=found.get(full, ""),
         )
-    return links
+        for full, cited_path in paths.items()
+    }
 
 
 def anchor(key: str) -> str:

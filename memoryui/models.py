@@ -118,6 +118,10 @@ class WorkspaceFile(models.Model):
         indexes = [
             models.Index(fields=["layout", "kind"]),
             models.Index(fields=["workspace", "kind"], name="file_workspace_kind"),
+            # Files gone from disk: few, looked up on every layout overview.
+            models.Index(
+                fields=["layout"], condition=models.Q(missing_since__isnull=False), name="file_gone"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -156,7 +160,8 @@ class Rollout(models.Model):
                 fields=["layout", "terminal_state", "sort_at", "rollout_id"],
                 name="rollout_state_recent",
             ),
-            models.Index(fields=["layout", "updated_day"], name="rollout_day"),
+            # Covers the layout overview's rollouts per day and state.
+            models.Index(fields=["layout", "updated_day", "terminal_state"], name="rollout_day"),
         ]
 
     def __str__(self) -> str:
@@ -168,7 +173,7 @@ class RawMemory(models.Model):
 
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="raw_memories")
     file = models.OneToOneField(WorkspaceFile, on_delete=models.CASCADE, related_name="raw_memory")
-    rollout_id = models.CharField(max_length=128, db_index=True)
+    rollout_id = models.CharField(max_length=128)
     updated_at_raw = models.CharField(max_length=64, blank=True)
     rollout_path = models.CharField(max_length=1024, blank=True)
     rollout_summary_file = models.CharField(max_length=1024, blank=True)
@@ -177,6 +182,8 @@ class RawMemory(models.Model):
     class Meta:
         ordering = ["-updated_at_raw", "rollout_id"]
         verbose_name_plural = "raw memories"
+        # "Does this rollout have a raw memory?" for each row of the rollout list.
+        indexes = [models.Index(fields=["layout", "rollout_id"], name="raw_memory_of_rollout")]
 
     def __str__(self) -> str:
         return self.rollout_id
@@ -189,7 +196,7 @@ class RolloutSummary(models.Model):
     file = models.OneToOneField(
         WorkspaceFile, on_delete=models.CASCADE, related_name="rollout_summary"
     )
-    rollout_id = models.CharField(max_length=128, db_index=True)
+    rollout_id = models.CharField(max_length=128)
     slug = models.CharField(max_length=128, blank=True)
     session_id = models.CharField(max_length=128, blank=True)
     updated_at_raw = models.CharField(max_length=64, blank=True)
@@ -198,6 +205,7 @@ class RolloutSummary(models.Model):
     class Meta:
         ordering = ["-updated_at_raw", "rollout_id"]
         verbose_name_plural = "rollout summaries"
+        indexes = [models.Index(fields=["layout", "rollout_id"], name="summary_of_rollout")]
 
     def __str__(self) -> str:
         return f"{self.rollout_id}_{self.slug}"

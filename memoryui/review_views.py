@@ -188,9 +188,18 @@ def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[s
     ):
         new_files.update(files or {})
     return {
-        key: [(links[p].exists or p in new_files, links[p].url, p) for p in paths if p in links]
+        key: [
+            (links[p].exists or p in new_files, links[p].url, p, _short(p))
+            for p in paths
+            if p in links
+        ]
         for key, paths in cited.items()
     }
+
+
+def _short(path: str, limit: int = 48) -> str:
+    name = path.removeprefix("rollout_summaries/")
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def review_citations(text: str) -> list[str]:

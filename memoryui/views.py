@@ -158,9 +158,9 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
     # Files gone from disk are few (usually none): leaving them out by id is much
     # cheaper than joining every rollout and raw memory to its file.
     gone = list(
-        WorkspaceFile.objects.filter(layout=layout, missing_since__isnull=False).values_list(
-            "pk", flat=True
-        )
+        WorkspaceFile.objects.filter(layout=layout, missing_since__isnull=False)
+        .order_by()
+        .values_list("pk", flat=True)
     )
     rollouts = Rollout.objects.filter(layout=layout).exclude(file_id__in=gone)
     per_day = list(

@@ -150,6 +150,16 @@ def test_memory_md_page_lists_entries_with_resolved_citations(reviewer, small):
     assert "missing citation" not in page and "unsupported" not in page
 
 
+@pytest.mark.parametrize(
+    "filename", ["plain_slug.md", "with space.md", "ünï-cödé.md", "a%25b?c#d&e.md", "x:y@z~!$.md"]
+)
+def test_citation_links_are_the_urls_django_would_build(small, filename):
+    from memoryui.documents import resolve_citations
+
+    link = resolve_citations(small, {f"rollout_summaries/{filename}"})
+    assert link[f"rollout_summaries/{filename}"].url == url("citation", small, filename)
+
+
 def test_citation_leads_to_the_rollout_page(reviewer, small):
     response = reviewer.get(
         url("citation", small, "eng-slugify-unicode-65aef7_fix-slugify-unicode-slugs.md")
