@@ -118,9 +118,14 @@ class WorkspaceFile(models.Model):
         indexes = [
             models.Index(fields=["layout", "kind"]),
             models.Index(fields=["workspace", "kind"], name="file_workspace_kind"),
-            # Files gone from disk: few, looked up on every layout overview.
+            # Files gone from disk: few, looked up on every workspace and layout page.
             models.Index(
                 fields=["layout"], condition=models.Q(missing_since__isnull=False), name="file_gone"
+            ),
+            models.Index(
+                fields=["workspace"],
+                condition=models.Q(missing_since__isnull=False),
+                name="file_gone_workspace",
             ),
         ]
 

@@ -122,6 +122,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Pages run short queries: PostgreSQL's JIT compiles them for tens of milliseconds
+    # whenever an estimate looks large (as it does before autovacuum has analyzed a
+    # fresh import) and never wins that back. An ?options=... in DATABASE_URL wins.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -45,3 +45,15 @@ def test_bad_boolean_is_explained():
     result = manage("check", DEBUG="maybe")
     assert result.returncode != 0
     assert "DEBUG must be a boolean" in result.stderr
+
+
+def test_postgres_connections_run_without_jit_unless_the_url_says_otherwise():
+    show = (
+        "from django.db import connection; c = connection.cursor(); "
+        "c.execute('SHOW jit'); print(c.fetchone()[0])"
+    )
+    url = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+    default = manage("shell", "-c", show, DATABASE_URL=url)
+    chosen = manage("shell", "-c", show, DATABASE_URL=url + "?options=-c%20jit%3Don")
+    assert default.stdout.split()[-1] == "off", default.stderr
+    assert chosen.stdout.split()[-1] == "on", chosen.stderr
