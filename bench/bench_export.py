@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--database-url", help="default: SQLite in a temp dir")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--profile", action="store_true", help="cProfile one more export")
     args = parser.parse_args(argv)
 
     def log(text: str) -> None:
@@ -134,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
             seconds, size = time_export(f"round-{round_}", out)
             export_times.append(seconds)
             log(f"round {round_ + 1}: tar {tar_times[-1]:.3f}s, export {seconds:.3f}s")
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(time_export, "profiled", out)
+            stats = pstats.Stats(profiler, stream=sys.stderr)
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(20)
         tar_s, export_s = statistics.median(tar_times), statistics.median(export_times)
         result = {
             "rollouts": bench_import.count_rollouts(tree),
