@@ -7,6 +7,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
@@ -15,377 +16,164 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name="Blob",
+            name='Blob',
             fields=[
-                ("sha256", models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ("size", models.BigIntegerField()),
-                ("data", models.BinaryField()),
+                ('sha256', models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ('size', models.BigIntegerField()),
+                ('data', models.BinaryField()),
             ],
         ),
         migrations.CreateModel(
-            name="Workspace",
+            name='Workspace',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("name", models.CharField(max_length=100, unique=True)),
-                (
-                    "source_kind",
-                    models.CharField(
-                        choices=[("directory", "Directory"), ("snapshot", "Snapshot archive")],
-                        max_length=16,
-                    ),
-                ),
-                ("source_path", models.CharField(max_length=1024)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("last_imported_at", models.DateTimeField(blank=True, null=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(max_length=100, unique=True)),
+                ('source_kind', models.CharField(choices=[('directory', 'Directory'), ('snapshot', 'Snapshot archive')], max_length=16)),
+                ('source_path', models.CharField(max_length=1024)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('last_imported_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                "ordering": ["name"],
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="Layout",
+            name='Layout',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("memories_dir", models.CharField(max_length=512)),
-                ("sessions_dir", models.CharField(max_length=512)),
-                ("missing_since", models.DateTimeField(blank=True, null=True)),
-                (
-                    "workspace",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="layouts",
-                        to="memoryui.workspace",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('memories_dir', models.CharField(max_length=512)),
+                ('sessions_dir', models.CharField(max_length=512)),
+                ('missing_since', models.DateTimeField(blank=True, null=True)),
+                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='layouts', to='memoryui.workspace')),
             ],
             options={
-                "ordering": ["workspace", "memories_dir"],
+                'ordering': ['workspace', 'memories_dir'],
             },
         ),
         migrations.CreateModel(
-            name="ImportRun",
+            name='ImportRun',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("ok", "Imported"),
-                            ("with_errors", "Imported with errors"),
-                            ("failed", "Nothing imported"),
-                        ],
-                        max_length=16,
-                    ),
-                ),
-                ("added", models.PositiveIntegerField(default=0)),
-                ("changed", models.PositiveIntegerField(default=0)),
-                ("unchanged", models.PositiveIntegerField(default=0)),
-                ("missing", models.PositiveIntegerField(default=0)),
-                ("report", models.JSONField(default=dict)),
-                (
-                    "triggered_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "workspace",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="imports",
-                        to="memoryui.workspace",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('status', models.CharField(choices=[('ok', 'Imported'), ('with_errors', 'Imported with errors'), ('failed', 'Nothing imported')], max_length=16)),
+                ('added', models.PositiveIntegerField(default=0)),
+                ('changed', models.PositiveIntegerField(default=0)),
+                ('unchanged', models.PositiveIntegerField(default=0)),
+                ('missing', models.PositiveIntegerField(default=0)),
+                ('report', models.JSONField(default=dict)),
+                ('triggered_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='imports', to='memoryui.workspace')),
             ],
             options={
-                "ordering": ["-started_at", "-pk"],
+                'ordering': ['-started_at', '-pk'],
             },
         ),
         migrations.CreateModel(
-            name="WorkspaceFile",
+            name='WorkspaceFile',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("path", models.CharField(max_length=1024)),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("rollout", "Rollout"),
-                            ("raw_memory", "Raw Memory"),
-                            ("rollout_summary", "Rollout Summary"),
-                            ("memory_index", "Memory Index"),
-                            ("memory_summary", "Memory Summary"),
-                            ("raw_memories_merged", "Raw Memories Merged"),
-                            ("selection", "Selection"),
-                            ("skill", "Skill"),
-                            ("workspace_file", "Workspace File"),
-                            ("directory", "Directory"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("size", models.BigIntegerField(default=0)),
-                ("mode", models.IntegerField(default=420)),
-                ("mtime_ns", models.BigIntegerField(default=0)),
-                (
-                    "problem",
-                    models.TextField(blank=True, help_text="Why this file was not taken as it is."),
-                ),
-                ("first_seen_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("changed_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("missing_since", models.DateTimeField(blank=True, null=True)),
-                (
-                    "blob",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        to="memoryui.blob",
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="files",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "workspace",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="files",
-                        to="memoryui.workspace",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('path', models.CharField(max_length=1024)),
+                ('kind', models.CharField(choices=[('rollout', 'Rollout'), ('raw_memory', 'Raw Memory'), ('rollout_summary', 'Rollout Summary'), ('memory_index', 'Memory Index'), ('memory_summary', 'Memory Summary'), ('raw_memories_merged', 'Raw Memories Merged'), ('selection', 'Selection'), ('skill', 'Skill'), ('workspace_file', 'Workspace File'), ('directory', 'Directory')], max_length=32)),
+                ('size', models.BigIntegerField(default=0)),
+                ('mode', models.IntegerField(default=420)),
+                ('mtime_ns', models.BigIntegerField(default=0)),
+                ('problem', models.TextField(blank=True, help_text='Why this file was not taken as it is.')),
+                ('first_seen_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('changed_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('missing_since', models.DateTimeField(blank=True, null=True)),
+                ('blob', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='memoryui.blob')),
+                ('layout', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='files', to='memoryui.layout')),
+                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='files', to='memoryui.workspace')),
             ],
             options={
-                "ordering": ["workspace", "path"],
+                'ordering': ['workspace', 'path'],
             },
         ),
         migrations.CreateModel(
-            name="RolloutSummary",
+            name='RolloutSummary',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(db_index=True, max_length=128)),
-                ("slug", models.CharField(blank=True, max_length=128)),
-                ("session_id", models.CharField(blank=True, max_length=128)),
-                ("updated_at_raw", models.CharField(blank=True, max_length=64)),
-                ("terminal_state", models.CharField(blank=True, max_length=32)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="rollout_summaries",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "file",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="rollout_summary",
-                        to="memoryui.workspacefile",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(db_index=True, max_length=128)),
+                ('slug', models.CharField(blank=True, max_length=128)),
+                ('session_id', models.CharField(blank=True, max_length=128)),
+                ('updated_at_raw', models.CharField(blank=True, max_length=64)),
+                ('terminal_state', models.CharField(blank=True, max_length=32)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rollout_summaries', to='memoryui.layout')),
+                ('file', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='rollout_summary', to='memoryui.workspacefile')),
             ],
             options={
-                "verbose_name_plural": "rollout summaries",
-                "ordering": ["-updated_at_raw", "rollout_id"],
+                'verbose_name_plural': 'rollout summaries',
+                'ordering': ['-updated_at_raw', 'rollout_id'],
             },
         ),
         migrations.CreateModel(
-            name="Rollout",
+            name='Rollout',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(max_length=128)),
-                ("segment_count", models.PositiveIntegerField(default=0)),
-                ("item_count", models.PositiveIntegerField(default=0)),
-                ("updated_at_raw", models.CharField(blank=True, max_length=64)),
-                ("updated_at", models.DateTimeField(blank=True, db_index=True, null=True)),
-                ("terminal_state", models.CharField(blank=True, db_index=True, max_length=32)),
-                ("title", models.CharField(blank=True, max_length=200)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="rollouts",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "file",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="rollout",
-                        to="memoryui.workspacefile",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(max_length=128)),
+                ('segment_count', models.PositiveIntegerField(default=0)),
+                ('item_count', models.PositiveIntegerField(default=0)),
+                ('updated_at_raw', models.CharField(blank=True, max_length=64)),
+                ('updated_at', models.DateTimeField(blank=True, db_index=True, null=True)),
+                ('terminal_state', models.CharField(blank=True, db_index=True, max_length=32)),
+                ('title', models.CharField(blank=True, max_length=200)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rollouts', to='memoryui.layout')),
+                ('file', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='rollout', to='memoryui.workspacefile')),
             ],
             options={
-                "ordering": ["-updated_at", "rollout_id"],
+                'ordering': ['-updated_at', 'rollout_id'],
             },
         ),
         migrations.CreateModel(
-            name="RawMemory",
+            name='RawMemory',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(db_index=True, max_length=128)),
-                ("updated_at_raw", models.CharField(blank=True, max_length=64)),
-                ("rollout_path", models.CharField(blank=True, max_length=1024)),
-                ("rollout_summary_file", models.CharField(blank=True, max_length=1024)),
-                ("terminal_state", models.CharField(blank=True, max_length=32)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="raw_memories",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "file",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="raw_memory",
-                        to="memoryui.workspacefile",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(db_index=True, max_length=128)),
+                ('updated_at_raw', models.CharField(blank=True, max_length=64)),
+                ('rollout_path', models.CharField(blank=True, max_length=1024)),
+                ('rollout_summary_file', models.CharField(blank=True, max_length=1024)),
+                ('terminal_state', models.CharField(blank=True, max_length=32)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='raw_memories', to='memoryui.layout')),
+                ('file', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='raw_memory', to='memoryui.workspacefile')),
             ],
             options={
-                "verbose_name_plural": "raw memories",
-                "ordering": ["-updated_at_raw", "rollout_id"],
+                'verbose_name_plural': 'raw memories',
+                'ordering': ['-updated_at_raw', 'rollout_id'],
             },
         ),
         migrations.CreateModel(
-            name="MemoryVersion",
+            name='MemoryVersion',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "document",
-                    models.CharField(
-                        choices=[
-                            ("memory_md", "MEMORY.md"),
-                            ("memory_summary", "memory_summary.md"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("number", models.PositiveIntegerField()),
-                (
-                    "author_kind",
-                    models.CharField(
-                        choices=[
-                            ("agent", "Agent / SDK (on disk)"),
-                            ("person", "Person"),
-                            ("pipeline", "memoryui pipeline"),
-                        ],
-                        max_length=16,
-                    ),
-                ),
-                ("reason", models.CharField(blank=True, max_length=500)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "author",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "blob",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, to="memoryui.blob"
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="versions",
-                        to="memoryui.layout",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(choices=[('memory_md', 'MEMORY.md'), ('memory_summary', 'memory_summary.md')], max_length=32)),
+                ('number', models.PositiveIntegerField()),
+                ('author_kind', models.CharField(choices=[('agent', 'Agent / SDK (on disk)'), ('person', 'Person'), ('pipeline', 'memoryui pipeline')], max_length=16)),
+                ('reason', models.CharField(blank=True, max_length=500)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('author', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('blob', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, to='memoryui.blob')),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='memoryui.layout')),
             ],
             options={
-                "ordering": ["layout", "document", "-number"],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("layout", "document", "number"), name="version_unique_number"
-                    )
-                ],
+                'ordering': ['layout', 'document', '-number'],
+                'constraints': [models.UniqueConstraint(fields=('layout', 'document', 'number'), name='version_unique_number')],
             },
         ),
         migrations.AddConstraint(
-            model_name="layout",
-            constraint=models.UniqueConstraint(
-                fields=("workspace", "memories_dir"), name="layout_unique_memories_dir"
-            ),
+            model_name='layout',
+            constraint=models.UniqueConstraint(fields=('workspace', 'memories_dir'), name='layout_unique_memories_dir'),
         ),
         migrations.AddIndex(
-            model_name="workspacefile",
-            index=models.Index(fields=["layout", "kind"], name="memoryui_wo_layout__f6ba71_idx"),
+            model_name='workspacefile',
+            index=models.Index(fields=['layout', 'kind'], name='memoryui_wo_layout__f6ba71_idx'),
         ),
         migrations.AddConstraint(
-            model_name="workspacefile",
-            constraint=models.UniqueConstraint(
-                fields=("workspace", "path"), name="file_unique_path"
-            ),
+            model_name='workspacefile',
+            constraint=models.UniqueConstraint(fields=('workspace', 'path'), name='file_unique_path'),
         ),
         migrations.AddConstraint(
-            model_name="rollout",
-            constraint=models.UniqueConstraint(
-                fields=("layout", "rollout_id"), name="rollout_unique_id"
-            ),
+            model_name='rollout',
+            constraint=models.UniqueConstraint(fields=('layout', 'rollout_id'), name='rollout_unique_id'),
         ),
     ]

@@ -5,56 +5,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0001_initial"),
+        ('memoryui', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="SearchDocument",
+            name='SearchDocument',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(max_length=128)),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("transcript", "Transcript"),
-                            ("raw_memory", "Raw memory"),
-                            ("summary", "Rollout summary"),
-                        ],
-                        max_length=16,
-                    ),
-                ),
-                ("body", models.TextField()),
-                (
-                    "file",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="search_document",
-                        to="memoryui.workspacefile",
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="search_documents",
-                        to="memoryui.layout",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(max_length=128)),
+                ('kind', models.CharField(choices=[('transcript', 'Transcript'), ('raw_memory', 'Raw memory'), ('summary', 'Rollout summary')], max_length=16)),
+                ('body', models.TextField()),
+                ('file', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='search_document', to='memoryui.workspacefile')),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='search_documents', to='memoryui.layout')),
             ],
             options={
-                "indexes": [
-                    models.Index(
-                        fields=["layout", "rollout_id"], name="memoryui_se_layout__579711_idx"
-                    )
-                ],
+                'indexes': [models.Index(fields=['layout', 'rollout_id'], name='memoryui_se_layout__579711_idx')],
             },
         ),
     ]

@@ -5,54 +5,50 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0003_search_index"),
+        ('memoryui', '0003_search_index'),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name="rollout",
-            options={"ordering": ["-sort_at", "-rollout_id"]},
+            name='rollout',
+            options={'ordering': ['-sort_at', '-rollout_id']},
         ),
         migrations.AddField(
-            model_name="rollout",
-            name="sort_at",
-            field=models.DateTimeField(
-                default=datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)
-            ),
+            model_name='rollout',
+            name='sort_at',
+            field=models.DateTimeField(default=datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)),
         ),
         migrations.AddField(
-            model_name="rollout",
-            name="updated_day",
+            model_name='rollout',
+            name='updated_day',
             field=models.DateField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name="rollout",
-            name="terminal_state",
+            model_name='rollout',
+            name='terminal_state',
             field=models.CharField(blank=True, max_length=32),
         ),
         migrations.AlterField(
-            model_name="rollout",
-            name="updated_at",
+            model_name='rollout',
+            name='updated_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddIndex(
-            model_name="rollout",
-            index=models.Index(fields=["layout", "sort_at", "rollout_id"], name="rollout_recent"),
+            model_name='rollout',
+            index=models.Index(fields=['layout', 'sort_at', 'rollout_id'], name='rollout_recent'),
         ),
         migrations.AddIndex(
-            model_name="rollout",
-            index=models.Index(
-                fields=["layout", "terminal_state", "sort_at", "rollout_id"],
-                name="rollout_state_recent",
-            ),
+            model_name='rollout',
+            index=models.Index(fields=['layout', 'terminal_state', 'sort_at', 'rollout_id'], name='rollout_state_recent'),
         ),
         migrations.AddIndex(
-            model_name="rollout",
-            index=models.Index(fields=["layout", "updated_day"], name="rollout_day"),
+            model_name='rollout',
+            index=models.Index(fields=['layout', 'updated_day'], name='rollout_day'),
         ),
         migrations.AddIndex(
-            model_name="workspacefile",
-            index=models.Index(fields=["workspace", "kind"], name="file_workspace_kind"),
+            model_name='workspacefile',
+            index=models.Index(fields=['workspace', 'kind'], name='file_workspace_kind'),
         ),
     ]

@@ -8,362 +8,123 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0004_list_indexes"),
+        ('memoryui', '0004_list_indexes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="GenerationRun",
+            name='GenerationRun',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("queued", "Queued"),
-                            ("extracting", "Phase one: extracting"),
-                            ("consolidating", "Phase two: consolidating"),
-                            ("done", "Done"),
-                            ("failed", "Failed"),
-                            ("cancelled", "Cancelled"),
-                        ],
-                        default="queued",
-                        max_length=16,
-                    ),
-                ),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                ("started_at", models.DateTimeField(blank=True, null=True)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                ("error", models.TextField(blank=True)),
-                ("offline_demo", models.BooleanField(default=False)),
-                ("settings_snapshot", models.JSONField(default=dict)),
-                ("phase_two_input_tokens", models.PositiveIntegerField(default=0)),
-                ("phase_two_output_tokens", models.PositiveIntegerField(default=0)),
-                ("phase_two_lease_until", models.DateTimeField(blank=True, null=True)),
-                (
-                    "base_memory_md",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.memoryversion",
-                    ),
-                ),
-                (
-                    "base_memory_summary",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.memoryversion",
-                    ),
-                ),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="runs",
-                        to="memoryui.layout",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('status', models.CharField(choices=[('queued', 'Queued'), ('extracting', 'Phase one: extracting'), ('consolidating', 'Phase two: consolidating'), ('done', 'Done'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('started_at', models.DateTimeField(blank=True, null=True)),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('error', models.TextField(blank=True)),
+                ('offline_demo', models.BooleanField(default=False)),
+                ('settings_snapshot', models.JSONField(default=dict)),
+                ('phase_two_input_tokens', models.PositiveIntegerField(default=0)),
+                ('phase_two_output_tokens', models.PositiveIntegerField(default=0)),
+                ('phase_two_lease_until', models.DateTimeField(blank=True, null=True)),
+                ('base_memory_md', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.memoryversion')),
+                ('base_memory_summary', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.memoryversion')),
+                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='memoryui.layout')),
             ],
             options={
-                "ordering": ["-created_at", "-pk"],
+                'ordering': ['-created_at', '-pk'],
             },
         ),
         migrations.CreateModel(
-            name="GenerationSettings",
+            name='GenerationSettings',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("phase_one_model", models.CharField(default="gpt-5-mini", max_length=100)),
-                ("phase_two_model", models.CharField(default="gpt-5", max_length=100)),
-                (
-                    "reasoning_effort",
-                    models.CharField(
-                        blank=True,
-                        choices=[
-                            ("", "model default"),
-                            ("minimal", "minimal"),
-                            ("low", "low"),
-                            ("medium", "medium"),
-                            ("high", "high"),
-                        ],
-                        default="",
-                        max_length=10,
-                    ),
-                ),
-                (
-                    "api",
-                    models.CharField(
-                        choices=[
-                            ("responses", "Responses API (structured outputs)"),
-                            ("chat", "Chat Completions, json_schema (OpenAI, vLLM, LM Studio)"),
-                            (
-                                "chat_json_object",
-                                "Chat Completions, json_object + schema (llama.cpp)",
-                            ),
-                        ],
-                        default="responses",
-                        max_length=20,
-                    ),
-                ),
-                (
-                    "extra_prompt",
-                    models.TextField(
-                        blank=True,
-                        help_text="Added to both phases' instructions. Keep it well under 5,000 tokens.",
-                    ),
-                ),
-                (
-                    "max_raw_memories_for_consolidation",
-                    models.PositiveIntegerField(
-                        default=256,
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(4096),
-                        ],
-                    ),
-                ),
-                (
-                    "concurrency",
-                    models.PositiveSmallIntegerField(
-                        default=8,
-                        help_text="Phase-one model calls running at once for this layout.",
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(64),
-                        ],
-                    ),
-                ),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                (
-                    "layout",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="generation_settings",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "updated_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('phase_one_model', models.CharField(default='gpt-5-mini', max_length=100)),
+                ('phase_two_model', models.CharField(default='gpt-5', max_length=100)),
+                ('reasoning_effort', models.CharField(blank=True, choices=[('', 'model default'), ('minimal', 'minimal'), ('low', 'low'), ('medium', 'medium'), ('high', 'high')], default='', max_length=10)),
+                ('api', models.CharField(choices=[('responses', 'Responses API (structured outputs)'), ('chat', 'Chat Completions, json_schema (OpenAI, vLLM, LM Studio)'), ('chat_json_object', 'Chat Completions, json_object + schema (llama.cpp)')], default='responses', max_length=20)),
+                ('extra_prompt', models.TextField(blank=True, help_text="Added to both phases' instructions. Keep it well under 5,000 tokens.")),
+                ('max_raw_memories_for_consolidation', models.PositiveIntegerField(default=256, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4096)])),
+                ('concurrency', models.PositiveSmallIntegerField(default=8, help_text='Phase-one model calls running at once for this layout.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(64)])),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('layout', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='generation_settings', to='memoryui.layout')),
+                ('updated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "verbose_name_plural": "generation settings",
+                'verbose_name_plural': 'generation settings',
             },
         ),
         migrations.CreateModel(
-            name="PhaseOneResult",
+            name='PhaseOneResult',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(max_length=128)),
-                ("cache_key", models.CharField(max_length=64)),
-                (
-                    "outcome",
-                    models.CharField(
-                        choices=[("memory", "Raw memory"), ("nothing", "Nothing to remember")],
-                        max_length=16,
-                    ),
-                ),
-                ("slug", models.CharField(blank=True, max_length=80)),
-                ("rollout_summary", models.TextField(blank=True)),
-                ("raw_memory", models.TextField(blank=True)),
-                (
-                    "files",
-                    models.JSONField(default=dict, help_text="memories-dir path -> file text"),
-                ),
-                ("input_tokens", models.PositiveIntegerField(default=0)),
-                ("output_tokens", models.PositiveIntegerField(default=0)),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memoryui.layout",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(max_length=128)),
+                ('cache_key', models.CharField(max_length=64)),
+                ('outcome', models.CharField(choices=[('memory', 'Raw memory'), ('nothing', 'Nothing to remember')], max_length=16)),
+                ('slug', models.CharField(blank=True, max_length=80)),
+                ('rollout_summary', models.TextField(blank=True)),
+                ('raw_memory', models.TextField(blank=True)),
+                ('files', models.JSONField(default=dict, help_text='memories-dir path -> file text')),
+                ('input_tokens', models.PositiveIntegerField(default=0)),
+                ('output_tokens', models.PositiveIntegerField(default=0)),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='memoryui.layout')),
             ],
         ),
         migrations.CreateModel(
-            name="PhaseOneJob",
+            name='PhaseOneJob',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("queued", "Queued"),
-                            ("running", "Running"),
-                            ("done", "Done"),
-                            ("failed", "Failed"),
-                            ("cancelled", "Cancelled"),
-                        ],
-                        default="queued",
-                        max_length=16,
-                    ),
-                ),
-                ("dispatched", models.BooleanField(default=False)),
-                ("lease_until", models.DateTimeField(blank=True, null=True)),
-                ("attempts", models.PositiveSmallIntegerField(default=0)),
-                ("reused", models.BooleanField(default=False)),
-                ("error", models.TextField(blank=True)),
-                ("input_tokens", models.PositiveIntegerField(default=0)),
-                ("output_tokens", models.PositiveIntegerField(default=0)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "rollout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memoryui.rollout",
-                    ),
-                ),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="jobs",
-                        to="memoryui.generationrun",
-                    ),
-                ),
-                (
-                    "result",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.phaseoneresult",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
+                ('dispatched', models.BooleanField(default=False)),
+                ('lease_until', models.DateTimeField(blank=True, null=True)),
+                ('attempts', models.PositiveSmallIntegerField(default=0)),
+                ('reused', models.BooleanField(default=False)),
+                ('error', models.TextField(blank=True)),
+                ('input_tokens', models.PositiveIntegerField(default=0)),
+                ('output_tokens', models.PositiveIntegerField(default=0)),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('rollout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='memoryui.rollout')),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='memoryui.generationrun')),
+                ('result', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.phaseoneresult')),
             ],
             options={
-                "ordering": ["run", "pk"],
+                'ordering': ['run', 'pk'],
             },
         ),
         migrations.CreateModel(
-            name="Proposal",
+            name='Proposal',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("pending", "Awaiting review"),
-                            ("approved", "Approved"),
-                            ("rejected", "Rejected"),
-                        ],
-                        default="pending",
-                        max_length=16,
-                    ),
-                ),
-                ("memory_md", models.TextField()),
-                ("memory_summary", models.TextField()),
-                ("raw_memories_md", models.TextField()),
-                (
-                    "selection",
-                    models.JSONField(default=list, help_text="phase_two_selection items"),
-                ),
-                ("retained", models.JSONField(default=list)),
-                ("added", models.JSONField(default=list)),
-                ("removed", models.JSONField(default=list)),
-                ("restored_pins", models.JSONField(default=list)),
-                ("reintroduced", models.JSONField(default=list)),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "base_memory_md",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.memoryversion",
-                    ),
-                ),
-                (
-                    "base_memory_summary",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.memoryversion",
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="proposals",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "run",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="proposal",
-                        to="memoryui.generationrun",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('status', models.CharField(choices=[('pending', 'Awaiting review'), ('approved', 'Approved'), ('rejected', 'Rejected')], default='pending', max_length=16)),
+                ('memory_md', models.TextField()),
+                ('memory_summary', models.TextField()),
+                ('raw_memories_md', models.TextField()),
+                ('selection', models.JSONField(default=list, help_text='phase_two_selection items')),
+                ('retained', models.JSONField(default=list)),
+                ('added', models.JSONField(default=list)),
+                ('removed', models.JSONField(default=list)),
+                ('restored_pins', models.JSONField(default=list)),
+                ('reintroduced', models.JSONField(default=list)),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('base_memory_md', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.memoryversion')),
+                ('base_memory_summary', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.memoryversion')),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='proposals', to='memoryui.layout')),
+                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='proposal', to='memoryui.generationrun')),
             ],
             options={
-                "ordering": ["-created_at", "-pk"],
+                'ordering': ['-created_at', '-pk'],
             },
         ),
         migrations.AddConstraint(
-            model_name="phaseoneresult",
-            constraint=models.UniqueConstraint(
-                fields=("layout", "cache_key"), name="phase_one_cache_key"
-            ),
+            model_name='phaseoneresult',
+            constraint=models.UniqueConstraint(fields=('layout', 'cache_key'), name='phase_one_cache_key'),
         ),
         migrations.AddIndex(
-            model_name="phaseonejob",
-            index=models.Index(fields=["run", "status", "dispatched"], name="job_window"),
+            model_name='phaseonejob',
+            index=models.Index(fields=['run', 'status', 'dispatched'], name='job_window'),
         ),
     ]

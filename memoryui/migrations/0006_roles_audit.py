@@ -7,110 +7,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0005_generation"),
+        ('memoryui', '0005_generation'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="AuditEvent",
+            name='AuditEvent',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "actor",
-                    models.CharField(
-                        help_text="who: a username, 'pipeline' or 'agent'", max_length=150
-                    ),
-                ),
-                ("action", models.CharField(db_index=True, max_length=64)),
-                ("target", models.CharField(blank=True, max_length=1024)),
-                ("detail", models.JSONField(blank=True, default=dict)),
-                (
-                    "created_at",
-                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "user",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "workspace",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="audit_events",
-                        to="memoryui.workspace",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('actor', models.CharField(help_text="who: a username, 'pipeline' or 'agent'", max_length=150)),
+                ('action', models.CharField(db_index=True, max_length=64)),
+                ('target', models.CharField(blank=True, max_length=1024)),
+                ('detail', models.JSONField(blank=True, default=dict)),
+                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ('layout', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.layout')),
+                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_events', to='memoryui.workspace')),
             ],
             options={
-                "ordering": ["-created_at", "-pk"],
-                "indexes": [models.Index(fields=["workspace", "-created_at"], name="audit_recent")],
+                'ordering': ['-created_at', '-pk'],
+                'indexes': [models.Index(fields=['workspace', '-created_at'], name='audit_recent')],
             },
         ),
         migrations.CreateModel(
-            name="Membership",
+            name='Membership',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "role",
-                    models.CharField(
-                        choices=[
-                            ("viewer", "Viewer (read)"),
-                            ("reviewer", "Reviewer (approve and reject)"),
-                            ("editor", "Editor (edit and pin)"),
-                            ("admin", "Admin (settings, write-back, export, members)"),
-                        ],
-                        default="viewer",
-                        max_length=16,
-                    ),
-                ),
-                (
-                    "user",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="memberships",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "workspace",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="members",
-                        to="memoryui.workspace",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('role', models.CharField(choices=[('viewer', 'Viewer (read)'), ('reviewer', 'Reviewer (approve and reject)'), ('editor', 'Editor (edit and pin)'), ('admin', 'Admin (settings, write-back, export, members)')], default='viewer', max_length=16)),
+                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
+                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='members', to='memoryui.workspace')),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(fields=("workspace", "user"), name="membership_unique")
-                ],
+                'constraints': [models.UniqueConstraint(fields=('workspace', 'user'), name='membership_unique')],
             },
         ),
     ]

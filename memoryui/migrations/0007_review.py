@@ -7,181 +7,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0006_roles_audit"),
+        ('memoryui', '0006_roles_audit'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="proposal",
-            name="decided_at",
+            model_name='proposal',
+            name='decided_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="proposal",
-            name="decided_by",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to=settings.AUTH_USER_MODEL,
-            ),
+            model_name='proposal',
+            name='decided_by',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.CreateModel(
-            name="RejectedEntry",
+            name='RejectedEntry',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "document",
-                    models.CharField(
-                        choices=[
-                            ("memory_md", "MEMORY.md"),
-                            ("memory_summary", "memory_summary.md"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("key", models.CharField(max_length=600)),
-                ("title", models.CharField(blank=True, max_length=500)),
-                ("text", models.TextField()),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="rejections",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "proposal",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.proposal",
-                    ),
-                ),
-                (
-                    "rejected_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(choices=[('memory_md', 'MEMORY.md'), ('memory_summary', 'memory_summary.md')], max_length=32)),
+                ('key', models.CharField(max_length=600)),
+                ('title', models.CharField(blank=True, max_length=500)),
+                ('text', models.TextField()),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rejections', to='memoryui.layout')),
+                ('proposal', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.proposal')),
+                ('rejected_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
             ],
         ),
         migrations.CreateModel(
-            name="EntryDecision",
+            name='EntryDecision',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "document",
-                    models.CharField(
-                        choices=[
-                            ("memory_md", "MEMORY.md"),
-                            ("memory_summary", "memory_summary.md"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("key", models.CharField(max_length=600)),
-                (
-                    "decision",
-                    models.CharField(
-                        choices=[("accept", "Accepted"), ("reject", "Rejected")], max_length=8
-                    ),
-                ),
-                ("edited_text", models.TextField(blank=True)),
-                ("decided_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "proposal",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="decisions",
-                        to="memoryui.proposal",
-                    ),
-                ),
-                (
-                    "user",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(choices=[('memory_md', 'MEMORY.md'), ('memory_summary', 'memory_summary.md')], max_length=32)),
+                ('key', models.CharField(max_length=600)),
+                ('decision', models.CharField(choices=[('accept', 'Accepted'), ('reject', 'Rejected')], max_length=8)),
+                ('edited_text', models.TextField(blank=True)),
+                ('decided_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('proposal', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='memoryui.proposal')),
+                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("proposal", "document", "key"), name="decision_unique_entry"
-                    )
-                ],
+                'constraints': [models.UniqueConstraint(fields=('proposal', 'document', 'key'), name='decision_unique_entry')],
             },
         ),
         migrations.CreateModel(
-            name="Pin",
+            name='Pin',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "document",
-                    models.CharField(
-                        choices=[
-                            ("memory_md", "MEMORY.md"),
-                            ("memory_summary", "memory_summary.md"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("key", models.CharField(max_length=600)),
-                ("title", models.CharField(blank=True, max_length=500)),
-                ("text", models.TextField()),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="pins",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "pinned_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(choices=[('memory_md', 'MEMORY.md'), ('memory_summary', 'memory_summary.md')], max_length=32)),
+                ('key', models.CharField(max_length=600)),
+                ('title', models.CharField(blank=True, max_length=500)),
+                ('text', models.TextField()),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='pins', to='memoryui.layout')),
+                ('pinned_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("layout", "document", "key"), name="pin_unique_entry"
-                    )
-                ],
+                'constraints': [models.UniqueConstraint(fields=('layout', 'document', 'key'), name='pin_unique_entry')],
             },
         ),
     ]

@@ -7,114 +7,59 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0007_review"),
+        ('memoryui', '0007_review'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="memoryversion",
-            name="needs_review",
+            model_name='memoryversion',
+            name='needs_review',
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name="proposal",
-            name="assigned_to",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to=settings.AUTH_USER_MODEL,
-            ),
+            model_name='proposal',
+            name='assigned_to',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.AddField(
-            model_name="proposal",
-            name="reserved_by",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to=settings.AUTH_USER_MODEL,
-            ),
+            model_name='proposal',
+            name='reserved_by',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.AddField(
-            model_name="proposal",
-            name="reserved_until",
+            model_name='proposal',
+            name='reserved_until',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name="Comment",
+            name='Comment',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("document", models.CharField(blank=True, max_length=32)),
-                ("key", models.CharField(blank=True, max_length=600)),
-                ("text", models.TextField()),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "author",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "proposal",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="comments",
-                        to="memoryui.proposal",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(blank=True, max_length=32)),
+                ('key', models.CharField(blank=True, max_length=600)),
+                ('text', models.TextField()),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('author', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('proposal', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='comments', to='memoryui.proposal')),
             ],
             options={
-                "ordering": ["created_at", "pk"],
+                'ordering': ['created_at', 'pk'],
             },
         ),
         migrations.CreateModel(
-            name="ProtectedRawMemory",
+            name='ProtectedRawMemory',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("rollout_id", models.CharField(max_length=128)),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="protected",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "protected_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('rollout_id', models.CharField(max_length=128)),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='protected', to='memoryui.layout')),
+                ('protected_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("layout", "rollout_id"), name="protected_unique"
-                    )
-                ],
+                'constraints': [models.UniqueConstraint(fields=('layout', 'rollout_id'), name='protected_unique')],
             },
         ),
     ]

@@ -7,68 +7,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("memoryui", "0008_queue_comments_protect"),
+        ('memoryui', '0008_queue_comments_protect'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="ApprovedEntry",
+            name='ApprovedEntry',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "document",
-                    models.CharField(
-                        choices=[
-                            ("memory_md", "MEMORY.md"),
-                            ("memory_summary", "memory_summary.md"),
-                        ],
-                        max_length=32,
-                    ),
-                ),
-                ("key", models.CharField(max_length=600)),
-                ("text", models.TextField()),
-                ("approved_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "approved_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "layout",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="approvals",
-                        to="memoryui.layout",
-                    ),
-                ),
-                (
-                    "proposal",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="memoryui.proposal",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('document', models.CharField(choices=[('memory_md', 'MEMORY.md'), ('memory_summary', 'memory_summary.md')], max_length=32)),
+                ('key', models.CharField(max_length=600)),
+                ('text', models.TextField()),
+                ('approved_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('approved_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('layout', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='memoryui.layout')),
+                ('proposal', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memoryui.proposal')),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("layout", "document", "key"), name="approval_unique_entry"
-                    )
-                ],
+                'constraints': [models.UniqueConstraint(fields=('layout', 'document', 'key'), name='approval_unique_entry')],
             },
         ),
     ]
