@@ -94,9 +94,7 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         .order_by("missing_since", "memories_dir")
     )
     runs = workspace.imports.defer("report").select_related("triggered_by")[:10]
-    missing_files = WorkspaceFile.objects.filter(
-        workspace=workspace, missing_since__isnull=False
-    ).count()
+    missing_files = workspace.files.filter(missing_since__isnull=False).count()
     return render(
         request,
         "memoryui/workspace_detail.html",
