@@ -37,10 +37,9 @@ JSONL the way memoryui does and hands it to the same demo model, so both sides g
 equally plausible, schema-valid answers and write the same kind of files (the script
 checks that both sides' raw memories come out byte-identical).
 
-The test server as it is leaves Nagle's algorithm on, which adds ~40 ms to every answer
-on a kept-alive connection (the SDK's client reuses its connection; memoryui opens a new
-one per job, so only the SDK paid it). The bench turns on ``TCP_NODELAY`` in the server,
-as real servers do; ``--server-as-is`` measures the server unchanged.
+The test server sets ``TCP_NODELAY``, as real servers do; ``--server-as-is`` leaves
+Nagle's algorithm on instead, which adds ~40 ms to every answer on a kept-alive
+connection (both the SDK's client and memoryui's reuse theirs).
 
 Django is configured here, before ``django.setup()``: ``DJANGO_SETTINGS_MODULE``,
 ``DATABASE_URL`` (a SQLite file in a temp dir unless ``--database-url``),
@@ -466,8 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-as-is",
         action="store_true",
-        help="leave Nagle's algorithm on in the test server (adds ~40 ms to every answer "
-        "on a reused connection; see the README)",
+        help="turn Nagle's algorithm back on in the test server (adds ~40 ms to every "
+        "answer on a reused connection; see the README)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -482,10 +481,10 @@ def main(argv: list[str] | None = None) -> int:
             source, source=args.source, rollouts=args.rollouts, seed=args.seed, scratch=workdir
         )
         log(f"input: {args.rollouts} rollouts ({size / 1e3:.0f} KB) from {args.source} in {source}")
-        # The test server writes an answer's headers and body in two sends without
-        # TCP_NODELAY: on a kept-alive connection the body then waits for the client's
-        # delayed ACK, ~40 ms. Real servers set TCP_NODELAY; so does the bench (the
-        # class attribute of socketserver.StreamRequestHandler), unless --server-as-is.
+        # The test server writes an answer's headers and body in two sends: without
+        # TCP_NODELAY the body waits for the client's delayed ACK on a kept-alive
+        # connection, ~40 ms. The server sets it (socketserver's class attribute);
+        # --server-as-is turns it off to measure that.
         fake_openai._Handler.disable_nagle_algorithm = not args.server_as_is
         fake = fake_openai.FakeOpenAI(bench_responder)
         fake.delay = args.delay
