@@ -48,7 +48,7 @@ def _proposal(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int, role
     return get_object_or_404(
         Proposal.objects.select_related(
             "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
-        ),
+        ).defer("raw_memories_md", "selection"),  # only the write-back reads these
         pk=pk,
         layout=layout,
     )
