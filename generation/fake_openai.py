@@ -265,6 +265,9 @@ class FakeOpenAI:
         self.responder: Responder | None = responder or (demo_responder if use_demo else None)
         self.requests: list[JSONDict] = []
         self.delay = 0.0  # seconds before every answer without a delay of its own
+        self.held = 0  # requests waiting for release() after hold()
+        self._open = threading.Event()
+        self._open.set()
         self._replies: collections.deque[Reply] = collections.deque()
         self._lock = threading.Lock()
         self._host = host
@@ -284,6 +287,14 @@ class FakeOpenAI:
         with self._lock:
             self._replies.extend(replies)
 
+    def hold(self) -> None:
+        """Keep every answer from now on until ``release()``: the requests stay in
+        flight, as with a model that is still thinking (requests are recorded first)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
     def record(self, path: str, body: JSONDict) -> None:
         with self._lock:
             self.requests.append({**body, "path": path})
@@ -293,6 +304,12 @@ class FakeOpenAI:
         with self._lock:
             self.requests.append({**body, "path": path})
             reply = self._replies.popleft() if self._replies else Reply()
+        if not self._open.is_set():
+            with self._lock:
+                self.held += 1
+            self._open.wait()
+            with self._lock:
+                self.held -= 1
         if reply.delay or self.delay:
             time.sleep(reply.delay or self.delay)
         if reply.body is not None:
@@ -328,6 +345,7 @@ class FakeOpenAI:
         return self
 
     def close(self) -> None:
+        self.release()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=5)

@@ -142,15 +142,20 @@ def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir
     run.jobs.exclude(pk__in=keep).delete()
 
     first = start_worker(broker, slow_model.base_url, "first", tmp_path)
+    done = run.jobs.filter(status=PhaseOneJob.Status.DONE)
     try:
         with app.connection_for_write(broker) as conn:
             start_generation.apply_async((run.pk,), connection=conn)
-        done = run.jobs.filter(status=PhaseOneJob.Status.DONE)
         wait_for(lambda: done.count() >= 6, 60, "six rollouts done", first)
-        running = run.jobs.filter(status=PhaseOneJob.Status.RUNNING).count()
+        # From now on the model keeps its answers: the jobs asking it stay in flight
+        # until the kill, whatever the timing of the worker's threads.
+        slow_model.hold()
+        wait_for(lambda: slow_model.held > 0, 30, "a model call in flight", first)
     finally:
         stop(first, signal.SIGKILL)  # no warm shutdown: tasks in flight are lost with it
-    assert running > 0, "the kill should interrupt work in progress"
+        slow_model.release()
+    running = run.jobs.filter(status=PhaseOneJob.Status.RUNNING).count()
+    assert running > 0, "the kill interrupted work in progress"
     killed_at = done.count()
     assert killed_at < 24
 

@@ -183,3 +183,30 @@ def test_main_serves_the_demo_model_in_the_foreground():
 
     assert f"http://127.0.0.1:{port}/v1" in banner
     assert [m.id for m in models.data] == [DEMO_MODEL]
+
+
+def test_held_answers_stay_in_flight_until_released():
+    import threading
+    import time
+
+    with FakeOpenAI() as server:
+        server.script(Reply(raw_text="answered"))
+        server.hold()
+        answers = []
+
+        def ask() -> None:
+            answers.append(client(server).responses.create(model=DEMO_MODEL, input="hi"))
+
+        caller = threading.Thread(target=ask)
+        caller.start()
+        deadline = time.monotonic() + 10
+        while server.held == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert server.held == 1 and answers == []
+        assert [r["path"] for r in server.requests] == ["/v1/responses"]  # recorded while held
+
+        server.release()
+        caller.join(timeout=10)
+
+    assert answers[0].output_text == "answered" and server.held == 0
