@@ -4,7 +4,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import ExportError
-from memoryui.models import Workspace
+from memoryui.management.common import add_allow_finding, workspace_named, write_findings
 from memoryui.snapshots import ExportRefused, export_snapshot
 
 
@@ -39,20 +39,10 @@ class Command(BaseCommand):
             help="where the resumed sandbox's workspace lives "
             "(default: <base-path>/<snapshot-id>-workspace; emptied on resume)",
         )
-        parser.add_argument(
-            "--allow-finding",
-            nargs="+",
-            action="extend",
-            default=[],
-            metavar="ID",
-            dest="allow_findings",
-            help="let these lint findings through",
-        )
+        add_allow_finding(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        workspace = Workspace.objects.filter(name=options["workspace"]).first()
-        if workspace is None:
-            raise CommandError(f"no workspace named {options['workspace']!r}")
+        workspace = workspace_named(options["workspace"])
         try:
             result = export_snapshot(
                 workspace,
@@ -64,16 +54,9 @@ class Command(BaseCommand):
                 workspace_root=options["workspace_root"],
             )
         except ExportRefused as exc:
-            for f in exc.findings:
-                where = f"{f.path}:{f.line}" if f.line else f.path
-                self.stdout.write(self.style.WARNING(f"FINDING {f.id} {where}: {f.message}"))
-                if f.excerpt:
-                    self.stdout.write(f"    {f.excerpt}")
             for refusal in exc.refused:
                 self.stdout.write(self.style.ERROR(f"REFUSED {refusal.path}: {refusal.reason}"))
-            if exc.findings:
-                ids = " ".join(f.id for f in exc.findings)
-                self.stdout.write(f"to let them through knowingly: --allow-finding {ids}")
+            write_findings(self.stdout, self.style, exc.findings)
             raise CommandError(str(exc)) from exc
         except ExportError as exc:
             raise CommandError(str(exc)) from exc

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import WrittenFile
+from memoryui.management.common import add_allow_finding, workspace_named, write_findings
 from memoryui.models import Layout, Workspace
 from memoryui.writeback import Refused, WritebackError, WritebackResult, write_back
 
@@ -38,20 +39,10 @@ class Command(BaseCommand):
             metavar="PATH",
             help="replace these conflicting files although they changed on disk",
         )
-        parser.add_argument(
-            "--allow-finding",
-            nargs="+",
-            action="extend",
-            default=[],
-            metavar="ID",
-            dest="allow_findings",
-            help="let these lint findings through",
-        )
+        add_allow_finding(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        workspace = Workspace.objects.filter(name=options["workspace"]).first()
-        if workspace is None:
-            raise CommandError(f"no workspace named {options['workspace']!r}")
+        workspace = workspace_named(options["workspace"])
         layouts = _layouts(workspace, options["layouts"])
         pause = _pause_seconds()
         failed = []
@@ -93,7 +84,7 @@ class Command(BaseCommand):
             for planned in result.would_write:
                 out.write(f"  would write {planned.path}  ({planned.source})")
             self._conflicts(result.blocking_conflicts)
-            self._findings(result.blocking_findings)
+            write_findings(self.stdout, self.style, result.blocking_findings, indent="  ")
             for refusal in plan.refused:
                 out.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
             out.write(self.style.SUCCESS("  dry run: nothing written"))
@@ -104,7 +95,7 @@ class Command(BaseCommand):
         for refusal in exc.plan.refused:
             self.stdout.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
         self._conflicts(exc.conflicts)
-        self._findings(exc.findings)
+        write_findings(self.stdout, self.style, exc.findings, indent="  ")
         self.stderr.write(self.style.ERROR(f"  {exc}"))
 
     def _conflicts(self, conflicts: list[Any]) -> None:
@@ -117,16 +108,6 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  import it first, or pass --overwrite {conflict.path} to replace it knowingly"
             )
-
-    def _findings(self, findings: list[Any]) -> None:
-        for f in findings:
-            where = f"{f.path}:{f.line}" if f.line else f.path
-            self.stdout.write(self.style.WARNING(f"  FINDING {f.id} {where}: {f.message}"))
-            if f.excerpt:
-                self.stdout.write(f"      {f.excerpt}")
-        if findings:
-            ids = " ".join(f.id for f in findings)
-            self.stdout.write(f"  to let them through knowingly: --allow-finding {ids}")
 
 
 def _layouts(workspace: Workspace, wanted: list[str] | None) -> list[Layout]:
