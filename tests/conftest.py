@@ -48,3 +48,17 @@ def llama_server():
         yield server
     finally:
         manager.__exit__(None, None, None)
+
+
+@pytest.fixture
+def model(settings):
+    """The local OpenAI-compatible test server as this deployment's model, over real
+    HTTP; no retry waits."""
+    from generation.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        settings.OPENAI_API_KEY = ""
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.MEMORYUI_OFFLINE_DEMO = False
+        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
+        yield server

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import review
-from generation.fake_openai import FakeOpenAI, Reply
+from generation.fake_openai import Reply
 from memoryui import curation, pipeline
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -28,15 +28,6 @@ from memoryui.models import (
 from tests.factories import make_user
 
 MD = MemoryVersion.Document.MEMORY_MD
-
-
-@pytest.fixture
-def model(settings):
-    with FakeOpenAI() as server:
-        settings.OPENAI_API_KEY = ""
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
-        yield server
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from generation.fake_openai import FakeOpenAI, Reply
+from generation.fake_openai import Reply
 from memoryui import pipeline
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -24,16 +24,6 @@ from memoryui.models import (
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def model(settings):
-    with FakeOpenAI() as server:
-        settings.OPENAI_API_KEY = ""
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.MEMORYUI_OFFLINE_DEMO = False
-        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
-        yield server
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.memory.storage import SandboxMemoryStorage
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 
-from generation.fake_openai import FakeOpenAI
 from memoryui import curation, pipeline, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -188,16 +187,6 @@ def test_the_sdks_memory_capability_injects_the_curated_summary_after_resuming(s
     assert "Curated by a person in memoryui" in text
     old = (tree / "workspace" / "memories/engineering/memory_summary.md").read_text().strip()
     assert old not in text
-
-
-@pytest.fixture
-def model(settings):
-    with FakeOpenAI() as server:
-        settings.OPENAI_API_KEY = ""
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.MEMORYUI_OFFLINE_DEMO = False
-        settings.MEMORYUI_RETRY_BASE_SECONDS = 0
-        yield server
 
 
 def approved_proposal(layout: Layout) -> Proposal:
