@@ -127,15 +127,37 @@ def write_atomic(
 ) -> WrittenFile:
     """Replace ``root/path`` with ``data`` atomically. ``path`` must lie inside one of
     ``allowed_dirs``; the file keeps its mode (new files get ``mode`` or 0644)."""
+    staged = stage(root, path, data, allowed_dirs=allowed_dirs, mode=mode)
+    try:
+        return publish(root, staged)
+    except BaseException:
+        discard(root, staged)
+        raise
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A file's new bytes in a temporary file beside it, fsync'd, not yet in place."""
+
+    path: str
+    temp: str  # the temporary file's name, in the same directory
+    sha256: str
+    size: int
+    created_dirs: tuple[str, ...]
+
+
+def stage(
+    root: Path, path: str, data: bytes, *, allowed_dirs: Sequence[str], mode: int | None = None
+) -> Staged:
+    """Write ``data`` into a temporary file beside ``root/path`` (created with the
+    target's mode, or ``mode`` or 0644) and fsync it; ``publish`` puts it in place."""
     clean = confine(path, allowed_dirs)
     *dirs, name = clean.split("/")
     dir_fd, created = _open_directory(root, dirs)
+    temp = f".{name}.{_random.token_hex(6)}{TEMP_SUFFIX}"
     try:
-        existing = _lstat(name, dir_fd)
-        if existing is not None and not stat.S_ISREG(existing.st_mode):
-            raise ExportError(f"{clean} exists and is not a regular file; not replaced")
+        existing = _regular_or_none(clean, name, dir_fd)
         final_mode = stat.S_IMODE(existing.st_mode) if existing else (mode or 0o644)
-        temp = f".{name}.{_random.token_hex(6)}{TEMP_SUFFIX}"
         fd = os.open(
             temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd
         )
@@ -145,25 +167,101 @@ def write_atomic(
                 fh.flush()
                 os.fchmod(fh.fileno(), final_mode)
                 os.fsync(fh.fileno())
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
             raise
-        os.fsync(dir_fd)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         raise ExportError(f"{clean} could not be written ({exc.strerror or exc})") from exc
     finally:
         os.close(dir_fd)
+    return Staged(clean, temp, hashlib.sha256(data).hexdigest(), len(data), tuple(created))
+
+
+def publish(root: Path, staged: Staged) -> WrittenFile:
+    """Rename the staged file over its target and fsync the directory."""
+    *dirs, name = staged.path.split("/")
+    dir_fd = _open_existing(root, staged.path, dirs)
+    try:
+        _regular_or_none(staged.path, name, dir_fd)
+        os.replace(staged.temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise ExportError(f"{staged.path} could not be written ({exc.strerror or exc})") from exc
+    finally:
+        os.close(dir_fd)
     return WrittenFile(
-        clean,
-        hashlib.sha256(data).hexdigest(),
-        len(data),
+        staged.path,
+        staged.sha256,
+        staged.size,
         stat.S_IMODE(st.st_mode),
         st.st_mtime_ns,
-        tuple(created),
+        staged.created_dirs,
     )
+
+
+def discard(root: Path, staged: Staged) -> None:
+    """Remove a staged file that will not be published (best effort)."""
+    with suppress(ExportError, OSError):
+        remove_file(root, f"{staged.path.rpartition('/')[0]}/{staged.temp}", [""])
+
+
+def remove_file(root: Path, path: str, allowed_dirs: Sequence[str]) -> bool:
+    """Delete the regular file ``root/path`` (inside ``allowed_dirs``; ``""`` allows the
+    whole root), never through a link; False when it was not there."""
+    clean = safe_relative(path)
+    if "" not in allowed_dirs:
+        confine(clean, allowed_dirs)
+    *dirs, name = clean.split("/")
+    try:
+        dir_fd = _open_existing(root, clean, dirs)
+    except ExportError:
+        return False
+    try:
+        if _regular_or_none(clean, name, dir_fd) is None:
+            return False
+        os.unlink(name, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+        return True
+    except OSError as exc:
+        raise ExportError(f"{clean} could not be removed ({exc.strerror or exc})") from exc
+    finally:
+        os.close(dir_fd)
+
+
+def remove_empty_directory(root: Path, path: str) -> bool:
+    """Remove the directory ``root/path`` if it is empty (never through a link)."""
+    *dirs, name = safe_relative(path).split("/")
+    try:
+        dir_fd = _open_existing(root, path, dirs)
+    except ExportError:
+        return False
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+        return True
+    except OSError:  # not empty, gone, or not a directory: kept
+        return False
+    finally:
+        os.close(dir_fd)
+
+
+def _open_existing(root: Path, path: str, dirs: Sequence[str]) -> int:
+    try:
+        return _open_existing_directory(root, dirs)
+    except OSError as exc:
+        raise ExportError(
+            f"the directory of {path} is gone, a symbolic link or not a directory "
+            f"({exc.strerror or exc})"
+        ) from exc
+
+
+def _regular_or_none(path: str, name: str, dir_fd: int) -> os.stat_result | None:
+    existing = _lstat(name, dir_fd)
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise ExportError(f"{path} exists and is not a regular file; not replaced")
+    return existing
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
@@ -430,29 +528,57 @@ def publish_new_file(target: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Create ``target`` (absolute) atomically with what ``write`` writes: a temporary
     file in the same directory, fsync, then a hard link, which, unlike a rename, fails
     if the name was taken meanwhile. An existing file is never replaced."""
-    directory = target.parent
+    check_new(target)
+    temp = temp_beside(target)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        write_temp(temp, write)
+        link_new(temp, target)
+    finally:
+        with suppress(OSError):
+            temp.unlink()
+
+
+def check_new(target: Path) -> None:
+    """ExportError when ``target`` exists; creates its directory."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"{directory} cannot be created ({exc.strerror})") from exc
+        raise ExportError(f"{target.parent} cannot be created ({exc.strerror})") from exc
     if target.exists() or target.is_symlink():
         raise ExportError(f"{target} already exists; choose another snapshot id")
-    temp = directory / f".{target.name}.{_random.token_hex(6)}{TEMP_SUFFIX}"
+
+
+def temp_beside(target: Path) -> Path:
+    """A fresh temporary file name beside ``target``, never named like memory."""
+    return target.parent / f".{target.name}.{_random.token_hex(6)}{TEMP_SUFFIX}"
+
+
+def write_temp(temp: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Create ``temp`` (0644) with what ``write`` writes, fsync'd; removed on failure."""
     try:
         with open(temp, "xb") as fh:
             write(fh)
             fh.flush()
+            os.fchmod(fh.fileno(), 0o644)
             os.fsync(fh.fileno())
-        os.chmod(temp, 0o644)
+    except BaseException as exc:
+        with suppress(OSError):
+            temp.unlink()
+        if isinstance(exc, OSError):
+            raise ExportError(f"{temp} could not be written ({exc.strerror or exc})") from exc
+        raise
+
+
+def link_new(temp: Path, target: Path) -> None:
+    """Give the written ``temp`` the name ``target`` (a hard link: never over an
+    existing file) and fsync the directory."""
+    try:
         os.link(temp, target)
-        _fsync_directory(directory)
+        _fsync_directory(target.parent)
     except FileExistsError as exc:
         raise ExportError(f"{target} already exists; choose another snapshot id") from exc
     except OSError as exc:
         raise ExportError(f"{target} could not be written ({exc.strerror or exc})") from exc
-    finally:
-        with suppress(OSError):
-            temp.unlink()
 
 
 def _fsync_directory(path: Path) -> None:

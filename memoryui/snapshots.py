@@ -10,12 +10,14 @@ archive order, so memory holds a chunk of rows, not the workspace.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Collection, Generator, Iterator, Sequence
-from contextlib import closing
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -24,13 +26,15 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Max, Q
 
-from generation import export
+from generation import export, journal
 from generation.export import ExportError, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
 from .models import AuditEvent, Layout, Workspace, WorkspaceFile
-from .writeback import PlannedFile, Refusal, plan_layout
+from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
+
+logger = logging.getLogger(__name__)
 
 CHUNK = 500
 EXPORT_SNAPSHOT_ACTION = "export.snapshot"
@@ -41,18 +45,6 @@ def snapshot_base_path() -> Path:
     """Where the dashboard writes snapshots (``MEMORYUI_SNAPSHOT_BASE_PATH``)."""
     default = Path(getattr(settings, "VAR_DIR", Path(settings.BASE_DIR) / "var")) / "snapshots"
     return Path(getattr(settings, "MEMORYUI_SNAPSHOT_BASE_PATH", default))
-
-
-class ExportRefused(ExportError):
-    def __init__(self, findings: list[Finding], refused: list[Refusal]) -> None:
-        parts = []
-        if findings:
-            parts.append(f"{len(findings)} lint finding(s) not allowed")
-        if refused:
-            parts.append(f"{len(refused)} file name(s) outside their layout")
-        super().__init__("export refused: " + "; ".join(parts))
-        self.findings = findings
-        self.refused = refused
 
 
 @dataclass
@@ -133,12 +125,19 @@ def export_snapshot(
     session_state: bool = False,
     workspace_root: Path | None = None,
     user: Any = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> ExportResult:
     """Write the workspace as ``<base_path>/<snapshot_id>.tar`` (or into ``fileobj``,
     for a download) with the curated memory of ``memories_dirs`` (all layouts when
     empty). With ``session_state``, also ``<snapshot_id>.session_state.json`` beside
-    the archive, resuming into ``workspace_root``. Raises ExportRefused while lint
-    findings are not allowed, ExportError when the archive cannot be written."""
+    the archive, resuming into ``workspace_root``. Raises Refused while lint findings
+    are not allowed, ExportError when the archive cannot be written.
+
+    On the server, both files appear together with their audit event or not at all: a
+    journal names their temporary files first; they are written and fsync'd, linked to
+    their names, audited, then the temporary files and the journal go. ``on_step`` is
+    called at each step boundary (``journal``, ``staged``, ``published``,
+    ``committed``, ``done``)."""
     export.check_snapshot_id(snapshot_id)
     if (base_path is None) == (fileobj is None):
         raise ExportError("export either into a base path or into a download, not both")
@@ -147,28 +146,139 @@ def export_snapshot(
     plan = plan_export(workspace, memories_dirs)
     blocking = [f for f in plan.findings if f.id not in set(allow_findings)]
     if blocking or plan.refused:
-        raise ExportRefused(blocking, plan.refused)
-    members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-    with closing(members):  # stops the reader thread, even when writing fails
-        if base_path is not None:
-            info = export.write_snapshot(
-                base_path, snapshot_id, members, root_mtime_ns=root_mtime_ns
-            )
-        else:
-            assert fileobj is not None
+        raise Refused(blocking, refused=plan.refused, what="export")
+    allowed = sorted({f.id for f in plan.findings} & set(allow_findings))
+    if base_path is None:
+        assert fileobj is not None
+        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+        with closing(members):  # stops the reader thread, even when writing fails
             info = export.write_snapshot_to(fileobj, members, root_mtime_ns=root_mtime_ns)
-    result = ExportResult(
-        plan,
-        info,
-        allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
-    )
-    if session_state and base_path is not None:
+        result = ExportResult(plan, info, allowed_findings=allowed)
+        result.event = _audit(workspace, snapshot_id, result, user)
+        return result
+    base_path = Path(os.path.abspath(base_path))
+    target = base_path / f"{snapshot_id}.tar"
+    export.check_new(target)
+    files = [(export.temp_beside(target), target)]
+    state = b""
+    result = ExportResult(plan, SnapshotInfo(target, 0, "", 0), allowed_findings=allowed)
+    if session_state:
+        result.session_state = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
+        export.check_new(result.session_state)
         root = workspace_root or base_path / f"{snapshot_id}-workspace"
-        result.session_state, result.session_state_source = write_session_state(
+        state, result.session_state_source = session_state_for(
             workspace, snapshot_id=snapshot_id, base_path=base_path, root=root
         )
-    result.event = _audit(workspace, snapshot_id, result, user)
+        files.append((export.temp_beside(result.session_state), result.session_state))
+    _publish(workspace, plan, files, state, snapshot_id, result, user, on_step or _no_step)
     return result
+
+
+def _no_step(name: str) -> None:
+    pass
+
+
+def _publish(
+    workspace: Workspace,
+    plan: ExportPlan,
+    files: list[tuple[Path, Path]],
+    state: bytes,
+    snapshot_id: str,
+    result: ExportResult,
+    user: Any,
+    step: Callable[[str], None],
+) -> None:
+    directory = journal_base() / "exports" / uuid.uuid4().hex
+    with journal.locked(directory):
+        journal.save_record(
+            directory,
+            {
+                "version": journal.VERSION,
+                "id": directory.name,
+                "workspace": workspace.pk,
+                "files": [[str(temp), str(final)] for temp, final in files],
+            },
+        )
+        step("journal")
+        try:
+            members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+            holder: list[SnapshotInfo] = []
+            with closing(members):  # stops the reader thread, even when writing fails
+                export.write_temp(
+                    files[0][0],
+                    lambda fh: holder.append(
+                        export.write_snapshot_to(fh, members, root_mtime_ns=root_mtime_ns)
+                    ),
+                )
+            step("staged")
+            if state:
+
+                def write_state(fh: IO[bytes]) -> None:
+                    fh.write(state)
+
+                export.write_temp(files[1][0], write_state)
+                step("staged")
+            for temp, final in files:
+                export.link_new(temp, final)
+                step("published")
+            info = holder[0]
+            result.snapshot = SnapshotInfo(files[0][1], info.size, info.sha256, info.members)
+            result.event = _audit(workspace, snapshot_id, result, user, directory.name)
+            step("committed")
+        except (ExportError, OSError):
+            _undo(files)
+            _remove_journal(directory)
+            raise
+        for temp, _ in files:
+            with suppress(FileNotFoundError):
+                temp.unlink()
+        _remove_journal(directory)
+    step("done")
+
+
+def _undo(files: list[tuple[Path, Path]]) -> list[str]:
+    """Remove the temporary files, and the final files that are the very same files
+    (linked from them): an export that was not audited leaves nothing."""
+    removed = []
+    for temp, final in files:
+        with suppress(FileNotFoundError):
+            if final.exists() and os.path.samefile(temp, final):
+                final.unlink()
+                removed.append(str(final))
+        with suppress(FileNotFoundError):
+            temp.unlink()
+            removed.append(str(temp))
+    return removed
+
+
+def _remove_journal(directory: Path) -> None:
+    journal.finish(directory)
+    with suppress(OSError):
+        (directory / journal.LOCK).unlink()
+        directory.rmdir()
+
+
+def recover_exports() -> list[str]:
+    """Remove what snapshot exports that died left: their temporary files, and an
+    archive or session state published but never audited. Returns the paths removed."""
+    base = journal_base() / "exports"
+    removed = []
+    for directory in sorted(base.iterdir()) if base.is_dir() else []:
+        try:
+            with journal.locked(directory, wait=False):
+                record = journal.load_record(directory)
+                if record is not None:
+                    files = [(Path(t), Path(f)) for t, f in record["files"]]
+                    audited = AuditEvent.objects.filter(
+                        action=EXPORT_SNAPSHOT_ACTION, detail__journal=record["id"]
+                    ).exists()
+                    removed += _undo([(t, t) for t, _ in files] if audited else files)
+                _remove_journal(directory)
+        except journal.Busy:
+            continue
+        except (journal.JournalError, KeyError, TypeError, ValueError, OSError) as exc:
+            logger.error("snapshot export journal %s not recovered: %s", directory, exc)
+    return removed
 
 
 def snapshot_members(
@@ -291,13 +401,13 @@ def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[An
         reader.join()
 
 
-def write_session_state(
+def session_state_for(
     workspace: Workspace, *, snapshot_id: str, base_path: Path, root: Path
-) -> tuple[Path, str]:
-    """``<base_path>/<snapshot_id>.session_state.json`` for ``UnixLocalSandboxClient
+) -> tuple[bytes, str]:
+    """The bytes of ``<snapshot_id>.session_state.json`` for ``UnixLocalSandboxClient
     .resume()``: the imported workspace's session state re-pointed at the new archive,
-    or a fresh one when the workspace came without one. Returns the path and the source
-    it was re-pointed from ("" for a fresh state)."""
+    or a fresh one when the workspace came without one; and the source it was
+    re-pointed from ("" for a fresh state)."""
     source = export.find_session_state(Path(workspace.source_path))
     if source is not None:
         state = export.repoint_session_state(
@@ -310,17 +420,16 @@ def write_session_state(
         state = export.new_session_state(
             session_id=str(uuid.uuid4()), snapshot_id=snapshot_id, base_path=base_path, root=root
         )
-    target = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
-    data = export.session_state_bytes(state)
-
-    def write(fh: IO[bytes]) -> None:
-        fh.write(data)
-
-    export.publish_new_file(target, write)
-    return target, str(source or "")
+    return export.session_state_bytes(state), str(source or "")
 
 
-def _audit(workspace: Workspace, snapshot_id: str, result: ExportResult, user: Any) -> AuditEvent:
+def _audit(
+    workspace: Workspace,
+    snapshot_id: str,
+    result: ExportResult,
+    user: Any,
+    journal_id: str | None = None,
+) -> AuditEvent:
     info = result.snapshot
     return AuditEvent.record(
         workspace,
@@ -337,4 +446,5 @@ def _audit(workspace: Workspace, snapshot_id: str, result: ExportResult, user: A
         allowed_findings=result.allowed_findings,
         session_state=str(result.session_state or ""),
         session_state_source=result.session_state_source,
+        journal=journal_id,
     )

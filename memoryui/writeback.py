@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Collection, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from django import db
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from generation import export, tree
+from generation import export, journal, tree
 from generation.export import ExportError, WrittenFile
 from generation.lint import LINT_VERSION, Finding, lint_file
 from generation.tree import FileKind, LayoutDirs
@@ -49,6 +54,8 @@ from .models import (
     WorkspaceFile,
 )
 
+logger = logging.getLogger(__name__)
+
 WRITEBACK_ACTION = "writeback.write"
 WRITEBACK_FAILED_ACTION = "writeback.failed"
 # Phase one writes exactly these shapes, relative to the memories dir.
@@ -63,25 +70,35 @@ DOCUMENT_FILES = {
 }
 
 
-class WritebackError(Exception):
+class WritebackError(ExportError):
     """The write-back cannot run at all, or stopped; the message says why."""
 
 
 class Refused(WritebackError):
-    """Conflicts or lint findings that nobody overrode, or names that leave the layout."""
+    """A write-back or export that waits for people: lint findings that nobody allowed,
+    names that leave their layout, files changed on disk since the import (write-back)."""
 
-    def __init__(self, plan: Plan, conflicts: list[Conflict], findings: list[Finding]) -> None:
+    def __init__(
+        self,
+        findings: list[Finding],
+        *,
+        refused: list[Refusal] | None = None,
+        conflicts: list[Conflict] | None = None,
+        plan: Plan | None = None,
+        what: str = "write-back",
+    ) -> None:
+        self.findings = findings
+        self.refused = refused or []
+        self.conflicts = conflicts or []
+        self.plan = plan
         reasons = []
-        if plan.refused:
-            reasons.append(f"{len(plan.refused)} file name(s) outside the layout")
-        if conflicts:
-            reasons.append(f"{len(conflicts)} file(s) changed on disk since the import")
+        if self.refused:
+            reasons.append(f"{len(self.refused)} file name(s) outside their layout")
+        if self.conflicts:
+            reasons.append(f"{len(self.conflicts)} file(s) changed on disk since the import")
         if findings:
             reasons.append(f"{len(findings)} lint finding(s) not allowed")
-        super().__init__("write-back refused: " + "; ".join(reasons))
-        self.plan = plan
-        self.conflicts = conflicts
-        self.findings = findings
+        super().__init__(f"{what} refused: " + "; ".join(reasons))
 
 
 @dataclass(frozen=True)
@@ -450,6 +467,12 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 # --- writing ----------------------------------------------------------------------------
 
 
+class _ChangedOnDisk(Exception):
+    def __init__(self, conflict: Conflict) -> None:
+        super().__init__(f"{conflict.path} changed on disk during the write-back; not replaced")
+        self.conflict = conflict
+
+
 def write_back(
     layout: Layout,
     *,
@@ -458,104 +481,473 @@ def write_back(
     allow_findings: Collection[str] = (),
     dry_run: bool = False,
     on_written: Callable[[WrittenFile], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> WritebackResult:
-    """Write the layout's changed files into its memories dir.
+    """Write the layout's changed files into its memories dir, all or nothing.
 
     ``overwrite`` names conflicting files to replace anyway, ``allow_findings`` the lint
     findings to let through (both: an admin's decision, checked by the caller). A dry
-    run computes everything and writes nothing. Raises Refused while anything blocks,
-    WritebackError when the workspace cannot be written. ``on_written`` is called after
-    each file is in place.
+    run computes everything and writes nothing. Raises Refused while anything blocks
+    (also when a file changes on disk during the write: what was written is undone),
+    WritebackError when the workspace cannot be written (undone too). ``on_written`` is
+    called after each file is in place, ``on_step`` at each step boundary with its name
+    (``begin``, ``journal``, ``staged`` and ``renamed`` for each file, ``committed``,
+    ``done``).
+
+    Order: an earlier write-back of the layout that died is finished or undone first;
+    then the journal (old and new bytes, fsync'd), every file staged beside its target,
+    the renames, the database and audit in one transaction, the journal removed.
     """
     root = workspace_root(layout.workspace)
+    if dry_run:
+        with transaction.atomic():
+            return _prepare(layout, root, overwrite, allow_findings, dry_run=True)
+    step = on_step or _no_step
+    directory = journal_directory(layout, root)
     failure: Exception | None = None
-    with transaction.atomic():
-        # One write-back per layout at a time.
-        Layout.objects.select_for_update().filter(pk=layout.pk).first()
-        plan = plan_layout(layout)
-        check_disk(plan, root)
-        result = WritebackResult(
-            plan,
-            dry_run,
-            written=[],
-            skipped_on_disk=[f.path for f in plan.on_disk],
-            overwritten=sorted(plan.conflict_paths() & set(overwrite)),
-            allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
-            blocking_conflicts=[c for c in plan.conflicts if c.path not in overwrite],
-            blocking_findings=[f for f in plan.findings if f.id not in allow_findings],
-        )
-        if dry_run:
-            return result
-        if plan.refused or result.blocking_conflicts or result.blocking_findings:
-            raise Refused(plan, result.blocking_conflicts, result.blocking_findings)
-        export.remove_stale_temp_files(root, _directories(plan))
-        to_write = result.would_write
+    with ExitStack() as held:
         try:
-            for planned in to_write:
-                _check_unchanged_since(root, planned, plan)
-                written = export.write_atomic(
-                    root, planned.path, planned.data, allowed_dirs=[layout.memories_dir]
+            held.enter_context(journal.locked(directory))
+            _recover(layout, directory)  # its own transaction, committed before ours begins
+        except (journal.JournalError, OSError) as exc:
+            raise WritebackError(f"an earlier write-back could not be recovered: {exc}") from exc
+        step("begin")
+        with transaction.atomic():
+            # One write-back per layout at a time (the lock above covers this server).
+            Layout.objects.select_for_update().filter(pk=layout.pk).first()
+            result = _prepare(layout, root, overwrite, allow_findings, dry_run=False)
+            plan = result.plan
+            if plan.refused or result.blocking_conflicts or result.blocking_findings:
+                raise Refused(
+                    result.blocking_findings,
+                    refused=plan.refused,
+                    conflicts=result.blocking_conflicts,
+                    plan=plan,
                 )
-                result.written.append(written)
-                if on_written is not None:
-                    on_written(written)
-        except (ExportError, OSError) as exc:
-            failure = exc
-        record_written(layout, plan, result.written, root, user)
-        if result.written or result.skipped_on_disk or plan.proposal or failure:
-            result.event = _audit(layout, plan, result, user, failure)
+            export.remove_stale_temp_files(root, _directories(plan))
+            to_write = result.would_write
+            meta = _meta(layout, result, user)
+            record = None
+            if to_write:
+                try:
+                    record = _begin(directory, layout, root, plan, to_write, meta)
+                except _ChangedOnDisk as exc:  # nothing written yet
+                    raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
+                step("journal")
+                failure = _apply(root, layout, record, plan, to_write, result, step, on_written)
+            if failure is None:
+                record_written(layout, plan, result.written, root, user)
+                if result.written or result.skipped_on_disk or plan.proposal:
+                    result.event = _audit(layout, record, meta, result.written, user)
+            else:
+                result.event = _record_event(
+                    layout,
+                    WRITEBACK_FAILED_ACTION,
+                    user,
+                    meta,
+                    record,
+                    error=str(failure),
+                    rolled_back=not isinstance(failure, _Unrecovered),
+                )
+        step("committed")
+        if record is not None and not isinstance(failure, _Unrecovered):
+            journal.finish(directory)
+        step("done")
+    if isinstance(failure, _ChangedOnDisk):
+        raise Refused([], conflicts=[failure.conflict], plan=plan) from failure
     if failure is not None:
         raise WritebackError(
-            f"write-back stopped after {len(result.written)} of {len(to_write)} file(s): {failure}"
+            f"write-back stopped, nothing changed: {failure}"
+            if not isinstance(failure, _Unrecovered)
+            else str(failure)
         ) from failure
     return result
+
+
+def _no_step(name: str) -> None:
+    pass
+
+
+def _prepare(
+    layout: Layout,
+    root: Path,
+    overwrite: Collection[str],
+    allow_findings: Collection[str],
+    *,
+    dry_run: bool,
+) -> WritebackResult:
+    plan = plan_layout(layout)
+    check_disk(plan, root)
+    return WritebackResult(
+        plan,
+        dry_run,
+        written=[],
+        skipped_on_disk=[f.path for f in plan.on_disk],
+        overwritten=sorted(plan.conflict_paths() & set(overwrite)),
+        allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
+        blocking_conflicts=[c for c in plan.conflicts if c.path not in overwrite],
+        blocking_findings=[f for f in plan.findings if f.id not in allow_findings],
+    )
 
 
 def _directories(plan: Plan) -> list[str]:
     return sorted({f.path.rpartition("/")[0] for f in plan.changed})
 
 
-def _check_unchanged_since(root: Path, planned: PlannedFile, plan: Plan) -> None:
-    """The file must still be as check_disk saw it (or be a conflict being overwritten)."""
-    if planned.path in plan.conflict_paths():
-        return
-    disk = read_disk(root, planned.path)
-    digest = hashlib.sha256(disk).hexdigest() if disk is not None else None
-    if digest != plan.disk_sha256.get(planned.path):
-        raise ExportError(f"{planned.path} changed on disk during the write-back; not replaced")
+class _Unrecovered(Exception):
+    """A failed write-back whose undo failed too: its journal stays for recovery."""
 
 
-def _audit(
-    layout: Layout, plan: Plan, result: WritebackResult, user: Any, failure: Exception | None
-) -> AuditEvent:
-    files = [
-        {
-            "path": w.path,
-            "sha256": w.sha256,
-            "previous_sha256": plan.disk_sha256.get(w.path),
-            "size": w.size,
-        }
-        for w in result.written
-    ]
-    detail: dict[str, Any] = {
-        "files": files,
+def _meta(layout: Layout, result: WritebackResult, user: Any) -> dict[str, Any]:
+    """What the audit event needs, kept in the journal for a recovery to record it."""
+    plan = result.plan
+    return {
+        "workspace": layout.workspace_id,
+        "workspace_name": layout.workspace.name,
+        "layout": layout.pk,
+        "memories_dir": layout.memories_dir,
+        "user": getattr(user, "pk", None),
+        "actor": "" if getattr(user, "pk", None) else "command line",
+        "proposal": plan.proposal.pk if plan.proposal else None,
         "already_on_disk": result.skipped_on_disk,
         "overwritten": result.overwritten,
         "allowed_findings": result.allowed_findings,
-        "proposal": plan.proposal.pk if plan.proposal and failure is None else None,
     }
-    if failure is not None:
-        detail["error"] = str(failure)
-        detail["attempted_proposal"] = plan.proposal.pk if plan.proposal else None
+
+
+def _begin(
+    directory: Path,
+    layout: Layout,
+    root: Path,
+    plan: Plan,
+    to_write: list[PlannedFile],
+    meta: dict[str, Any],
+) -> journal.Journal:
+    """The journal of ``to_write``, with the bytes on disk now as the old ones;
+    _ChangedOnDisk when they are not what check_disk saw."""
+    changes = []
+    for planned in to_write:
+        old = read_disk(root, planned.path)
+        if planned.path not in plan.conflict_paths():
+            _check_same(planned, old, plan)
+        changes.append((planned.path, old, planned.data))
+    created = sorted(
+        {
+            parent
+            for planned in to_write
+            for parent in _parents(planned.path, layout.memories_dir)
+            if not (root / parent).is_dir()
+        }
+    )
+    try:
+        return journal.begin(
+            directory,
+            root=root,
+            allowed_dirs=[layout.memories_dir],
+            changes=changes,
+            created_dirs=created,
+            meta=meta,
+        )
+    except (journal.JournalError, OSError) as exc:
+        raise WritebackError(
+            f"the write-back journal {directory} cannot be written ({exc})"
+        ) from exc
+
+
+def _parents(path: str, memories_dir: str) -> list[str]:
+    parents = []
+    parent = path.rpartition("/")[0]
+    while parent.startswith(memories_dir + "/"):
+        parents.append(parent)
+        parent = parent.rpartition("/")[0]
+    return parents
+
+
+def _check_same(planned: PlannedFile, disk: bytes | None, plan: Plan) -> None:
+    digest = hashlib.sha256(disk).hexdigest() if disk is not None else None
+    if digest != plan.disk_sha256.get(planned.path):
+        base = _blob(planned.base_sha256) if planned.base_sha256 else b""
+        raise _ChangedOnDisk(Conflict(planned.path, planned.base_sha256, digest, base, disk or b""))
+
+
+def _apply(
+    root: Path,
+    layout: Layout,
+    record: journal.Journal,
+    plan: Plan,
+    to_write: list[PlannedFile],
+    result: WritebackResult,
+    step: Callable[[str], None],
+    on_written: Callable[[WrittenFile], None] | None,
+) -> Exception | None:
+    """Stage every file, then rename each one in place; on a failure (or a file that
+    changed on disk meanwhile), undo what was renamed. Returns the failure."""
+    allowed = [layout.memories_dir]
+    staged: list[export.Staged] = []
+    try:
+        for planned in to_write:
+            staged.append(export.stage(root, planned.path, planned.data, allowed_dirs=allowed))
+            step("staged")
+        for planned, ready in zip(to_write, staged, strict=True):
+            if planned.path not in plan.conflict_paths():
+                _check_same(planned, read_disk(root, planned.path), plan)
+            written = export.publish(root, ready)
+            result.written.append(written)
+            step("renamed")
+            if on_written is not None:
+                on_written(written)
+    except (ExportError, OSError, _ChangedOnDisk) as exc:
+        for ready in staged:
+            export.discard(root, ready)
+        try:
+            journal.turn_back(record)
+            journal.roll_back(record)
+        except (journal.JournalError, ExportError, OSError) as undo:
+            return _Unrecovered(
+                f"write-back stopped after {len(result.written)} of {len(to_write)} file(s): "
+                f"{exc}; undoing it failed too ({undo}): it is finished or undone at the next "
+                "start of the dashboard or a worker, or by the next write-back"
+            )
+        result.written.clear()
+        return exc
+    return None
+
+
+def _audit(
+    layout: Layout,
+    record: journal.Journal | None,
+    meta: dict[str, Any],
+    written: list[WrittenFile],
+    user: Any,
+) -> AuditEvent:
+    """The write-back's event; ``record`` its journal (None: nothing was written)."""
+    old = {f.path: f.old_sha256 for f in record.files} if record else {}
+    files = [
+        {"path": w.path, "sha256": w.sha256, "previous_sha256": old.get(w.path), "size": w.size}
+        for w in written
+    ]
+    return _record_event(layout, WRITEBACK_ACTION, user, meta, record, files=files)
+
+
+def _record_event(
+    layout: Layout,
+    action: str,
+    user: Any,
+    meta: dict[str, Any],
+    record: journal.Journal | None,
+    **detail: Any,
+) -> AuditEvent:
+    failed = action == WRITEBACK_FAILED_ACTION
+    body: dict[str, Any] = {
+        "files": [],
+        "already_on_disk": meta["already_on_disk"],
+        "overwritten": meta["overwritten"],
+        "allowed_findings": meta["allowed_findings"],
+        "proposal": None if failed else meta["proposal"],
+        "journal": record.id if record else None,
+        **detail,
+    }
+    if failed:
+        body["attempted_proposal"] = meta["proposal"]
     return AuditEvent.record(
         layout.workspace,
-        WRITEBACK_FAILED_ACTION if failure else WRITEBACK_ACTION,
+        action,
         user=user,
-        actor="" if getattr(user, "pk", None) else "command line",
+        actor=meta["actor"],
         layout=layout,
         target=layout.memories_dir,
-        **detail,
+        **body,
     )
+
+
+# --- recovery ---------------------------------------------------------------------------
+
+
+def journal_base() -> Path:
+    """Where write-back journals live: ``MEMORYUI_JOURNAL_DIR``, default ``var/journal``
+    (outside every workspace: the SDK never lists them)."""
+    default = Path(getattr(settings, "VAR_DIR", Path(settings.BASE_DIR) / "var")) / "journal"
+    return Path(getattr(settings, "MEMORYUI_JOURNAL_DIR", default))
+
+
+def journal_directory(layout: Layout, root: Path) -> Path:
+    """The layout's journal directory, named by its workspace directory too: a journal
+    is never found by a layout of another workspace."""
+    key = hashlib.sha256(f"{root}\0{layout.memories_dir}".encode()).hexdigest()[:16]
+    return journal_base() / "writeback" / f"layout-{layout.pk}-{key}"
+
+
+@dataclass
+class Recovery:
+    directory: Path
+    layout: Layout | None
+    outcome: str  # "finished", "undone", "already committed", or an error
+    event: AuditEvent | None = None
+
+
+def recover_interrupted() -> list[Recovery]:
+    """Finish or undo every write-back that died (its journal left, its lock free), and
+    remove what interrupted snapshot exports left. Running write-backs are left alone."""
+    from .snapshots import recover_exports  # snapshots imports this module
+
+    done = []
+    base = journal_base() / "writeback"
+    for directory in sorted(base.glob("layout-*")) if base.is_dir() else []:
+        try:
+            with journal.locked(directory, wait=False):
+                record = journal.load(directory)
+                if record is None:
+                    continue
+                layout = _journal_layout(record, directory)
+                done.append(_recover(layout, directory))
+        except journal.Busy:
+            continue
+        except (journal.JournalError, WritebackError, ExportError, OSError) as exc:
+            logger.error("write-back journal %s not recovered: %s", directory, exc)
+            done.append(Recovery(directory, None, f"not recovered: {exc}"))
+    recover_exports()
+    return done
+
+
+def recover_at_start(**_: Any) -> None:
+    """``recover_interrupted`` for a starting worker or web server: logged, never raised
+    (a database not yet migrated, say, must not stop the start)."""
+    try:
+        for recovery in recover_interrupted():
+            logger.warning(
+                "interrupted write-back of %s: %s",
+                recovery.layout.memories_dir if recovery.layout else recovery.directory,
+                recovery.outcome,
+            )
+    except Exception:
+        logger.exception("recovering interrupted write-backs failed")
+    finally:
+        db.connections.close_all()
+
+
+def _journal_layout(record: journal.Journal, directory: Path) -> Layout:
+    """The layout a journal belongs to; WritebackError when it is not this database's
+    (another workspace, another root, another layout)."""
+    meta = record.meta
+    layout = (
+        Layout.objects.select_related("workspace")
+        .filter(pk=meta.get("layout"), workspace_id=meta.get("workspace"))
+        .first()
+    )
+    if (
+        layout is None
+        or layout.memories_dir != meta.get("memories_dir")
+        or layout.workspace.source_path != record.root
+        or journal_directory(layout, Path(record.root)) != directory
+        or record.allowed_dirs != [layout.memories_dir]
+    ):
+        raise WritebackError(
+            f"the journal {directory} belongs to no layout of this database "
+            f"({meta.get('workspace_name')}: {meta.get('memories_dir')} in {record.root}); "
+            "not used"
+        )
+    return layout
+
+
+def _recover(layout: Layout, directory: Path) -> Recovery:
+    """Bring an interrupted write-back of ``layout`` (its journal in ``directory``; the
+    caller holds the lock) to one state: finished when the journal says forward and
+    every file is old or new and the curated documents are still those it wrote; else
+    undone. The database and the audit log follow, then the journal goes."""
+    record = journal.load(directory)
+    if record is None:
+        return Recovery(directory, layout, "nothing to recover")
+    _journal_layout(record, directory)
+    root = Path(record.root)
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        if _settled(layout, record):  # died after its commit: the disk is as recorded
+            journal.remove_temp_files(record)
+            outcome, event = "already committed", None
+        else:
+            outcome, event = _complete(layout, record, root)
+    journal.finish(directory)
+    return Recovery(directory, layout, outcome, event)
+
+
+def _complete(layout: Layout, record: journal.Journal, root: Path) -> tuple[str, AuditEvent]:
+    user = _user(record.meta.get("user"))
+    reason = ""
+    if record.direction == journal.FORWARD:
+        reason = _outdated(layout, record)
+        if not reason:
+            try:
+                journal.roll_forward(record)
+            except (journal.JournalError, ExportError, OSError) as exc:
+                reason = str(exc)
+        if not reason:
+            importer.import_workspace(root, layout.workspace.name, user=user)
+            files = [
+                {
+                    "path": f.path,
+                    "sha256": f.new_sha256,
+                    "previous_sha256": f.old_sha256,
+                    "size": f.new[1],
+                }
+                for f in record.files
+            ]
+            event = _record_event(
+                layout,
+                WRITEBACK_ACTION,
+                user,
+                record.meta,
+                record,
+                files=files,
+                completed_by_recovery=True,
+            )
+            return "finished", event
+        journal.turn_back(record)
+    restored, kept = journal.roll_back(record)
+    event = _record_event(
+        layout,
+        WRITEBACK_FAILED_ACTION,
+        user,
+        record.meta,
+        record,
+        error=f"interrupted; undone by recovery: {reason or 'the write-back failed'}",
+        rolled_back=True,
+        restored=restored,
+        kept_as_changed_on_disk=kept,
+        completed_by_recovery=True,
+    )
+    return "undone", event
+
+
+def _settled(layout: Layout, record: journal.Journal) -> bool:
+    """Whether the journal's write-back committed: written, or failed and undone."""
+    events = AuditEvent.objects.filter(
+        layout=layout, action__in=[WRITEBACK_ACTION, WRITEBACK_FAILED_ACTION]
+    ).filter(detail__journal=record.id)
+    return any(
+        action == WRITEBACK_ACTION or detail.get("rolled_back")
+        for action, detail in events.values_list("action", "detail")
+    )
+
+
+def _outdated(layout: Layout, record: journal.Journal) -> str:
+    """Why finishing the journal would write memory that is no longer the current one."""
+    for document, name in DOCUMENT_FILES.items():
+        mine = next((f for f in record.files if f.path == f"{layout.memories_dir}/{name}"), None)
+        if mine is None:
+            continue
+        latest = (
+            MemoryVersion.objects.filter(layout=layout, document=document)
+            .order_by("-number")
+            .values_list("blob_id", flat=True)
+            .first()
+        )
+        if latest != mine.new_sha256:
+            return f"{name} has a newer version than the one this write-back wrote"
+    return ""
+
+
+def _user(pk: Any) -> Any:
+    return get_user_model().objects.filter(pk=pk).first() if pk else None
 
 
 # --- the database after a write ---------------------------------------------------------

@@ -4,3 +4,14 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
 application = get_wsgi_application()
+
+
+def _recover() -> None:
+    """Write-backs and exports that died are finished or undone before the first request
+    (runserver loads this module too)."""
+    from memoryui.writeback import recover_at_start
+
+    recover_at_start()
+
+
+_recover()

@@ -6,7 +6,7 @@ import hashlib
 import io
 import os
 import queue
-import signal
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -20,7 +20,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from generation import export, tree
+from generation import export, journal, tree
 from memoryui import curation, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -388,67 +388,304 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> s
     raise AssertionError(f"never printed {needle!r}; output:\n{seen}")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_write_back_killed_between_files_leaves_every_file_old_or_new(layout, ws):
-    new_md, new_summary = "# Task Group: curated\n", "## General Tips\n- curated\n"
-    curate(layout, MD, new_md)
-    curate(layout, SUMMARY, new_summary)
-    approved_proposal(layout)
-    before = snapshot_tree(ws)
-    env = {
+def crash_env(tmp_path: Path, step: int) -> dict[str, str]:
+    """The environment of a command that dies (``os._exit``) at step boundary ``step``,
+    on the test's database, with the test's journal directory."""
+    return {
         **os.environ,
         "DATABASE_URL": database_url(),
-        "MEMORYUI_WRITEBACK_PAUSE_AFTER_FILE": "120",
+        "MEMORYUI_VAR_DIR": str(tmp_path / "var"),
+        "MEMORYUI_CRASH_AT_STEP": str(step),
         "DJANGO_ALLOW_ASYNC_UNSAFE": "",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "writeback", "a", "--layout", ENG],
+
+
+@pytest.fixture
+def journals(settings, tmp_path):
+    """The journal directory of this test and of the commands it runs."""
+    settings.MEMORYUI_JOURNAL_DIR = tmp_path / "var" / "journal"
+    return settings.MEMORYUI_JOURNAL_DIR
+
+
+def run_command(tmp_path: Path, step: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        env=crash_env(tmp_path, step),
+        capture_output=True,
         text=True,
+        timeout=300,
     )
-    try:
-        output = wait_for_line(proc, "wrote ")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stderr.close()
-    assert output.count("wrote ") == 1
 
-    new = {
-        f"{ENG}/MEMORY.md": new_md.encode(),
-        f"{ENG}/memory_summary.md": new_summary.encode(),
-        f"{ENG}/raw_memories/{NEW_ID}.md": NEW_RAW.encode(),
-        f"{ENG}/rollout_summaries/{NEW_ID}_new-task.md": NEW_SUMMARY.encode(),
-    }
-    after = snapshot_tree(ws)
-    # Every file is old or new, none partial: the first one is new, the rest untouched,
-    # and no temporary file is left (the kill came between two files).
-    assert set(after) == set(before)
-    changed = [p for p in after if after[p] != before[p]]
-    assert changed == [f"{ENG}/MEMORY.md"]
-    assert after[f"{ENG}/MEMORY.md"] == new[f"{ENG}/MEMORY.md"]
-    assert not AuditEvent.objects.filter(action__startswith="writeback").exists()
 
-    # A leftover temporary file from a kill mid-file is never taken for memory ...
-    stray = ws / ENG / "raw_memories" / f".{NEW_ID}.md.dead00{export.TEMP_SUFFIX}"
-    stray.write_bytes(b"rollout_id: half-writ")
-    reimported = import_workspace(ws, "a")
-    assert WorkspaceFile.objects.get(path=str(stray.relative_to(ws))).kind == "workspace_file"
-    assert not RawMemory.objects.filter(rollout_id="half-writ").exists()
-    assert reimported.errors == []
+def comparable(files: dict[str, bytes]) -> dict[str, object]:
+    """A tree with its phase_two_selection.json as its items: a write-back gives the
+    selection a fresh ``updated_at``."""
+    out: dict[str, object] = dict(files)
+    for path, data in files.items():
+        if path.endswith("phase_two_selection.json"):
+            out[path] = [i.__dict__ for i in tree.parse_selection(data).items]
+    return out
 
-    # ... and the next write-back finishes the job and sweeps it away.
+
+def curated_write_back(layout: Layout, ws: Path) -> tuple[dict, dict]:
+    """Curate both documents and approve a consolidation; returns the tree before and
+    the tree a complete write-back gives (six files, two of them new)."""
+    curate(layout, MD, "# Task Group: curated\n")
+    curate(layout, SUMMARY, "## General Tips\n- curated\n")
+    approved_proposal(layout)
+    before = snapshot_tree(ws)
+    planned = writeback.write_back(layout, dry_run=True).would_write
+    assert len(planned) == 6
+    after = {**before, **{f.path: f.data for f in planned}}
+    return comparable(before), comparable(after)
+
+
+def journal_files(journals: Path) -> list[Path]:
+    return sorted(journals.rglob(journal.JOURNAL)) if journals.exists() else []
+
+
+# Steps of a six-file write-back: begin, journal, staged x 6, renamed x 6, committed, done.
+STEPS = 16
+
+
+def test_every_step_boundary_of_a_write_back_is_named(layout, ws, journals):
+    curated_write_back(layout, ws)
+    steps: list[str] = []
+
+    writeback.write_back(layout, on_step=steps.append)
+
+    assert steps == [
+        "begin",
+        "journal",
+        *["staged"] * 6,
+        *["renamed"] * 6,
+        "committed",
+        "done",
+    ]
+    assert len(steps) == STEPS
+    assert journal_files(journals) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("step", range(1, STEPS + 1))
+def test_a_write_back_killed_at_any_step_is_recovered_all_old_or_all_new(
+    layout, ws, journals, tmp_path, step
+):
+    old, new = curated_write_back(layout, ws)
+
+    killed = run_command(tmp_path, step, "writeback", "a", "--layout", ENG)
+
+    assert killed.returncode == 86, killed.stderr
+    assert f"crashing at step {step} " in killed.stdout
+    if step >= 2:  # from the journal on, the journal is on disk and fsync'd
+        assert len(journal_files(journals)) == (0 if step == STEPS else 1)
+
+    recovered = writeback.recover_interrupted()
+
+    after = comparable(snapshot_tree(ws))
+    assert after in (old, new)  # byte for byte, no temporary file anywhere
+    assert journal_files(journals) == []
+    written = AuditEvent.objects.filter(action="writeback.write")
+    if step == 1:  # died before its journal: nothing happened
+        assert after == old and recovered == [] and not written.exists()
+        return
+    # A journal was written: the write-back is finished, the database and the audit
+    # log agree with the disk.
+    assert after == new
+    [event] = written
+    assert len(event.detail["files"]) == 6
+    by_recovery = step < STEPS - 1  # it died before its own commit
+    assert event.detail.get("completed_by_recovery", False) is by_recovery
+    assert [r.outcome for r in recovered] == (
+        ["finished"] if by_recovery else ["already committed"] if step == STEPS - 1 else []
+    )
+    assert not AuditEvent.objects.filter(action="writeback.failed").exists()
+    assert writeback.plan_layout(layout).changed == []
+    again = import_workspace(ws, "a")
+    assert (again.added, again.changed, again.new_versions) == (0, 0, [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_file_changed_after_a_crash_makes_recovery_undo_the_write_back(
+    layout, ws, journals, tmp_path
+):
+    old, _ = curated_write_back(layout, ws)
+    # Killed after three of the six renames: MEMORY.md, memory_summary.md and the
+    # selection are new, raw_memories.md and the two new files not yet.
+    killed = run_command(tmp_path, 11, "writeback", "a", "--layout", ENG)
+    assert "(renamed)" in killed.stdout
+    agent_text = b"the agent wrote this after the crash\n"
+    (ws / ENG / "raw_memories.md").write_bytes(agent_text)
+
+    [recovery] = writeback.recover_interrupted()
+
+    assert recovery.outcome == "undone"
+    assert comparable(snapshot_tree(ws)) == {**old, f"{ENG}/raw_memories.md": agent_text}
+    event = AuditEvent.objects.get(action="writeback.failed")
+    assert event.detail["completed_by_recovery"] and event.detail["rolled_back"]
+    assert event.detail["kept_as_changed_on_disk"] == [f"{ENG}/raw_memories.md"]
+    assert sorted(event.detail["restored"]) == sorted(
+        f"{ENG}/{n}" for n in ("MEMORY.md", "memory_summary.md", "phase_two_selection.json")
+    )
+    assert "changed on disk" in event.detail["error"]
+    assert not AuditEvent.objects.filter(action="writeback.write").exists()
+    assert writeback.proposal_to_write(layout) is not None  # still to be written
+    assert journal_files(journals) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_newer_curated_version_makes_recovery_undo_rather_than_write_the_old_one(
+    layout, ws, journals, tmp_path
+):
+    old, _ = curated_write_back(layout, ws)
+    run_command(tmp_path, 5, "writeback", "a", "--layout", ENG)  # a file staged
+    curate(layout, MD, "# Task Group: curated again while it was down\n")
+
+    [recovery] = writeback.recover_interrupted()
+
+    assert recovery.outcome == "undone"
+    assert comparable(snapshot_tree(ws)) == old
+    assert "newer version" in AuditEvent.objects.get(action="writeback.failed").detail["error"]
+    latest = curation.latest(layout, MD)
+    assert bytes(latest.blob.data) == b"# Task Group: curated again while it was down\n"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals, tmp_path):
+    _, new = curated_write_back(layout, ws)
+    run_command(tmp_path, 12, "writeback", "a", "--layout", ENG)
+
     result = writeback.write_back(layout)
 
-    assert not stray.exists()
-    for path, data in new.items():
-        assert (ws / path).read_bytes() == data
-    # The re-import took the written MEMORY.md as it is: it is not written again.
-    assert f"{ENG}/MEMORY.md" not in {w.path for w in result.written}
-    assert len(result.written) == 5
+    assert result.written == [] and comparable(snapshot_tree(ws)) == new
+    event = AuditEvent.objects.get(action="writeback.write")
+    assert event.detail["completed_by_recovery"] is True
+    assert journal_files(journals) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals, tmp_path):
+    from celery.signals import worker_ready
+
+    _, new = curated_write_back(layout, ws)
+    run_command(tmp_path, 9, "writeback", "a", "--layout", ENG)
+
+    worker_ready.send(sender=None)
+
+    assert comparable(snapshot_tree(ws)) == new
+    assert AuditEvent.objects.get(action="writeback.write").detail["completed_by_recovery"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_server_recovers_on_start_but_management_commands_do_not(
+    layout, ws, journals, tmp_path
+):
+    old, new = curated_write_back(layout, ws)
+    run_command(tmp_path, 10, "writeback", "a", "--layout", ENG)
+    half = comparable(snapshot_tree(ws))
+    assert half not in (old, new)  # this is what a journal is for
+
+    checked = run_command(tmp_path, 0, "check")
+
+    assert checked.returncode == 0, checked.stderr
+    assert comparable(snapshot_tree(ws)) == half and len(journal_files(journals)) == 1
+
+    started = subprocess.run(
+        [sys.executable, "-c", "import memoryui.wsgi"],
+        cwd=ROOT,
+        env=crash_env(tmp_path, 0),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert started.returncode == 0, started.stderr
+    assert comparable(snapshot_tree(ws)) == new and journal_files(journals) == []
+    assert AuditEvent.objects.get(action="writeback.write").detail["completed_by_recovery"]
+
+
+def test_a_running_write_back_is_never_recovered_under_it(layout, ws, journals):
+    curated_write_back(layout, ws)
+    seen = []
+
+    def recover_meanwhile(step: str) -> None:
+        if step == "renamed" and not seen:
+            seen.append(writeback.recover_interrupted())
+
+    writeback.write_back(layout, on_step=recover_meanwhile)
+
+    assert seen == [[]]  # the journal was there, its lock held: left alone
+    event = AuditEvent.objects.get(action="writeback.write")
+    assert "completed_by_recovery" not in event.detail
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_journal_is_never_used_for_another_workspace(layout, ws, journals, tmp_path):
+    _, new = curated_write_back(layout, ws)
+    run_command(tmp_path, 10, "writeback", "a", "--layout", ENG)
+    [left] = journal_files(journals)
+    other_root = ws.parent.parent / "other"
+    shutil.copytree(ws, other_root, symlinks=True)
+    import_workspace(other_root, "b")
+    other = Layout.objects.get(workspace__name="b", memories_dir=ENG)
+    other_before = snapshot_tree(other_root)
+    # The journal copied where the other workspace's layout keeps its own.
+    stolen = writeback.journal_directory(other, other_root)
+    shutil.copytree(left.parent, stolen)
+
+    with pytest.raises(writeback.WritebackError, match="belongs to no layout"):
+        writeback.write_back(other)
+
+    assert snapshot_tree(other_root) == other_before
+    recovered = {r.directory: r.outcome for r in writeback.recover_interrupted()}
+    assert "belongs to no layout" in recovered[stolen]
+    assert recovered[left.parent] == "finished"
+    assert snapshot_tree(other_root) == other_before
+    assert comparable(snapshot_tree(ws)) == new
+
+
+def test_a_file_changed_between_the_plan_and_its_rename_is_refused_and_nothing_stays_half_written(
+    layout, ws, journals
+):
+    old, _ = curated_write_back(layout, ws)
+    summary = ws / ENG / "memory_summary.md"
+    agent_text = b"## General Tips\n- the agent, in the middle of the write-back\n"
+    renamed = []
+
+    def agent_edits(step: str) -> None:  # after MEMORY.md, before memory_summary.md
+        if step == "renamed" and not renamed:
+            renamed.append(step)
+            summary.write_bytes(agent_text)
+
+    with pytest.raises(writeback.Refused) as refused:
+        writeback.write_back(layout, on_step=agent_edits)
+
+    [conflict] = refused.value.conflicts
+    assert conflict.path == f"{ENG}/memory_summary.md" and conflict.disk == agent_text
+    assert comparable(snapshot_tree(ws)) == {**old, f"{ENG}/memory_summary.md": agent_text}
+    event = AuditEvent.objects.get(action="writeback.failed")
+    assert event.detail["rolled_back"] is True and "changed on disk" in event.detail["error"]
+    assert not AuditEvent.objects.filter(action="writeback.write").exists()
+    assert writeback.proposal_to_write(layout) is not None
+    assert journal_files(journals) == []
+
+
+def test_a_write_that_fails_midway_is_undone(layout, ws, journals):
+    old, _ = curated_write_back(layout, ws)
+    new_raw = ws / ENG / "raw_memories" / f"{NEW_ID}.md"
+
+    def block_a_name(step: str) -> None:  # after the first rename, a later file fails
+        if step == "renamed" and not new_raw.exists():
+            new_raw.mkdir()
+
+    with pytest.raises(writeback.WritebackError, match="nothing changed"):
+        writeback.write_back(layout, on_step=block_a_name)
+
+    assert comparable(snapshot_tree(ws)) == old
+    event = AuditEvent.objects.get(action="writeback.failed")
+    assert event.detail["rolled_back"] is True and event.detail["files"] == []
+    assert journal_files(journals) == []
 
 
 # --- pages -----------------------------------------------------------------------------

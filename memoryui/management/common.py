@@ -1,7 +1,9 @@
-"""What the management commands share: finding a workspace by name, and the lint
-findings' option and report."""
+"""What the management commands share: finding a workspace by name, the lint
+findings' option and report, and the crash hook of the tests."""
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Callable, Sequence
 
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.core.management.color import Style
@@ -41,3 +43,29 @@ def write_findings(
     if findings:
         ids = " ".join(f.id for f in findings)
         out.write(f"{indent}to let them through knowingly: --allow-finding {ids}")
+
+
+# Test hook of the write-back and export commands: end the process at once (os._exit, as
+# a kill would: no cleanup, no commit) at the K-th step boundary, 1 being the first.
+CRASH_ENV = "MEMORYUI_CRASH_AT_STEP"
+
+
+def crash_hook() -> Callable[[str], None] | None:
+    value = os.environ.get(CRASH_ENV, "")
+    if not value:
+        return None
+    try:
+        at = int(value)
+    except ValueError as exc:
+        raise CommandError(f"{CRASH_ENV} must be a step number, not {value!r}") from exc
+    seen = 0
+
+    def step(name: str) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == at:
+            sys.stdout.write(f"crashing at step {at} ({name})\n")
+            sys.stdout.flush()
+            os._exit(86)
+
+    return step

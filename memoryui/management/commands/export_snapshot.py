@@ -4,8 +4,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import ExportError
-from memoryui.management.common import add_allow_finding, workspace_named, write_findings
-from memoryui.snapshots import ExportRefused, export_snapshot
+from memoryui.management.common import (
+    add_allow_finding,
+    crash_hook,
+    workspace_named,
+    write_findings,
+)
+from memoryui.snapshots import export_snapshot
+from memoryui.writeback import Refused
 
 
 class Command(BaseCommand):
@@ -52,8 +58,9 @@ class Command(BaseCommand):
                 allow_findings=options["allow_findings"],
                 session_state=options["session_state"],
                 workspace_root=options["workspace_root"],
+                on_step=crash_hook(),
             )
-        except ExportRefused as exc:
+        except Refused as exc:
             for refusal in exc.refused:
                 self.stdout.write(self.style.ERROR(f"REFUSED {refusal.path}: {refusal.reason}"))
             write_findings(self.stdout, self.style, exc.findings)

@@ -1,17 +1,16 @@
-import os
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import WrittenFile
-from memoryui.management.common import add_allow_finding, workspace_named, write_findings
+from memoryui.management.common import (
+    add_allow_finding,
+    crash_hook,
+    workspace_named,
+    write_findings,
+)
 from memoryui.models import Layout, Workspace
 from memoryui.writeback import Refused, WritebackError, WritebackResult, write_back
-
-# Test hook: seconds to sleep after each file is written, so that a test can kill the
-# process between two files. Read here only; the service knows nothing of it.
-PAUSE_ENV = "MEMORYUI_WRITEBACK_PAUSE_AFTER_FILE"
 
 
 class Command(BaseCommand):
@@ -44,7 +43,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         workspace = workspace_named(options["workspace"])
         layouts = _layouts(workspace, options["layouts"])
-        pause = _pause_seconds()
+        on_step = crash_hook()
         failed = []
         for layout in layouts:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Layout {layout.memories_dir}"))
@@ -54,7 +53,8 @@ class Command(BaseCommand):
                     overwrite=options["overwrite"],
                     allow_findings=options["allow_findings"],
                     dry_run=options["dry_run"],
-                    on_written=lambda w: self._written(w, pause),
+                    on_written=self._written,
+                    on_step=on_step,
                 )
             except Refused as exc:
                 self._refused(exc)
@@ -68,11 +68,8 @@ class Command(BaseCommand):
         if failed:
             raise CommandError(f"write-back not done for {', '.join(failed)}")
 
-    def _written(self, written: WrittenFile, pause: float) -> None:
+    def _written(self, written: WrittenFile) -> None:
         self.stdout.write(f"  wrote {written.path}  sha256 {written.sha256}")
-        self.stdout.flush()
-        if pause:
-            time.sleep(pause)
 
     def _report(self, result: WritebackResult) -> None:
         plan = result.plan
@@ -92,7 +89,7 @@ class Command(BaseCommand):
         out.write(self.style.SUCCESS(f"  wrote {len(result.written)} file(s)"))
 
     def _refused(self, exc: Refused) -> None:
-        for refusal in exc.plan.refused:
+        for refusal in exc.refused:
             self.stdout.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
         self._conflicts(exc.conflicts)
         write_findings(self.stdout, self.style, exc.findings, indent="  ")
@@ -122,11 +119,3 @@ def _layouts(workspace: Workspace, wanted: list[str] | None) -> list[Layout]:
             f"its layouts are {', '.join(known) or 'none'}"
         )
     return [known[m] for m in dict.fromkeys(wanted)]
-
-
-def _pause_seconds() -> float:
-    value = os.environ.get(PAUSE_ENV, "")
-    try:
-        return max(0.0, float(value)) if value else 0.0
-    except ValueError as exc:
-        raise CommandError(f"{PAUSE_ENV} must be a number of seconds, not {value!r}") from exc
