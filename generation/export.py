@@ -10,7 +10,8 @@ No Django here. Three parts:
   directory (``.<name>.<random>.memoryui-tmp``: a dot file whose suffix is neither
   ``.md`` nor ``.jsonl``, so the SDK never lists it as memory), ``fsync``, ``os.replace``
   and an ``fsync`` of the directory. A crash leaves the old file or the new one, never
-  a partial one.
+  a partial one. ``stage`` and ``publish`` are the two halves, for a caller that stages
+  many files before it renames any (``generation.journal``).
 - **Snapshots** (``write_snapshot``): the archive the SDK's ``LocalSnapshot`` restores,
   ``<base_path>/<snapshot_id>.tar``, shaped like the SDK's own ``persist_workspace``:
   uncompressed PAX, a root member ``.``, every other member ``./``-prefixed, directories

@@ -122,6 +122,7 @@ def begin(
 ) -> Journal:
     """Write and fsync the journal of ``changes`` (path, old bytes or None, new bytes).
     The caller holds the lock."""
+    directory.mkdir(parents=True, exist_ok=True)
     if (directory / JOURNAL).exists():
         raise JournalError(f"{directory} holds an unfinished write-back; recover it first")
     files = []

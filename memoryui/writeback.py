@@ -8,8 +8,11 @@ proposal not yet written back, ``phase_two_selection.json`` (with a fresh
 and the raw memories and rollout summaries of the proposal's run. A file is *changed*
 when its planned bytes differ from the bytes imported.
 
-Write-back writes the changed files, each atomically, and only inside the layout's
-memories dir whatever a name says. A file that changed on disk since it was imported is
+Write-back writes the changed files all or nothing, only inside the layout's memories
+dir whatever a name says: a journal (``generation.journal``) holds their old and new
+bytes before the first rename, and a write-back that died is finished or undone (by
+``recover_interrupted``: when a worker or the web server starts, and before the next
+write-back of the layout). A file that changed on disk since it was imported is
 a conflict: it is shown as a diff and not overwritten unless an admin names it. Lint
 findings block until an admin allows each one. Every write-back is in the audit log with
 its files and hashes, and the database is brought to the written bytes, so that a

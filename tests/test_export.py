@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from agents.sandbox.util.tar_utils import safe_extract_tarfile, validate_tarfile
 
-from generation import export, lint
+from generation import export, journal, lint
 from generation.export import ExportError, Symlink
 from generation.lint import FindingKind
 from generation.summary import MAX_TOKENS
@@ -200,6 +200,87 @@ def test_stale_temporary_files_are_removed_and_never_named_like_memory(tmp_path)
     assert sorted(os.listdir(raw)) == ["r2.md"]
     # The SDK lists raw_memories/*.md by suffix: a temporary file never has it.
     assert Path(stale.name).suffix == export.TEMP_SUFFIX
+
+
+# --- the write-back journal ---------------------------------------------------------
+
+
+def tree_of(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def half_written(tmp_path: Path) -> tuple[journal.Journal, dict, dict]:
+    """A journal of two changes (one file replaced, one created in a new directory), the
+    first of them done, the second staged only."""
+    root = tmp_path / "ws"
+    (root / "memories").mkdir(parents=True)
+    (root / "memories" / "MEMORY.md").write_bytes(b"old")
+    old = tree_of(root)
+    changes = [("memories/MEMORY.md", b"old", b"new"), ("memories/raw_memories/r.md", None, b"r")]
+    journal.begin(
+        tmp_path / "journal",
+        root=root,
+        allowed_dirs=["memories"],
+        changes=changes,
+        created_dirs=["memories/raw_memories"],
+    )
+    allowed = ["memories"]
+    export.publish(root, export.stage(root, "memories/MEMORY.md", b"new", allowed_dirs=allowed))
+    export.stage(root, "memories/raw_memories/r.md", b"r", allowed_dirs=allowed)
+    new = {**old, "memories/MEMORY.md": b"new", "memories/raw_memories": None}
+    new["memories/raw_memories/r.md"] = b"r"
+    return journal.load(tmp_path / "journal"), old, new
+
+
+def test_a_journal_undoes_a_half_written_change_exactly(tmp_path):
+    record, old, _ = half_written(tmp_path)
+
+    restored, kept = journal.roll_back(record)
+
+    assert tree_of(tmp_path / "ws") == old  # the staged file and the new directory gone too
+    assert (restored, kept) == (["memories/MEMORY.md"], [])
+
+
+def test_a_journal_finishes_a_half_written_change_exactly(tmp_path):
+    record, _, new = half_written(tmp_path)
+
+    assert journal.roll_forward(record) == ["memories/raw_memories/r.md"]
+
+    assert tree_of(tmp_path / "ws") == new
+
+
+def test_a_journal_never_overwrites_a_file_someone_else_changed(tmp_path):
+    record, old, _ = half_written(tmp_path)
+    (tmp_path / "ws" / "memories" / "MEMORY.md").write_bytes(b"the agent's")
+
+    with pytest.raises(journal.JournalError, match="changed on disk"):
+        journal.roll_forward(record)
+    restored, kept = journal.roll_back(record)
+
+    assert kept == ["memories/MEMORY.md"] and restored == []
+    assert tree_of(tmp_path / "ws") == {**old, "memories/MEMORY.md": b"the agent's"}
+
+
+def test_a_journal_with_damaged_data_is_refused(tmp_path):
+    record, _, _ = half_written(tmp_path)
+    data = tmp_path / "journal" / journal.DATA
+    data.write_bytes(b"x" + data.read_bytes()[1:])
+
+    with pytest.raises(journal.JournalError, match="damaged"):
+        journal.roll_back(record)
+    assert (tmp_path / "ws" / "memories" / "MEMORY.md").read_bytes() == b"new"
+
+
+def test_a_journal_whose_lock_is_held_is_busy(tmp_path):
+    with journal.locked(tmp_path / "j"):
+        with pytest.raises(journal.Busy):
+            with journal.locked(tmp_path / "j", wait=False):
+                pass
+    with journal.locked(tmp_path / "j", wait=False):
+        pass
 
 
 # --- session state ------------------------------------------------------------------

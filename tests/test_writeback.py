@@ -38,6 +38,7 @@ from memoryui.models import (
     RolloutSummary,
     WorkspaceFile,
 )
+from memoryui.snapshots import export_snapshot
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -686,6 +687,65 @@ def test_a_write_that_fails_midway_is_undone(layout, ws, journals):
     event = AuditEvent.objects.get(action="writeback.failed")
     assert event.detail["rolled_back"] is True and event.detail["files"] == []
     assert journal_files(journals) == []
+
+
+EXPORT_STEPS = ["journal", "staged", "staged", "published", "published", "committed", "done"]
+
+
+def test_every_step_boundary_of_a_snapshot_export_is_named(layout, journals, tmp_path):
+    steps: list[str] = []
+
+    export_snapshot(
+        layout.workspace,
+        snapshot_id="s-1",
+        base_path=tmp_path / "snapshots",
+        session_state=True,
+        on_step=steps.append,
+    )
+
+    assert steps == EXPORT_STEPS
+    assert sorted(os.listdir(tmp_path / "snapshots")) == ["s-1.session_state.json", "s-1.tar"]
+    assert list((journals / "exports").iterdir()) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("step", range(1, len(EXPORT_STEPS) + 1))
+def test_a_snapshot_export_killed_at_any_step_leaves_both_files_audited_or_nothing(
+    layout, journals, tmp_path, step
+):
+    curate(layout, SUMMARY, "## General Tips\n- curated\n")
+    base = tmp_path / "snapshots"
+    archive = base / "s-1.tar"
+
+    killed = run_command(
+        tmp_path,
+        step,
+        "export_snapshot",
+        "a",
+        "--base-path",
+        str(base),
+        "--snapshot-id",
+        "s-1",
+        "--session-state",
+    )
+
+    assert killed.returncode == 86, killed.stderr
+    assert f"({EXPORT_STEPS[step - 1]})" in killed.stdout
+    if archive.exists():  # under its final name, an archive is always whole
+        with tarfile.open(archive) as tar:
+            data = tar.extractfile(f"./{ENG}/memory_summary.md").read()
+        assert data == b"## General Tips\n- curated\n"
+
+    writeback.recover_interrupted()
+
+    audited = AuditEvent.objects.filter(action="export.snapshot")
+    if step < EXPORT_STEPS.index("committed") + 1:  # died before its audit: nothing
+        assert sorted(os.listdir(base)) == [] and not audited.exists()
+    else:
+        assert sorted(os.listdir(base)) == ["s-1.session_state.json", "s-1.tar"]
+        [event] = audited
+        assert event.detail["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert list((journals / "exports").iterdir()) == []
 
 
 # --- pages -----------------------------------------------------------------------------
