@@ -5,13 +5,11 @@ interrupted write-back, the pages and the commands."""
 import hashlib
 import io
 import os
-import queue
 import shutil
 import subprocess
 import sys
 import tarfile
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -369,26 +367,6 @@ def database_url() -> str:
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60) -> str:
-    """Read the process's output until a line holds ``needle`` (a thread reads, so a
-    line already buffered is never waited for)."""
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            if proc.poll() is not None and lines.empty():
-                break
-            continue
-        seen += line
-        if needle in line:
-            return seen
-    raise AssertionError(f"never printed {needle!r}; output:\n{seen}")
-
-
 def crash_env(tmp_path: Path, step: int) -> dict[str, str]:
     """The environment of a command that dies (``os._exit``) at step boundary ``step``,
     on the test's database, with the test's journal directory."""
@@ -446,6 +424,52 @@ def journal_files(journals: Path) -> list[Path]:
     return sorted(journals.rglob(journal.JOURNAL)) if journals.exists() else []
 
 
+class Killed(BaseException):
+    """A kill at a step boundary, in this process: the code under test catches only
+    Exception, so none of its error handling runs; its transaction is rolled back and its
+    lock released, as when the kernel ends a process. (Some tests kill for real.)"""
+
+
+def killed_at(step: int) -> Callable[[str], None]:
+    seen: list[str] = []
+
+    def on_step(name: str) -> None:
+        seen.append(name)
+        if len(seen) == step:
+            raise Killed(name)
+
+    return on_step
+
+
+def kill_write_back(layout: Layout, step: int) -> None:
+    with pytest.raises(Killed):
+        writeback.write_back(layout, on_step=killed_at(step))
+
+
+def assert_recovered(layout, ws, journals, old, new, step, recovered) -> None:
+    """All old (killed before its journal) or all new, byte for byte, no temporary file;
+    the database and the audit log agree with the disk; no journal left."""
+    after = comparable(snapshot_tree(ws))
+    assert after in (old, new)
+    assert journal_files(journals) == []
+    written = AuditEvent.objects.filter(action="writeback.write")
+    if step == 1:  # died before its journal: nothing happened
+        assert after == old and recovered == [] and not written.exists()
+        return
+    assert after == new
+    [event] = written
+    assert len(event.detail["files"]) == 6
+    by_recovery = step < STEPS - 1  # it died before its own commit
+    assert event.detail.get("completed_by_recovery", False) is by_recovery
+    assert [r.outcome for r in recovered] == (
+        ["finished"] if by_recovery else ["already committed"] if step == STEPS - 1 else []
+    )
+    assert not AuditEvent.objects.filter(action="writeback.failed").exists()
+    assert writeback.plan_layout(layout).changed == []
+    again = import_workspace(ws, "a")
+    assert (again.added, again.changed, again.new_versions) == (0, 0, [])
+
+
 # Steps of a six-file write-back: begin, journal, staged x 6, renamed x 6, committed, done.
 STEPS = 16
 
@@ -468,9 +492,23 @@ def test_every_step_boundary_of_a_write_back_is_named(layout, ws, journals):
     assert journal_files(journals) == []
 
 
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("step", range(1, STEPS + 1))
 def test_a_write_back_killed_at_any_step_is_recovered_all_old_or_all_new(
+    layout, ws, journals, step
+):
+    old, new = curated_write_back(layout, ws)
+    kill_write_back(layout, step)
+    if 2 <= step < STEPS:  # from the journal on, the journal is on disk until the end
+        assert len(journal_files(journals)) == 1
+
+    recovered = writeback.recover_interrupted()
+
+    assert_recovered(layout, ws, journals, old, new, step, recovered)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("step", [2, 5, 11, 15])  # journal, staged, renamed, committed
+def test_a_write_back_process_ended_by_os_exit_at_a_step_is_recovered(
     layout, ws, journals, tmp_path, step
 ):
     old, new = curated_write_back(layout, ws)
@@ -479,43 +517,15 @@ def test_a_write_back_killed_at_any_step_is_recovered_all_old_or_all_new(
 
     assert killed.returncode == 86, killed.stderr
     assert f"crashing at step {step} " in killed.stdout
-    if step >= 2:  # from the journal on, the journal is on disk and fsync'd
-        assert len(journal_files(journals)) == (0 if step == STEPS else 1)
-
     recovered = writeback.recover_interrupted()
-
-    after = comparable(snapshot_tree(ws))
-    assert after in (old, new)  # byte for byte, no temporary file anywhere
-    assert journal_files(journals) == []
-    written = AuditEvent.objects.filter(action="writeback.write")
-    if step == 1:  # died before its journal: nothing happened
-        assert after == old and recovered == [] and not written.exists()
-        return
-    # A journal was written: the write-back is finished, the database and the audit
-    # log agree with the disk.
-    assert after == new
-    [event] = written
-    assert len(event.detail["files"]) == 6
-    by_recovery = step < STEPS - 1  # it died before its own commit
-    assert event.detail.get("completed_by_recovery", False) is by_recovery
-    assert [r.outcome for r in recovered] == (
-        ["finished"] if by_recovery else ["already committed"] if step == STEPS - 1 else []
-    )
-    assert not AuditEvent.objects.filter(action="writeback.failed").exists()
-    assert writeback.plan_layout(layout).changed == []
-    again = import_workspace(ws, "a")
-    assert (again.added, again.changed, again.new_versions) == (0, 0, [])
+    assert_recovered(layout, ws, journals, old, new, step, recovered)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_file_changed_after_a_crash_makes_recovery_undo_the_write_back(
-    layout, ws, journals, tmp_path
-):
+def test_a_file_changed_after_a_crash_makes_recovery_undo_the_write_back(layout, ws, journals):
     old, _ = curated_write_back(layout, ws)
     # Killed after three of the six renames: MEMORY.md, memory_summary.md and the
     # selection are new, raw_memories.md and the two new files not yet.
-    killed = run_command(tmp_path, 11, "writeback", "a", "--layout", ENG)
-    assert "(renamed)" in killed.stdout
+    kill_write_back(layout, 11)
     agent_text = b"the agent wrote this after the crash\n"
     (ws / ENG / "raw_memories.md").write_bytes(agent_text)
 
@@ -535,12 +545,11 @@ def test_a_file_changed_after_a_crash_makes_recovery_undo_the_write_back(
     assert journal_files(journals) == []
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_newer_curated_version_makes_recovery_undo_rather_than_write_the_old_one(
-    layout, ws, journals, tmp_path
+    layout, ws, journals
 ):
     old, _ = curated_write_back(layout, ws)
-    run_command(tmp_path, 5, "writeback", "a", "--layout", ENG)  # a file staged
+    kill_write_back(layout, 5)  # a file staged
     curate(layout, MD, "# Task Group: curated again while it was down\n")
 
     [recovery] = writeback.recover_interrupted()
@@ -552,10 +561,9 @@ def test_a_newer_curated_version_makes_recovery_undo_rather_than_write_the_old_o
     assert bytes(latest.blob.data) == b"# Task Group: curated again while it was down\n"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals, tmp_path):
+def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals):
     _, new = curated_write_back(layout, ws)
-    run_command(tmp_path, 12, "writeback", "a", "--layout", ENG)
+    kill_write_back(layout, 12)
 
     result = writeback.write_back(layout)
 
@@ -565,12 +573,12 @@ def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals, 
     assert journal_files(journals) == []
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals, tmp_path):
+@pytest.mark.django_db(transaction=True)  # recovery closes the connections it used
+def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals):
     from celery.signals import worker_ready
 
     _, new = curated_write_back(layout, ws)
-    run_command(tmp_path, 9, "writeback", "a", "--layout", ENG)
+    kill_write_back(layout, 9)
 
     worker_ready.send(sender=None)
 
@@ -621,10 +629,9 @@ def test_a_running_write_back_is_never_recovered_under_it(layout, ws, journals):
     assert "completed_by_recovery" not in event.detail
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_journal_is_never_used_for_another_workspace(layout, ws, journals, tmp_path):
+def test_a_journal_is_never_used_for_another_workspace(layout, ws, journals):
     _, new = curated_write_back(layout, ws)
-    run_command(tmp_path, 10, "writeback", "a", "--layout", ENG)
+    kill_write_back(layout, 10)
     [left] = journal_files(journals)
     other_root = ws.parent.parent / "other"
     shutil.copytree(ws, other_root, symlinks=True)
@@ -708,14 +715,51 @@ def test_every_step_boundary_of_a_snapshot_export_is_named(layout, journals, tmp
     assert list((journals / "exports").iterdir()) == []
 
 
-@pytest.mark.django_db(transaction=True)
+def assert_export_recovered(base: Path, journals: Path, step: int) -> None:
+    archive = base / "s-1.tar"
+    if archive.exists():  # under its final name, an archive is always whole
+        with tarfile.open(archive) as tar:
+            data = tar.extractfile(f"./{ENG}/memory_summary.md").read()
+        assert data == b"## General Tips\n- curated\n"
+
+    writeback.recover_interrupted()
+
+    audited = AuditEvent.objects.filter(action="export.snapshot")
+    if step <= EXPORT_STEPS.index("committed"):  # died before its audit: nothing
+        assert sorted(os.listdir(base)) == [] and not audited.exists()
+    else:
+        assert sorted(os.listdir(base)) == ["s-1.session_state.json", "s-1.tar"]
+        [event] = audited
+        assert event.detail["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert list((journals / "exports").iterdir()) == []
+
+
 @pytest.mark.parametrize("step", range(1, len(EXPORT_STEPS) + 1))
 def test_a_snapshot_export_killed_at_any_step_leaves_both_files_audited_or_nothing(
     layout, journals, tmp_path, step
 ):
     curate(layout, SUMMARY, "## General Tips\n- curated\n")
     base = tmp_path / "snapshots"
-    archive = base / "s-1.tar"
+
+    with pytest.raises(Killed):
+        export_snapshot(
+            layout.workspace,
+            snapshot_id="s-1",
+            base_path=base,
+            session_state=True,
+            on_step=killed_at(step),
+        )
+
+    assert_export_recovered(base, journals, step)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("step", [3, 4, 6])  # staged, the archive published, committed
+def test_a_snapshot_export_process_ended_by_os_exit_at_a_step_is_recovered(
+    layout, journals, tmp_path, step
+):
+    curate(layout, SUMMARY, "## General Tips\n- curated\n")
+    base = tmp_path / "snapshots"
 
     killed = run_command(
         tmp_path,
@@ -731,21 +775,7 @@ def test_a_snapshot_export_killed_at_any_step_leaves_both_files_audited_or_nothi
 
     assert killed.returncode == 86, killed.stderr
     assert f"({EXPORT_STEPS[step - 1]})" in killed.stdout
-    if archive.exists():  # under its final name, an archive is always whole
-        with tarfile.open(archive) as tar:
-            data = tar.extractfile(f"./{ENG}/memory_summary.md").read()
-        assert data == b"## General Tips\n- curated\n"
-
-    writeback.recover_interrupted()
-
-    audited = AuditEvent.objects.filter(action="export.snapshot")
-    if step < EXPORT_STEPS.index("committed") + 1:  # died before its audit: nothing
-        assert sorted(os.listdir(base)) == [] and not audited.exists()
-    else:
-        assert sorted(os.listdir(base)) == ["s-1.session_state.json", "s-1.tar"]
-        [event] = audited
-        assert event.detail["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
-    assert list((journals / "exports").iterdir()) == []
+    assert_export_recovered(base, journals, step)
 
 
 # --- pages -----------------------------------------------------------------------------
