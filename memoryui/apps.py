@@ -11,6 +11,6 @@ class MemoryuiConfig(AppConfig):
         # migrations and other management commands must not touch workspaces.
         from celery.signals import worker_ready
 
-        from .writeback import recover_at_start
+        from .recovery import recover_at_start
 
         worker_ready.connect(recover_at_start, weak=False, dispatch_uid="memoryui-recover")

@@ -11,7 +11,7 @@ when its planned bytes differ from the bytes imported.
 Write-back writes the changed files all or nothing, only inside the layout's memories
 dir whatever a name says: a journal (``generation.journal``) holds their old and new
 bytes before the first rename, and a write-back that died is finished or undone (by
-``recover_interrupted``: when a worker or the web server starts, and before the next
+``memoryui.recovery``: when a worker or the web server starts, and before the next
 write-back of the layout). A file that changed on disk since it was imported is
 a conflict: it is shown as a diff and not overwritten unless an admin names it. Lint
 findings block until an admin allows each one. Every write-back is in the audit log with
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import logging
 import re
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
@@ -32,9 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django import db
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -56,8 +53,6 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
-
-logger = logging.getLogger(__name__)
 
 WRITEBACK_ACTION = "writeback.write"
 WRITEBACK_FAILED_ACTION = "writeback.failed"
@@ -509,9 +504,11 @@ def write_back(
     directory = journal_directory(layout, root)
     failure: Exception | None = None
     with ExitStack() as held:
+        from .recovery import recover_layout  # recovery builds on this module
+
         try:
             held.enter_context(journal.locked(directory))
-            _recover(layout, directory)  # its own transaction, committed before ours begins
+            recover_layout(layout, directory)  # its own transaction, committed before ours
         except (journal.JournalError, OSError) as exc:
             raise WritebackError(f"an earlier write-back could not be recovered: {exc}") from exc
         step("begin")
@@ -543,7 +540,7 @@ def write_back(
                 if result.written or result.skipped_on_disk or plan.proposal:
                     result.event = _audit(layout, record, meta, result.written, user)
             else:
-                result.event = _record_event(
+                result.event = record_event(
                     layout,
                     WRITEBACK_FAILED_ACTION,
                     user,
@@ -729,10 +726,10 @@ def _audit(
         {"path": w.path, "sha256": w.sha256, "previous_sha256": old.get(w.path), "size": w.size}
         for w in written
     ]
-    return _record_event(layout, WRITEBACK_ACTION, user, meta, record, files=files)
+    return record_event(layout, WRITEBACK_ACTION, user, meta, record, files=files)
 
 
-def _record_event(
+def record_event(
     layout: Layout,
     action: str,
     user: Any,
@@ -763,12 +760,13 @@ def _record_event(
     )
 
 
-# --- recovery ---------------------------------------------------------------------------
+# --- the journal's place ------------------------------------------------------------------
 
 
 def journal_base() -> Path:
-    """Where write-back journals live: ``MEMORYUI_JOURNAL_DIR``, default ``var/journal``
-    (outside every workspace: the SDK never lists them)."""
+    """Where write-back and export journals live: ``var/journal`` under
+    ``MEMORYUI_VAR_DIR`` (a ``MEMORYUI_JOURNAL_DIR`` setting overrides it, as the tests
+    do), outside every workspace: the SDK never lists them."""
     default = Path(getattr(settings, "VAR_DIR", Path(settings.BASE_DIR) / "var")) / "journal"
     return Path(getattr(settings, "MEMORYUI_JOURNAL_DIR", default))
 
@@ -778,179 +776,6 @@ def journal_directory(layout: Layout, root: Path) -> Path:
     is never found by a layout of another workspace."""
     key = hashlib.sha256(f"{root}\0{layout.memories_dir}".encode()).hexdigest()[:16]
     return journal_base() / "writeback" / f"layout-{layout.pk}-{key}"
-
-
-@dataclass
-class Recovery:
-    directory: Path
-    layout: Layout | None
-    outcome: str  # "finished", "undone", "already committed", or an error
-    event: AuditEvent | None = None
-
-
-def recover_interrupted() -> list[Recovery]:
-    """Finish or undo every write-back that died (its journal left, its lock free), and
-    remove what interrupted snapshot exports left. Running write-backs are left alone."""
-    from .snapshots import recover_exports  # snapshots imports this module
-
-    done = []
-    base = journal_base() / "writeback"
-    for directory in sorted(base.glob("layout-*")) if base.is_dir() else []:
-        try:
-            with journal.locked(directory, wait=False):
-                record = journal.load(directory)
-                if record is None:
-                    continue
-                layout = _journal_layout(record, directory)
-                done.append(_recover(layout, directory))
-        except journal.Busy:
-            continue
-        except (journal.JournalError, WritebackError, ExportError, OSError) as exc:
-            logger.error("write-back journal %s not recovered: %s", directory, exc)
-            done.append(Recovery(directory, None, f"not recovered: {exc}"))
-    recover_exports()
-    return done
-
-
-def recover_at_start(**_: Any) -> None:
-    """``recover_interrupted`` for a starting worker or web server: logged, never raised
-    (a database not yet migrated, say, must not stop the start)."""
-    try:
-        for recovery in recover_interrupted():
-            logger.warning(
-                "interrupted write-back of %s: %s",
-                recovery.layout.memories_dir if recovery.layout else recovery.directory,
-                recovery.outcome,
-            )
-    except Exception:
-        logger.exception("recovering interrupted write-backs failed")
-    finally:
-        db.connections.close_all()
-
-
-def _journal_layout(record: journal.Journal, directory: Path) -> Layout:
-    """The layout a journal belongs to; WritebackError when it is not this database's
-    (another workspace, another root, another layout)."""
-    meta = record.meta
-    layout = (
-        Layout.objects.select_related("workspace")
-        .filter(pk=meta.get("layout"), workspace_id=meta.get("workspace"))
-        .first()
-    )
-    if (
-        layout is None
-        or layout.memories_dir != meta.get("memories_dir")
-        or layout.workspace.source_path != record.root
-        or journal_directory(layout, Path(record.root)) != directory
-        or record.allowed_dirs != [layout.memories_dir]
-    ):
-        raise WritebackError(
-            f"the journal {directory} belongs to no layout of this database "
-            f"({meta.get('workspace_name')}: {meta.get('memories_dir')} in {record.root}); "
-            "not used"
-        )
-    return layout
-
-
-def _recover(layout: Layout, directory: Path) -> Recovery:
-    """Bring an interrupted write-back of ``layout`` (its journal in ``directory``; the
-    caller holds the lock) to one state: finished when the journal says forward and
-    every file is old or new and the curated documents are still those it wrote; else
-    undone. The database and the audit log follow, then the journal goes."""
-    record = journal.load(directory)
-    if record is None:
-        return Recovery(directory, layout, "nothing to recover")
-    _journal_layout(record, directory)
-    root = Path(record.root)
-    with transaction.atomic():
-        Layout.objects.select_for_update().filter(pk=layout.pk).first()
-        if _settled(layout, record):  # died after its commit: the disk is as recorded
-            journal.remove_temp_files(record)
-            outcome, event = "already committed", None
-        else:
-            outcome, event = _complete(layout, record, root)
-    journal.finish(directory)
-    return Recovery(directory, layout, outcome, event)
-
-
-def _complete(layout: Layout, record: journal.Journal, root: Path) -> tuple[str, AuditEvent]:
-    user = _user(record.meta.get("user"))
-    reason = ""
-    if record.direction == journal.FORWARD:
-        reason = _outdated(layout, record)
-        if not reason:
-            try:
-                journal.roll_forward(record)
-            except (journal.JournalError, ExportError, OSError) as exc:
-                reason = str(exc)
-        if not reason:
-            importer.import_workspace(root, layout.workspace.name, user=user)
-            files = [
-                {
-                    "path": f.path,
-                    "sha256": f.new_sha256,
-                    "previous_sha256": f.old_sha256,
-                    "size": f.new[1],
-                }
-                for f in record.files
-            ]
-            event = _record_event(
-                layout,
-                WRITEBACK_ACTION,
-                user,
-                record.meta,
-                record,
-                files=files,
-                completed_by_recovery=True,
-            )
-            return "finished", event
-        journal.turn_back(record)
-    restored, kept = journal.roll_back(record)
-    event = _record_event(
-        layout,
-        WRITEBACK_FAILED_ACTION,
-        user,
-        record.meta,
-        record,
-        error=f"interrupted; undone by recovery: {reason or 'the write-back failed'}",
-        rolled_back=True,
-        restored=restored,
-        kept_as_changed_on_disk=kept,
-        completed_by_recovery=True,
-    )
-    return "undone", event
-
-
-def _settled(layout: Layout, record: journal.Journal) -> bool:
-    """Whether the journal's write-back committed: written, or failed and undone."""
-    events = AuditEvent.objects.filter(
-        layout=layout, action__in=[WRITEBACK_ACTION, WRITEBACK_FAILED_ACTION]
-    ).filter(detail__journal=record.id)
-    return any(
-        action == WRITEBACK_ACTION or detail.get("rolled_back")
-        for action, detail in events.values_list("action", "detail")
-    )
-
-
-def _outdated(layout: Layout, record: journal.Journal) -> str:
-    """Why finishing the journal would write memory that is no longer the current one."""
-    for document, name in DOCUMENT_FILES.items():
-        mine = next((f for f in record.files if f.path == f"{layout.memories_dir}/{name}"), None)
-        if mine is None:
-            continue
-        latest = (
-            MemoryVersion.objects.filter(layout=layout, document=document)
-            .order_by("-number")
-            .values_list("blob_id", flat=True)
-            .first()
-        )
-        if latest != mine.new_sha256:
-            return f"{name} has a newer version than the one this write-back wrote"
-    return ""
-
-
-def _user(pk: Any) -> Any:
-    return get_user_model().objects.filter(pk=pk).first() if pk else None
 
 
 # --- the database after a write ---------------------------------------------------------

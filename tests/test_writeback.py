@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import export, journal, tree
-from memoryui import curation, writeback
+from memoryui import curation, recovery, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
@@ -501,7 +501,7 @@ def test_a_write_back_killed_at_any_step_is_recovered_all_old_or_all_new(
     if 2 <= step < STEPS:  # from the journal on, the journal is on disk until the end
         assert len(journal_files(journals)) == 1
 
-    recovered = writeback.recover_interrupted()
+    recovered = recovery.recover_interrupted()
 
     assert_recovered(layout, ws, journals, old, new, step, recovered)
 
@@ -517,7 +517,7 @@ def test_a_write_back_process_ended_by_os_exit_at_a_step_is_recovered(
 
     assert killed.returncode == 86, killed.stderr
     assert f"crashing at step {step} " in killed.stdout
-    recovered = writeback.recover_interrupted()
+    recovered = recovery.recover_interrupted()
     assert_recovered(layout, ws, journals, old, new, step, recovered)
 
 
@@ -529,9 +529,9 @@ def test_a_file_changed_after_a_crash_makes_recovery_undo_the_write_back(layout,
     agent_text = b"the agent wrote this after the crash\n"
     (ws / ENG / "raw_memories.md").write_bytes(agent_text)
 
-    [recovery] = writeback.recover_interrupted()
+    [done] = recovery.recover_interrupted()
 
-    assert recovery.outcome == "undone"
+    assert done.outcome == "undone"
     assert comparable(snapshot_tree(ws)) == {**old, f"{ENG}/raw_memories.md": agent_text}
     event = AuditEvent.objects.get(action="writeback.failed")
     assert event.detail["completed_by_recovery"] and event.detail["rolled_back"]
@@ -552,9 +552,9 @@ def test_a_newer_curated_version_makes_recovery_undo_rather_than_write_the_old_o
     kill_write_back(layout, 5)  # a file staged
     curate(layout, MD, "# Task Group: curated again while it was down\n")
 
-    [recovery] = writeback.recover_interrupted()
+    [done] = recovery.recover_interrupted()
 
-    assert recovery.outcome == "undone"
+    assert done.outcome == "undone"
     assert comparable(snapshot_tree(ws)) == old
     assert "newer version" in AuditEvent.objects.get(action="writeback.failed").detail["error"]
     latest = curation.latest(layout, MD)
@@ -620,7 +620,7 @@ def test_a_running_write_back_is_never_recovered_under_it(layout, ws, journals):
 
     def recover_meanwhile(step: str) -> None:
         if step == "renamed" and not seen:
-            seen.append(writeback.recover_interrupted())
+            seen.append(recovery.recover_interrupted())
 
     writeback.write_back(layout, on_step=recover_meanwhile)
 
@@ -646,7 +646,7 @@ def test_a_journal_is_never_used_for_another_workspace(layout, ws, journals):
         writeback.write_back(other)
 
     assert snapshot_tree(other_root) == other_before
-    recovered = {r.directory: r.outcome for r in writeback.recover_interrupted()}
+    recovered = {r.directory: r.outcome for r in recovery.recover_interrupted()}
     assert "belongs to no layout" in recovered[stolen]
     assert recovered[left.parent] == "finished"
     assert snapshot_tree(other_root) == other_before
@@ -722,7 +722,7 @@ def assert_export_recovered(base: Path, journals: Path, step: int) -> None:
             data = tar.extractfile(f"./{ENG}/memory_summary.md").read()
         assert data == b"## General Tips\n- curated\n"
 
-    writeback.recover_interrupted()
+    recovery.recover_interrupted()
 
     audited = AuditEvent.objects.filter(action="export.snapshot")
     if step <= EXPORT_STEPS.index("committed"):  # died before its audit: nothing
