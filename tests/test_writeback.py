@@ -1005,6 +1005,30 @@ def test_writeback_command_names_unknown_workspaces_and_layouts(layout):
         call_command("writeback", "a", "--layout", "memories/nope")
 
 
+def test_write_back_and_export_refuse_with_one_exception_type(layout, ws, tmp_path):
+    curate(layout, MD, f"- aws_access_key_id={FAKE_AWS_KEY}\n")
+
+    with pytest.raises(writeback.Refused) as wrote:
+        writeback.write_back(layout)
+    with pytest.raises(writeback.Refused) as exported:
+        export_snapshot(layout.workspace, snapshot_id="s", base_path=tmp_path / "s")
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="export refused: 1 lint finding"):
+        call_command(
+            "export_snapshot",
+            "a",
+            "--base-path",
+            str(tmp_path / "s"),
+            "--snapshot-id",
+            "s",
+            stdout=out,
+        )
+
+    assert [f.id for f in wrote.value.findings] == [f.id for f in exported.value.findings]
+    assert f"FINDING {wrote.value.findings[0].id}" in out.getvalue()
+    assert not (tmp_path / "s" / "s.tar").exists()
+
+
 def test_export_snapshot_command_writes_the_archive_and_session_state(layout, tmp_path):
     curate(layout, SUMMARY, "## General Tips\n- curated\n")
     out = io.StringIO()
