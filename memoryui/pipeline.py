@@ -122,22 +122,9 @@ def _client(config: llm.ModelConfig) -> Any:
     return llm.make_client(config)
 
 
-def _caller(config: llm.ModelConfig) -> Callable[..., tuple[dict, llm.Usage]]:
-    client = _client(config)
-
-    def call(
-        instructions: str, prompt: str, schema_name: str, schema: dict
-    ) -> tuple[dict, llm.Usage]:
-        return llm.structured_call(
-            client,
-            config,
-            instructions=instructions,
-            prompt=prompt,
-            schema_name=schema_name,
-            schema=schema,
-        )
-
-    return call
+def _model_call(snapshot: dict[str, Any], model_key: str) -> llm.ModelCall:
+    config = model_config(snapshot, snapshot[model_key])
+    return llm.make_call(config, _client(config))
 
 
 # --- starting ---------------------------------------------------------------------
@@ -262,7 +249,7 @@ def process_job(job_id: int) -> int | None:
     try:
         extraction = phase_one.run_phase_one(
             parsed,
-            call=_caller(model_config(snapshot, snapshot["phase_one_model"])),
+            call=_model_call(snapshot, "phase_one_model"),
             extra_prompt=snapshot.get("extra_prompt", ""),
         )
     except llm.PermanentModelError as exc:
@@ -438,7 +425,7 @@ def consolidate(run_id: int) -> bool:
             pinned=curation.pinned_texts(run.layout),
             rejected=curation.rejected_texts(run.layout),
             extra_prompt=snapshot.get("extra_prompt", ""),
-            call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
+            call=_model_call(snapshot, "phase_two_model"),
         )
     except llm.PermanentModelError as exc:
         fail_run(run_id, f"Phase two failed: {exc}")

@@ -189,7 +189,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 60)
 CELERY_BEAT_SCHEDULE = {
     "recover-stalled-runs": {
-        "task": "generation.tasks.recover_stalled_runs",
+        "task": "memoryui.tasks.recover_stalled_runs",
         "schedule": MEMORYUI_RECOVERY_SECONDS,
         "options": {"expires": MEMORYUI_RECOVERY_SECONDS},
     }

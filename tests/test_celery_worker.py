@@ -131,7 +131,7 @@ def wait_for(condition, timeout: float, what: str, worker=None, run_id=None) -> 
 
 
 def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir, tmp_path):
-    from generation.tasks import start_generation
+    from memoryui.tasks import start_generation
 
     import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
     layout = Layout.objects.get(workspace__name="medium", memories_dir="memories/engineering")
