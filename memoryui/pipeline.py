@@ -16,18 +16,21 @@ stored, and phase two ends in a ``Proposal`` that a person reviews.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.db.models import Count, F, Max, Q, Sum
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, tree
@@ -48,6 +51,8 @@ from .models import (
 )
 
 MAX_ATTEMPTS = 6
+
+logger = logging.getLogger(__name__)
 
 
 class RunConflict(Exception):
@@ -161,6 +166,49 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
     return run
 
 
+# --- leases -----------------------------------------------------------------------
+
+
+def new_lease(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+
+
+@contextmanager
+def renewing(held: QuerySet[Any], field: str, lease: datetime) -> Iterator[None]:
+    """Keep a claim while its holder works: a thread renews the lease in ``field`` every
+    ``MEMORYUI_LEASE_RENEW_SECONDS``, as long as the row still carries the lease this
+    holder set last (the lease's value is the holder's token). A model call may take
+    minutes; a lease kept short and renewed lets another worker take over within about
+    a lease of a worker's death, and never while the holder is alive.
+
+    Renewing stops when the row was finished, cancelled or taken over, and on leaving
+    the block."""
+    done = threading.Event()
+
+    def renew() -> None:
+        current = lease
+        try:
+            while not done.wait(settings.MEMORYUI_LEASE_RENEW_SECONDS):
+                extended = new_lease()
+                try:
+                    if not held.filter(**{field: current}).update(**{field: extended}):
+                        return
+                except DatabaseError as exc:  # try again next time; the lease still runs
+                    logger.warning("could not renew the lease of %s: %s", held.query, exc)
+                    continue
+                current = extended
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=renew, name=f"lease-{field}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 # --- phase one --------------------------------------------------------------------
 
 
@@ -226,7 +274,7 @@ def process_job(job_id: int) -> int | None:
 
     Raises ``llm.TransientModelError`` for the caller to retry later."""
     now = timezone.now()
-    lease = now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    lease = new_lease(now)
     claimed = (
         PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
         .filter(_takeable(now))
@@ -234,6 +282,12 @@ def process_job(job_id: int) -> int | None:
     )
     if not claimed:
         return None
+    held = PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING)
+    with renewing(held, "lease_until", lease):
+        return _process_claimed_job(job_id)
+
+
+def _process_claimed_job(job_id: int) -> int:
     job = PhaseOneJob.objects.select_related("run__layout__workspace", "rollout__file").get(
         pk=job_id
     )
@@ -398,13 +452,21 @@ def consolidate(run_id: int) -> bool:
     """Run phase two for a run and store its proposal. Returns False when another worker
     has it. Raises ``llm.TransientModelError`` for the caller to retry."""
     now = timezone.now()
+    lease = new_lease(now)
     claimed = (
         GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
         .filter(Q(phase_two_lease_until__isnull=True) | Q(phase_two_lease_until__lt=now))
-        .update(phase_two_lease_until=now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS))
+        .update(phase_two_lease_until=lease)
     )
     if not claimed:
         return False
+    held = GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
+    with renewing(held, "phase_two_lease_until", lease):
+        _consolidate_claimed(run_id)
+    return True
+
+
+def _consolidate_claimed(run_id: int) -> None:
     run = GenerationRun.objects.select_related(
         "layout__workspace", "base_memory_md", "base_memory_summary"
     ).get(pk=run_id)
@@ -429,7 +491,7 @@ def consolidate(run_id: int) -> bool:
         )
     except llm.PermanentModelError as exc:
         fail_run(run_id, f"Phase two failed: {exc}")
-        return True
+        return
     except llm.TransientModelError:
         GenerationRun.objects.filter(pk=run_id).update(phase_two_lease_until=None)
         raise
@@ -458,7 +520,6 @@ def consolidate(run_id: int) -> bool:
             phase_two_output_tokens=result.usage.output_tokens,
             phase_two_lease_until=None,
         )
-    return True
 
 
 def fail_run(run_id: int, reason: str) -> None:
@@ -493,7 +554,9 @@ class Progress:
     input_tokens: int
     output_tokens: int
     cost: float | None
-    last_activity: datetime | None = None  # the run's start or its last finished job
+    # The run's start, its last finished job, or the last time a worker claimed or
+    # renewed the lease of a job or of phase two (a live worker renews while it waits).
+    last_activity: datetime | None = None
 
     @property
     def finished(self) -> int:
@@ -520,6 +583,7 @@ def progress(run: GenerationRun) -> Progress:
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
         last_finished=Max("finished_at"),
+        last_lease=Max("lease_until", filter=Q(status=S.RUNNING)),
     )
     snapshot = run.settings_snapshot
     one = llm.Usage(agg["input_tokens"] or 0, agg["output_tokens"] or 0)
@@ -541,17 +605,37 @@ def progress(run: GenerationRun) -> Progress:
         output_tokens=one.output_tokens + two.output_tokens,
         cost=cost,
         last_activity=max(
-            (t for t in (run.started_at, agg["last_finished"]) if t is not None), default=None
+            (
+                t
+                for t in (
+                    run.started_at,
+                    agg["last_finished"],
+                    _lease_taken(agg["last_lease"]),
+                    _lease_taken(run.phase_two_lease_until),
+                )
+                if t is not None
+            ),
+            default=None,
         ),
     )
 
 
+def _lease_taken(lease_until: datetime | None) -> datetime | None:
+    """When a lease was claimed or last renewed."""
+    if lease_until is None:
+        return None
+    return lease_until - timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+
+
 def stalled_since(run: GenerationRun, progress: Progress, now: datetime) -> datetime | None:
-    """When an active run last moved, if that was longer ago than a job's lease: long
-    enough for any lost work to have been sent again, had a worker and beat been up."""
+    """When an active run last moved, if that was longer ago than a lease and a beat
+    interval: long enough for work lost with a worker to have been taken over, had a
+    worker and beat been up. A live worker waiting for a slow model renews its lease,
+    which counts as moving."""
     if not run.is_active or progress.last_activity is None:
         return None
-    if now - progress.last_activity <= timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS):
+    takeover = settings.MEMORYUI_JOB_LEASE_SECONDS + settings.MEMORYUI_RECOVERY_SECONDS
+    if now - progress.last_activity <= timedelta(seconds=takeover):
         return None
     return progress.last_activity
 

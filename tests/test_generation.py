@@ -340,9 +340,8 @@ def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layo
 
     job_id = pipeline.claim_window(run.pk)[0]
     pipeline.process_job(job_id)
-    lease = settings.MEMORYUI_JOB_LEASE_SECONDS
-    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(lease + 3600))
-    run.jobs.filter(pk=job_id).update(finished_at=long_ago(lease + 600))
+    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(3600))
+    run.jobs.filter(pk=job_id).update(finished_at=long_ago(25 * 60))
     page = client.get(url).content.decode()
 
     assert 'id="stalled"' in page and "moved for 25\xa0minutes." in page
@@ -350,6 +349,27 @@ def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layo
 
     pipeline.cancel_run(run.pk)
     assert 'id="stalled"' not in client.get(url).content.decode()
+
+
+def test_a_run_waiting_on_a_slow_model_call_of_a_live_worker_is_not_called_stalled(
+    client, model, layout
+):
+    run = pipeline.start_run(layout)
+    client.force_login(make_user())
+    url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    first, second = pipeline.claim_window(run.pk)
+    pipeline.process_job(first)
+    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(3600))
+    run.jobs.filter(pk=first).update(finished_at=long_ago(25 * 60))
+    # The second job's model call has taken 25 minutes so far; its worker renewed the
+    # lease a moment ago.
+    run.jobs.filter(pk=second).update(
+        status=PhaseOneJob.Status.RUNNING, lease_until=pipeline.new_lease(long_ago(5))
+    )
+    assert 'id="stalled"' not in client.get(url).content.decode()
+
+    run.jobs.filter(pk=second).update(lease_until=pipeline.new_lease(long_ago(25 * 60)))
+    assert 'id="stalled"' in client.get(url).content.decode()
 
 
 def test_running_run_page_polls_for_progress(client, model, layout):

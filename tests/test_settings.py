@@ -57,3 +57,9 @@ def test_postgres_connections_run_without_jit_unless_the_url_says_otherwise():
     chosen = manage("shell", "-c", show, DATABASE_URL=url + "?options=-c%20jit%3Don")
     assert default.stdout.split()[-1] == "off", default.stderr
     assert chosen.stdout.split()[-1] == "on", chosen.stderr
+
+
+def test_a_lease_renewed_too_rarely_to_survive_one_late_renewal_is_refused():
+    result = manage("check", MEMORYUI_JOB_LEASE_SECONDS="60", MEMORYUI_LEASE_RENEW_SECONDS="45")
+    assert result.returncode != 0
+    assert "at most half of MEMORYUI_JOB_LEASE_SECONDS" in result.stderr
