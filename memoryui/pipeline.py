@@ -5,9 +5,11 @@ Phase one runs one job per rollout, at most ``concurrency`` at a time per layout
 finishing job claims the next ones (``claim_window``), and the last one to finish moves
 the run to phase two (``finish_phase_one``), exactly once. Every step claims its work
 with a conditional update, so a task delivered twice (``acks_late``) does nothing the
-second time, and one whose worker died is taken over once its lease has expired. Work
-whose task message was lost altogether is found by ``take_stalled``, which the periodic
-``recover_stalled_runs`` task calls, and sent again.
+second time. A worker holds what it claimed under a short lease that it renews while it
+works (``renewing``), so a slow model call keeps its work and a dead worker's work is
+taken over once its lease has passed: by the broker's redelivery of its task, or by
+``take_stalled``, which the periodic ``recover_stalled_runs`` task calls to send again
+the work of passed leases and of task messages lost altogether.
 
 Nothing here writes to the workspace: phase one's files and phase two's documents are
 stored, and phase two ends in a ``Proposal`` that a person reviews.
@@ -194,7 +196,7 @@ def renewing(held: QuerySet[Any], field: str, lease: datetime) -> Iterator[None]
                     if not held.filter(**{field: current}).update(**{field: extended}):
                         return
                 except DatabaseError as exc:  # try again next time; the lease still runs
-                    logger.warning("could not renew the lease of %s: %s", held.query, exc)
+                    logger.warning("could not renew a lease (%s): %s", field, exc)
                     continue
                 current = extended
         finally:
