@@ -189,18 +189,18 @@ def renewing(held: QuerySet[Any], field: str, lease: datetime) -> Iterator[None]
 
     def renew() -> None:
         current = lease
-        try:
-            while not done.wait(settings.MEMORYUI_LEASE_RENEW_SECONDS):
-                extended = new_lease()
-                try:
-                    if not held.filter(**{field: current}).update(**{field: extended}):
-                        return
-                except DatabaseError as exc:  # try again next time; the lease still runs
-                    logger.warning("could not renew a lease (%s): %s", field, exc)
-                    continue
-                current = extended
-        finally:
-            connection.close()  # this thread's own connection
+        while not done.wait(settings.MEMORYUI_LEASE_RENEW_SECONDS):
+            extended = new_lease()
+            try:
+                renewed = held.filter(**{field: current}).update(**{field: extended})
+            except DatabaseError as exc:  # try again next time; the lease still runs
+                logger.warning("could not renew a lease (%s): %s", field, exc)
+                continue
+            finally:
+                connection.close()  # one connection per renewal, none held between
+            if not renewed:
+                return
+            current = extended
 
     thread = threading.Thread(target=renew, name=f"lease-{field}", daemon=True)
     thread.start()
