@@ -500,10 +500,6 @@ def classify(path: str, layouts: list[LayoutDirs], *, is_dir: bool = False) -> P
     return Placement(layout, kind or FileKind.WORKSPACE_FILE)
 
 
-def layout_relative(path: str, base: str) -> str:
-    return path[len(base) + 1 :] if base and path.startswith(base + "/") else path
-
-
 # --- text ------------------------------------------------------------------------------
 
 

@@ -6,4 +6,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
 
 app = Celery("memoryui")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["generation"])
+app.autodiscover_tasks(["memoryui"])

@@ -400,14 +400,6 @@ def reintroduced(proposal: Proposal) -> list[str]:
 RESERVATION = timedelta(minutes=30)
 
 
-def pending_agent_changes(layout: Layout) -> list[MemoryVersion]:
-    return list(
-        MemoryVersion.objects.filter(layout=layout, needs_review=True).order_by(
-            "document", "number"
-        )
-    )
-
-
 def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
     MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
     AuditEvent.record(

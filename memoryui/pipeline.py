@@ -5,9 +5,11 @@ Phase one runs one job per rollout, at most ``concurrency`` at a time per layout
 finishing job claims the next ones (``claim_window``), and the last one to finish moves
 the run to phase two (``finish_phase_one``), exactly once. Every step claims its work
 with a conditional update, so a task delivered twice (``acks_late``) does nothing the
-second time, and one whose worker died is taken over once its lease has expired. Work
-whose task message was lost altogether is found by ``take_stalled``, which the periodic
-``recover_stalled_runs`` task calls, and sent again.
+second time. A worker holds what it claimed under a short lease that it renews while it
+works (``renewing``), so a slow model call keeps its work and a dead worker's work is
+taken over once its lease has passed: by the broker's redelivery of its task, or by
+``take_stalled``, which the periodic ``recover_stalled_runs`` task calls to send again
+the work of passed leases and of task messages lost altogether.
 
 Nothing here writes to the workspace: phase one's files and phase two's documents are
 stored, and phase two ends in a ``Proposal`` that a person reviews.
@@ -16,18 +18,21 @@ stored, and phase two ends in a ``Proposal`` that a person reviews.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.db.models import Count, F, Max, Q, Sum
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, tree
@@ -48,6 +53,8 @@ from .models import (
 )
 
 MAX_ATTEMPTS = 6
+
+logger = logging.getLogger(__name__)
 
 
 class RunConflict(Exception):
@@ -122,22 +129,9 @@ def _client(config: llm.ModelConfig) -> Any:
     return llm.make_client(config)
 
 
-def _caller(config: llm.ModelConfig) -> Callable[..., tuple[dict, llm.Usage]]:
-    client = _client(config)
-
-    def call(
-        instructions: str, prompt: str, schema_name: str, schema: dict
-    ) -> tuple[dict, llm.Usage]:
-        return llm.structured_call(
-            client,
-            config,
-            instructions=instructions,
-            prompt=prompt,
-            schema_name=schema_name,
-            schema=schema,
-        )
-
-    return call
+def _model_call(snapshot: dict[str, Any], model_key: str) -> llm.ModelCall:
+    config = model_config(snapshot, snapshot[model_key])
+    return llm.make_call(config, _client(config))
 
 
 # --- starting ---------------------------------------------------------------------
@@ -172,6 +166,49 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
             batch_size=1000,
         )
     return run
+
+
+# --- leases -----------------------------------------------------------------------
+
+
+def new_lease(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+
+
+@contextmanager
+def renewing(held: QuerySet[Any], field: str, lease: datetime) -> Iterator[None]:
+    """Keep a claim while its holder works: a thread renews the lease in ``field`` every
+    ``MEMORYUI_LEASE_RENEW_SECONDS``, as long as the row still carries the lease this
+    holder set last (the lease's value is the holder's token). A model call may take
+    minutes; a lease kept short and renewed lets another worker take over within about
+    a lease of a worker's death, and never while the holder is alive.
+
+    Renewing stops when the row was finished, cancelled or taken over, and on leaving
+    the block."""
+    done = threading.Event()
+
+    def renew() -> None:
+        current = lease
+        while not done.wait(settings.MEMORYUI_LEASE_RENEW_SECONDS):
+            extended = new_lease()
+            try:
+                renewed = held.filter(**{field: current}).update(**{field: extended})
+            except DatabaseError as exc:  # try again next time; the lease still runs
+                logger.warning("could not renew a lease (%s): %s", field, exc)
+                continue
+            finally:
+                connection.close()  # one connection per renewal, none held between
+            if not renewed:
+                return
+            current = extended
+
+    thread = threading.Thread(target=renew, name=f"lease-{field}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 # --- phase one --------------------------------------------------------------------
@@ -239,7 +276,7 @@ def process_job(job_id: int) -> int | None:
 
     Raises ``llm.TransientModelError`` for the caller to retry later."""
     now = timezone.now()
-    lease = now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    lease = new_lease(now)
     claimed = (
         PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
         .filter(_takeable(now))
@@ -247,6 +284,12 @@ def process_job(job_id: int) -> int | None:
     )
     if not claimed:
         return None
+    held = PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING)
+    with renewing(held, "lease_until", lease):
+        return _process_claimed_job(job_id)
+
+
+def _process_claimed_job(job_id: int) -> int:
     job = PhaseOneJob.objects.select_related("run__layout__workspace", "rollout__file").get(
         pk=job_id
     )
@@ -262,7 +305,7 @@ def process_job(job_id: int) -> int | None:
     try:
         extraction = phase_one.run_phase_one(
             parsed,
-            call=_caller(model_config(snapshot, snapshot["phase_one_model"])),
+            call=_model_call(snapshot, "phase_one_model"),
             extra_prompt=snapshot.get("extra_prompt", ""),
         )
     except llm.PermanentModelError as exc:
@@ -411,13 +454,21 @@ def consolidate(run_id: int) -> bool:
     """Run phase two for a run and store its proposal. Returns False when another worker
     has it. Raises ``llm.TransientModelError`` for the caller to retry."""
     now = timezone.now()
+    lease = new_lease(now)
     claimed = (
         GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
         .filter(Q(phase_two_lease_until__isnull=True) | Q(phase_two_lease_until__lt=now))
-        .update(phase_two_lease_until=now + timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS))
+        .update(phase_two_lease_until=lease)
     )
     if not claimed:
         return False
+    held = GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
+    with renewing(held, "phase_two_lease_until", lease):
+        _consolidate_claimed(run_id)
+    return True
+
+
+def _consolidate_claimed(run_id: int) -> None:
     run = GenerationRun.objects.select_related(
         "layout__workspace", "base_memory_md", "base_memory_summary"
     ).get(pk=run_id)
@@ -438,11 +489,11 @@ def consolidate(run_id: int) -> bool:
             pinned=curation.pinned_texts(run.layout),
             rejected=curation.rejected_texts(run.layout),
             extra_prompt=snapshot.get("extra_prompt", ""),
-            call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
+            call=_model_call(snapshot, "phase_two_model"),
         )
     except llm.PermanentModelError as exc:
         fail_run(run_id, f"Phase two failed: {exc}")
-        return True
+        return
     except llm.TransientModelError:
         GenerationRun.objects.filter(pk=run_id).update(phase_two_lease_until=None)
         raise
@@ -471,7 +522,6 @@ def consolidate(run_id: int) -> bool:
             phase_two_output_tokens=result.usage.output_tokens,
             phase_two_lease_until=None,
         )
-    return True
 
 
 def fail_run(run_id: int, reason: str) -> None:
@@ -506,7 +556,9 @@ class Progress:
     input_tokens: int
     output_tokens: int
     cost: float | None
-    last_activity: datetime | None = None  # the run's start or its last finished job
+    # The run's start, its last finished job, or the last time a worker claimed or
+    # renewed the lease of a job or of phase two (a live worker renews while it waits).
+    last_activity: datetime | None = None
 
     @property
     def finished(self) -> int:
@@ -533,6 +585,7 @@ def progress(run: GenerationRun) -> Progress:
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
         last_finished=Max("finished_at"),
+        last_lease=Max("lease_until", filter=Q(status=S.RUNNING)),
     )
     snapshot = run.settings_snapshot
     one = llm.Usage(agg["input_tokens"] or 0, agg["output_tokens"] or 0)
@@ -554,17 +607,37 @@ def progress(run: GenerationRun) -> Progress:
         output_tokens=one.output_tokens + two.output_tokens,
         cost=cost,
         last_activity=max(
-            (t for t in (run.started_at, agg["last_finished"]) if t is not None), default=None
+            (
+                t
+                for t in (
+                    run.started_at,
+                    agg["last_finished"],
+                    _lease_taken(agg["last_lease"]),
+                    _lease_taken(run.phase_two_lease_until),
+                )
+                if t is not None
+            ),
+            default=None,
         ),
     )
 
 
+def _lease_taken(lease_until: datetime | None) -> datetime | None:
+    """When a lease was claimed or last renewed."""
+    if lease_until is None:
+        return None
+    return lease_until - timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+
+
 def stalled_since(run: GenerationRun, progress: Progress, now: datetime) -> datetime | None:
-    """When an active run last moved, if that was longer ago than a job's lease: long
-    enough for any lost work to have been sent again, had a worker and beat been up."""
+    """When an active run last moved, if that was longer ago than a lease and a beat
+    interval: long enough for work lost with a worker to have been taken over, had a
+    worker and beat been up. A live worker waiting for a slow model renews its lease,
+    which counts as moving."""
     if not run.is_active or progress.last_activity is None:
         return None
-    if now - progress.last_activity <= timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS):
+    takeover = settings.MEMORYUI_JOB_LEASE_SECONDS + settings.MEMORYUI_RECOVERY_SECONDS
+    if now - progress.last_activity <= timedelta(seconds=takeover):
         return None
     return progress.last_activity
 

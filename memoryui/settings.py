@@ -186,10 +186,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
 # every this many seconds, generation work whose task was lost with a worker.
-MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 60)
+MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 30)
 CELERY_BEAT_SCHEDULE = {
     "recover-stalled-runs": {
-        "task": "generation.tasks.recover_stalled_runs",
+        "task": "memoryui.tasks.recover_stalled_runs",
         "schedule": MEMORYUI_RECOVERY_SECONDS,
         "options": {"expires": MEMORYUI_RECOVERY_SECONDS},
     }
@@ -204,8 +204,20 @@ MEMORYUI_OPENAI_API = env_str("MEMORYUI_OPENAI_API", "responses")
 MEMORYUI_PHASE_ONE_MODEL = env_str("MEMORYUI_PHASE_ONE_MODEL", "gpt-5-mini")
 MEMORYUI_PHASE_TWO_MODEL = env_str("MEMORYUI_PHASE_TWO_MODEL", "gpt-5")
 MEMORYUI_MODEL_TIMEOUT = float(env_int("MEMORYUI_MODEL_TIMEOUT", 300))
-# A job whose worker died is taken over once its lease has passed.
-MEMORYUI_JOB_LEASE_SECONDS = env_int("MEMORYUI_JOB_LEASE_SECONDS", 900)
+# A worker holds the job (or phase two) it works on under a lease that it renews every
+# MEMORYUI_LEASE_RENEW_SECONDS, however long the model takes; once the worker is dead the
+# lease runs out and the work is taken over (sent again by beat, or redelivered by the
+# broker): with the defaults, at most lease + recovery = 90 s after the worker died.
+MEMORYUI_JOB_LEASE_SECONDS = env_int("MEMORYUI_JOB_LEASE_SECONDS", 60)
+MEMORYUI_LEASE_RENEW_SECONDS = env_int(
+    "MEMORYUI_LEASE_RENEW_SECONDS", max(1, MEMORYUI_JOB_LEASE_SECONDS // 4)
+)
+if not 0 < 2 * MEMORYUI_LEASE_RENEW_SECONDS <= MEMORYUI_JOB_LEASE_SECONDS:
+    # A renewal that comes late, or fails once, must not let a live worker's work go.
+    raise ImproperlyConfigured(
+        "MEMORYUI_LEASE_RENEW_SECONDS must be positive and at most half of "
+        "MEMORYUI_JOB_LEASE_SECONDS."
+    )
 MEMORYUI_RETRY_BASE_SECONDS = float(env_int("MEMORYUI_RETRY_BASE_SECONDS", 2))
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Unacknowledged tasks of a worker that died go back to the queue after this long.

@@ -12,7 +12,7 @@ from django_htmx.middleware import HtmxDetails
 
 from generation import tree
 from generation.summary import injected_summary
-from generation.tasks import reimport_workspace, start_generation
+from memoryui.tasks import reimport_workspace, start_generation
 
 from . import charts, diffs, documents, pipeline, search
 from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens

@@ -1,8 +1,18 @@
-"""A whole generation run through real Celery worker processes on the Redis broker,
-including a worker killed in the middle of it."""
+"""Whole generation runs through real Celery worker processes on the Redis broker,
+including a worker killed in the middle of one.
+
+Each way work held by a dead worker is taken over is tested on its own: the broker's
+redelivery of unacknowledged tasks (beat not running), Celery beat's recovery (the dead
+worker's tasks deleted from the broker), and that a worker waiting on a slow model is
+never taken over. The clock is shortened: leases of 3 s renewed every second, beat every
+second (the defaults are 60 s, 15 s and 30 s; tests/test_settings.py checks what they
+give). Set ``MEMORYUI_TEST_DEFAULT_LEASES=1`` to run the beat test with the default
+lease and beat settings and see the takeover time it measures (about a minute and a
+half; it is printed with ``-s``)."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,16 +21,19 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery import Celery
 from django.db import connection
 
-from generation.fake_openai import FakeOpenAI
 from memoryui import pipeline
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationRun, GenerationSettings, Layout, PhaseOneJob, Proposal
+from memoryui.tasks import start_generation
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+DEFAULT_LEASES = os.environ.get("MEMORYUI_TEST_DEFAULT_LEASES") == "1"
+LEASE, RENEW, RECOVERY = (60, 15, 30) if DEFAULT_LEASES else (3, 1, 1)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,30 +54,50 @@ def broker():
 
 
 @pytest.fixture
-def slow_model(settings):
-    with FakeOpenAI() as server:
-        server.delay = 0.4  # every answer takes 0.4 s, like a real model, only faster
-        settings.OPENAI_API_KEY = ""
-        settings.OPENAI_BASE_URL = server.base_url
-        yield server
+def slow_model(model):
+    model.delay = 0.4  # every answer takes 0.4 s, like a real model, only faster
+    return model
 
 
-def start_worker(broker_url: str, model_url: str, name: str, tmp: Path) -> subprocess.Popen:
+@pytest.fixture
+def medium(fixtures_dir):
+    """A run over the first rollouts of medium-300's engineering layout (not started)."""
+
+    def make(jobs: int, concurrency: int) -> GenerationRun:
+        import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
+        layout = Layout.objects.get(workspace__name="medium", memories_dir="memories/engineering")
+        GenerationSettings.objects.create(layout=layout, concurrency=concurrency)
+        run = pipeline.start_run(layout)
+        keep = list(run.jobs.order_by("pk").values_list("pk", flat=True)[:jobs])
+        run.jobs.exclude(pk__in=keep).delete()
+        return run
+
+    return make
+
+
+def start_worker(
+    broker_url: str, model_url: str, name: str, tmp: Path, *, beat: bool, visibility: int = 3600
+) -> subprocess.Popen:
+    """A worker (4 threads) with the test's short leases; with ``beat``, Celery beat
+    runs in it. Unacknowledged tasks of a dead worker go back to the queue
+    ``visibility`` seconds after they were delivered."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": broker_url,
-        "CELERY_VISIBILITY_TIMEOUT": "4",
+        "CELERY_VISIBILITY_TIMEOUT": str(visibility),
         "CELERY_UNACKED_RESTORE_INTERVAL": "1",
         "CELERY_UNACKED_RESTORE_THROTTLE": "1",
         "OPENAI_BASE_URL": model_url,
         "OPENAI_API_KEY": "",
-        "MEMORYUI_JOB_LEASE_SECONDS": "4",
-        "MEMORYUI_RECOVERY_SECONDS": "1",
+        "MEMORYUI_JOB_LEASE_SECONDS": str(LEASE),
+        "MEMORYUI_LEASE_RENEW_SECONDS": str(RENEW),
+        "MEMORYUI_RECOVERY_SECONDS": str(RECOVERY),
         "MEMORYUI_RETRY_BASE_SECONDS": "0",
         "DJANGO_ALLOW_ASYNC_UNSAFE": "",
     }
-    return subprocess.Popen(
+    nodename = f"{name}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+    worker = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -72,13 +105,12 @@ def start_worker(broker_url: str, model_url: str, name: str, tmp: Path) -> subpr
             "-A",
             "memoryui",
             "worker",
-            "--beat",
-            f"--schedule={tmp / f'beat-{name}'}",
+            *(["--beat", f"--schedule={tmp / f'beat-{name}'}"] if beat else []),
             "--pool=threads",
             "--concurrency=4",
             "--loglevel=WARNING",
             "-n",
-            f"{name}-{uuid.uuid4().hex[:6]}@%h",
+            nodename,
             "--without-heartbeat",
             "--without-gossip",
             "--without-mingle",
@@ -89,6 +121,24 @@ def start_worker(broker_url: str, model_url: str, name: str, tmp: Path) -> subpr
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    worker.nodename = nodename
+    return worker
+
+
+def wait_ready(worker: subprocess.Popen, broker_url: str) -> None:
+    """Until the worker answers a ping over the broker: it consumes tasks from now on."""
+
+    # A client of its own: the test process's app is configured for another broker.
+    client = Celery(broker=broker_url)
+    try:
+        wait_for(
+            lambda: client.control.ping(destination=[worker.nodename], timeout=0.5),
+            60,
+            f"{worker.nodename} to start",
+            worker,
+        )
+    finally:
+        client.close()
 
 
 def stop(worker: subprocess.Popen, sig: int = signal.SIGTERM) -> str:
@@ -124,55 +174,125 @@ def wait_for(condition, timeout: float, what: str, worker=None, run_id=None) -> 
             return
         if worker is not None and worker.poll() is not None:
             raise AssertionError(f"worker exited while waiting for {what}:\n{stop(worker)}")
-        time.sleep(0.2)
+        time.sleep(0.1)
     report = jobs_report(run_id) if run_id else ""
     log = stop(worker) if worker is not None else ""
     raise AssertionError(f"timed out waiting for {what}\n{report}\nworker log:\n{log}")
 
 
-def test_a_run_survives_a_worker_killed_mid_run(broker, slow_model, fixtures_dir, tmp_path):
-    from generation.tasks import start_generation
+def start(run: GenerationRun, broker_url: str) -> None:
+    with app.connection_for_write(broker_url) as conn:
+        start_generation.apply_async((run.pk,), connection=conn)
 
-    import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
-    layout = Layout.objects.get(workspace__name="medium", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=4)
-    # Only the first 24 rollouts, to keep the test short.
-    run = pipeline.start_run(layout)
-    keep = list(run.jobs.order_by("pk").values_list("pk", flat=True)[:24])
-    run.jobs.exclude(pk__in=keep).delete()
 
-    first = start_worker(broker, slow_model.base_url, "first", tmp_path)
+def kill_mid_run(worker, run, model, broker_url, *, before_kill=lambda: None) -> list[int]:
+    """Let the worker finish a few rollouts, then keep the model's answers so that its
+    four threads all wait on a call, and SIGKILL it (no warm shutdown: its tasks are
+    lost with it). Returns the jobs it held."""
+    start(run, broker_url)
     done = run.jobs.filter(status=PhaseOneJob.Status.DONE)
     try:
-        with app.connection_for_write(broker) as conn:
-            start_generation.apply_async((run.pk,), connection=conn)
-        wait_for(lambda: done.count() >= 6, 60, "six rollouts done", first)
-        # From now on the model keeps its answers: the jobs asking it stay in flight
-        # until the kill, whatever the timing of the worker's threads.
-        slow_model.hold()
-        wait_for(lambda: slow_model.held > 0, 30, "a model call in flight", first)
+        wait_for(lambda: done.count() >= 4, 60, "four rollouts done", worker, run.pk)
+        model.hold()
+        # All four in flight: no thread is between jobs, sending the next ones.
+        wait_for(lambda: model.held == 4, 30, "four model calls in flight", worker, run.pk)
+        before_kill()
+        held = list(run.jobs.filter(status=PhaseOneJob.Status.RUNNING).values_list("pk", flat=True))
     finally:
-        stop(first, signal.SIGKILL)  # no warm shutdown: tasks in flight are lost with it
-        slow_model.release()
-    running = run.jobs.filter(status=PhaseOneJob.Status.RUNNING).count()
-    assert running > 0, "the kill interrupted work in progress"
-    killed_at = done.count()
-    assert killed_at < 24
+        stop(worker, signal.SIGKILL)
+        model.release()
+    assert len(held) == 4, jobs_report(run.pk)
+    return held
 
-    second = start_worker(broker, slow_model.base_url, "second", tmp_path)
+
+def phase_one_calls(model) -> list[dict]:
+    return [r for r in model.requests if "memory_md" not in str(r)]
+
+
+def finish(run: GenerationRun, worker, timeout: float = 120) -> str:
     try:
         wait_for(
             lambda: GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE,
-            120,
-            "the run to finish on the second worker",
-            second,
+            timeout,
+            "the run to finish",
+            worker,
             run.pk,
         )
     finally:
-        log = stop(second)
-    run.refresh_from_db()
-    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 24, log
-    assert Proposal.objects.filter(run=run).exists()
-    phase_one_calls = [r for r in slow_model.requests if "memory_md" not in str(r)]
-    # Jobs interrupted by the kill ran again; none that had finished was repeated.
-    assert 24 <= len(phase_one_calls) <= 24 + running
+        log = stop(worker)
+    assert Proposal.objects.filter(run=run).exists(), log
+    return log
+
+
+@pytest.mark.skipif(DEFAULT_LEASES, reason="runs on the short clock only")
+def test_the_broker_gives_a_dead_workers_tasks_to_another_worker_without_beat(
+    broker, slow_model, medium, tmp_path
+):
+    run = medium(jobs=16, concurrency=4)
+    # The broker hands an unacknowledged task back 8 s after its delivery, once the
+    # dead worker's lease (3 s, renewed every second until the kill) has passed.
+    first = start_worker(broker, slow_model.base_url, "first", tmp_path, beat=False, visibility=8)
+    held = kill_mid_run(first, run, slow_model, broker)
+
+    second = start_worker(broker, slow_model.base_url, "second", tmp_path, beat=False, visibility=8)
+    log = finish(run, second)
+
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 16, log
+    # The held jobs ran again from their redelivered tasks; no finished one was repeated.
+    assert set(run.jobs.filter(attempts=2).values_list("pk", flat=True)) == set(held)
+    assert len(phase_one_calls(slow_model)) == 16 + len(held)
+
+
+def test_beat_sends_a_dead_workers_jobs_again_within_a_lease_and_a_beat_interval(
+    broker, slow_model, medium, tmp_path
+):
+    run = medium(jobs=16, concurrency=4)
+    first = start_worker(broker, slow_model.base_url, "first", tmp_path, beat=False)
+    workers = []
+
+    def start_second() -> None:
+        # The second worker and its beat start while the first holds the run's four
+        # jobs, renewing their leases as the model keeps its answers (for longer than a
+        # lease: the second worker's start takes seconds).
+        workers.append(start_worker(broker, slow_model.base_url, "second", tmp_path, beat=True))
+        wait_ready(workers[0], broker)
+
+    try:
+        held = kill_mid_run(first, run, slow_model, broker, before_kill=start_second)
+        killed_at = time.monotonic()
+        second = workers[0]
+        # Only beat can save them: the broker never gives the dead worker's tasks back.
+        client = redis.Redis.from_url(broker)
+        client.delete("unacked", "unacked_index")
+
+        retaken = run.jobs.filter(pk__in=held, attempts__gte=2)
+        wait_for(lambda: retaken.count() == 4, LEASE + RECOVERY + 60, "takeover", second, run.pk)
+        takeover = time.monotonic() - killed_at
+    except BaseException:
+        for worker in workers:
+            stop(worker)
+        raise
+    print(f"takeover {takeover:.1f} s after SIGKILL (lease {LEASE} s, beat every {RECOVERY} s)")
+    log = finish(run, second, timeout=120 + 4 * LEASE)
+
+    # A lease runs out at most LEASE after the kill; beat looks at most RECOVERY later.
+    assert takeover <= LEASE + RECOVERY + 2, log
+    assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 16, log
+    assert len(phase_one_calls(slow_model)) == 16 + len(held)
+
+
+@pytest.mark.skipif(DEFAULT_LEASES, reason="runs on the short clock only")
+def test_a_live_worker_waiting_longer_than_its_lease_on_the_model_keeps_its_work(
+    broker, model, medium, tmp_path
+):
+    model.delay = 2 * LEASE + 1  # every answer: more than two leases
+    run = medium(jobs=2, concurrency=2)
+    # Beat looks every second, and two of the worker's four threads are free to take
+    # over any job (or phase two) whose lease ran out.
+    worker = start_worker(broker, model.base_url, "only", tmp_path, beat=True)
+    start(run, broker)
+    log = finish(run, worker)
+
+    assert list(run.jobs.values_list("status", "attempts")) == [("done", 1), ("done", 1)], log
+    assert len(phase_one_calls(model)) == 2
+    assert len(model.requests) == 3  # and phase two once

@@ -205,7 +205,7 @@ def long_ago(seconds: int):
 @pytest.fixture
 def sent(monkeypatch):
     """What the recovery task sends, instead of sending it."""
-    from generation import tasks
+    from memoryui import tasks
 
     sent = {"phase_one": [], "phase_two": []}
     monkeypatch.setattr(tasks.phase_one_task, "delay", sent["phase_one"].append)
@@ -214,7 +214,7 @@ def sent(monkeypatch):
 
 
 def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layout, settings, sent):
-    from generation.tasks import recover_stalled_runs
+    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout)
     lost = pipeline.claim_window(run.pk)  # marked sent; the worker died before sending
@@ -236,7 +236,7 @@ def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layo
 def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
     model, layout, settings, sent
 ):
-    from generation.tasks import recover_stalled_runs
+    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout)
     job_id = pipeline.claim_window(run.pk)[0]
@@ -256,7 +256,7 @@ def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
 
 
 def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
-    from generation.tasks import recover_stalled_runs
+    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout)
     pipeline.run_inline(run.pk, threads=1)  # phase one and two, for the answers' sake
@@ -279,12 +279,38 @@ def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
 
 
 def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
-    from generation.tasks import recover_stalled_runs
+    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout)  # start_generation was lost: nothing sent yet
     recover_stalled_runs()
     assert len(sent["phase_one"]) == 2  # the layout's concurrency
     assert run.jobs.filter(dispatched_at__isnull=False).count() == 2
+
+
+def test_a_run_queued_under_the_former_task_names_still_runs(model, layout):
+    """Messages an older version queued name ``generation.tasks.*``, where the tasks
+    were before they moved to ``memoryui.tasks``."""
+    from memoryui.celery import app
+
+    run = pipeline.start_run(layout)
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # sent tasks run here
+    try:
+        app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
+    finally:
+        app.conf.task_always_eager = eager
+
+    assert GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE
+    assert Proposal.objects.filter(run=run).exists()
+    assert {name for name in app.tasks if name.startswith("generation.tasks.")} == {
+        f"generation.tasks.{name}"
+        for name in (
+            "reimport_workspace",
+            "phase_one_task",
+            "phase_two_task",
+            "recover_stalled_runs",
+            "start_generation",
+        )
+    }
 
 
 # --- pages and command --------------------------------------------------------------
@@ -314,9 +340,8 @@ def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layo
 
     job_id = pipeline.claim_window(run.pk)[0]
     pipeline.process_job(job_id)
-    lease = settings.MEMORYUI_JOB_LEASE_SECONDS
-    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(lease + 3600))
-    run.jobs.filter(pk=job_id).update(finished_at=long_ago(lease + 600))
+    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(3600))
+    run.jobs.filter(pk=job_id).update(finished_at=long_ago(25 * 60))
     page = client.get(url).content.decode()
 
     assert 'id="stalled"' in page and "moved for 25\xa0minutes." in page
@@ -324,6 +349,27 @@ def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layo
 
     pipeline.cancel_run(run.pk)
     assert 'id="stalled"' not in client.get(url).content.decode()
+
+
+def test_a_run_waiting_on_a_slow_model_call_of_a_live_worker_is_not_called_stalled(
+    client, model, layout
+):
+    run = pipeline.start_run(layout)
+    client.force_login(make_user())
+    url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    first, second = pipeline.claim_window(run.pk)
+    pipeline.process_job(first)
+    GenerationRun.objects.filter(pk=run.pk).update(started_at=long_ago(3600))
+    run.jobs.filter(pk=first).update(finished_at=long_ago(25 * 60))
+    # The second job's model call has taken 25 minutes so far; its worker renewed the
+    # lease a moment ago.
+    run.jobs.filter(pk=second).update(
+        status=PhaseOneJob.Status.RUNNING, lease_until=pipeline.new_lease(long_ago(5))
+    )
+    assert 'id="stalled"' not in client.get(url).content.decode()
+
+    run.jobs.filter(pk=second).update(lease_until=pipeline.new_lease(long_ago(25 * 60)))
+    assert 'id="stalled"' in client.get(url).content.decode()
 
 
 def test_running_run_page_polls_for_progress(client, model, layout):

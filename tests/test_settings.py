@@ -57,3 +57,36 @@ def test_postgres_connections_run_without_jit_unless_the_url_says_otherwise():
     chosen = manage("shell", "-c", show, DATABASE_URL=url + "?options=-c%20jit%3Don")
     assert default.stdout.split()[-1] == "off", default.stderr
     assert chosen.stdout.split()[-1] == "on", chosen.stderr
+
+
+def test_a_lease_renewed_too_rarely_to_survive_one_late_renewal_is_refused():
+    result = manage("check", MEMORYUI_JOB_LEASE_SECONDS="60", MEMORYUI_LEASE_RENEW_SECONDS="45")
+    assert result.returncode != 0
+    assert "at most half of MEMORYUI_JOB_LEASE_SECONDS" in result.stderr
+
+
+def test_with_the_default_settings_a_dead_workers_work_is_taken_over_within_two_minutes():
+    """Computed from the defaults, as the worker tests measure it on a shorter clock: a
+    dead worker's lease runs out at most a lease after its last renewal, and beat looks
+    at most an interval later. A live worker renews every quarter lease, so a slow model
+    call (up to MEMORYUI_MODEL_TIMEOUT, 300 s, and its repair) keeps its lease."""
+    names = [
+        "MEMORYUI_JOB_LEASE_SECONDS",
+        "MEMORYUI_LEASE_RENEW_SECONDS",
+        "MEMORYUI_RECOVERY_SECONDS",
+        "MEMORYUI_MODEL_TIMEOUT",
+    ]
+    show = f"from django.conf import settings; print(*(getattr(settings, n) for n in {names!r}))"
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", show],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    lease, renew, recovery, model_timeout = map(float, result.stdout.splitlines()[-1].split())
+
+    assert (lease, renew, recovery, model_timeout) == (60, 15, 30, 300)
+    assert lease + recovery < 120  # the worst case after a worker's death: 90 s
+    assert 4 * renew <= lease

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from generation.tasks import start_generation
 from memoryui import pipeline
 from memoryui.models import GenerationRun, Layout, Workspace
+from memoryui.tasks import start_generation
 
 
 class Command(BaseCommand):

@@ -1,23 +1,21 @@
-"""Celery tasks: thin wrappers that take ids and call plain functions.
-
-The one module of ``generation`` that touches Django models.
-"""
+"""Celery tasks: thin wrappers that take ids and call plain functions."""
 
 from pathlib import Path
 
 from celery import shared_task
+from django.contrib.auth import get_user_model
+
+from generation.llm import TransientModelError
+from generation.tree import TreeError
+from memoryui import pipeline
+from memoryui.importer import import_workspace
+from memoryui.models import GenerationRun, ImportRun, Workspace
 
 
 @shared_task(acks_late=True)
 def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     """Re-run the import of a workspace from its recorded source. Safe to run twice:
     the import is a sync that skips unchanged files."""
-    from django.contrib.auth import get_user_model
-
-    from generation.tree import TreeError
-    from memoryui.importer import import_workspace
-    from memoryui.models import ImportRun, Workspace
-
     workspace = Workspace.objects.filter(pk=workspace_id).first()
     if workspace is None:
         return
@@ -37,9 +35,6 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
 def phase_one_task(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
     """Phase one for one rollout, then keep the layout's window of jobs full and start
     phase two after the last one."""
-    from generation.llm import TransientModelError
-    from memoryui import pipeline
-
     try:
         pipeline.process_job(job_id)
     except TransientModelError as exc:
@@ -51,8 +46,6 @@ def phase_one_task(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def advance_run(run_id: int) -> None:
-    from memoryui import pipeline
-
     for next_id in pipeline.claim_window(run_id):
         phase_one_task.delay(next_id)
     if pipeline.finish_phase_one(run_id):
@@ -62,9 +55,6 @@ def advance_run(run_id: int) -> None:
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def phase_two_task(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
     """Phase two for a run: consolidate into a proposal for review."""
-    from generation.llm import TransientModelError
-    from memoryui import pipeline
-
     try:
         pipeline.consolidate(run_id)
     except TransientModelError as exc:
@@ -79,9 +69,6 @@ def phase_two_task(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
 def recover_stalled_runs() -> None:
     """Periodic (Celery beat): send again the work of active runs whose task message was
     lost with a worker, and keep every extracting run's window of jobs full."""
-    from memoryui import pipeline
-    from memoryui.models import GenerationRun
-
     stalled = pipeline.take_stalled()
     for job_id in stalled.jobs:
         phase_one_task.delay(job_id)
@@ -96,3 +83,24 @@ def recover_stalled_runs() -> None:
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)
+
+
+# These tasks were registered as ``generation.tasks.<name>`` until they moved here.
+# Messages queued under those names by an older version (or its beat) still run: each
+# former name sends its arguments on to the task's current name.
+def _forward_to(task):  # type: ignore[no-untyped-def]
+    def forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+        task.apply_async(args, kwargs)
+
+    return forward
+
+
+FORMER_NAMES = {
+    "generation.tasks.reimport_workspace": reimport_workspace,
+    "generation.tasks.phase_one_task": phase_one_task,
+    "generation.tasks.phase_two_task": phase_two_task,
+    "generation.tasks.recover_stalled_runs": recover_stalled_runs,
+    "generation.tasks.start_generation": start_generation,
+}
+for _former, _task in FORMER_NAMES.items():
+    shared_task(name=_former, acks_late=True)(_forward_to(_task))
