@@ -435,7 +435,7 @@ def consolidate(run_id: int) -> bool:
             plan=plan,
             current_memory_md=curation.text_of(run.base_memory_md),
             current_summary=curation.text_of(run.base_memory_summary),
-            pinned=curation.pinned_texts(run.layout),
+            pinned=curation.pinned_texts(run.layout, curation.text_of(run.base_memory_md)),
             rejected=curation.rejected_texts(run.layout),
             extra_prompt=snapshot.get("extra_prompt", ""),
             call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
