@@ -128,6 +128,10 @@ def test_approving_an_already_decided_proposal_is_refused_and_changes_nothing(mo
 
     response = bob.post(url("proposal_approve", layout, proposal.pk))
     fragment = bob.post(url("proposal_reject", layout, proposal.pk), headers=HTMX)
+    entry = bob.post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "key": first_key(layout), "decision": "accept"},
+    )
 
     page = response.content.decode()
     assert response.status_code == 409
@@ -135,6 +139,7 @@ def test_approving_an_already_decided_proposal_is_refused_and_changes_nothing(mo
     assert "<html" in page  # a page for a plain form ...
     assert fragment.status_code == 409  # ... the fragment alone for htmx
     assert fragment.content.decode().lstrip().startswith('<section id="refusal"')
+    assert entry.status_code == 409 and "Your decision was not recorded" in entry.content.decode()
     assert state(proposal) == before
 
 
