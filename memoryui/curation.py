@@ -4,6 +4,10 @@ restores. Every change is a new version and an audit event.
 Saves are serialised per layout (a row lock on the layout) and carry the version they
 were based on: a save based on anything but the latest version is refused, so two people
 editing the same entry never overwrite each other.
+
+Proposal decisions (entry decisions, approve, reject, reserve) read the proposal again
+under a row lock and check it there: of two decisions at once exactly one finds the
+proposal pending, the other is refused with what happened instead (``DecisionRefused``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import models, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from generation import review
@@ -44,6 +48,39 @@ class StaleVersion(Exception):
         self.latest = latest
 
 
+class DecisionRefused(ValueError):
+    """A proposal decision that cannot be made: the proposal was decided meanwhile, or
+    another reviewer holds it. ``proposal`` is as read under the lock, so it says who
+    did what, when."""
+
+    def __init__(self, proposal: Proposal, message: str) -> None:
+        super().__init__(message)
+        self.proposal = proposal
+
+
+class AlreadyDecided(DecisionRefused):
+    def __init__(self, proposal: Proposal) -> None:
+        when = timezone.localtime(proposal.decided_at) if proposal.decided_at else None
+        super().__init__(
+            proposal,
+            f"Proposal #{proposal.pk} was already {proposal.get_status_display().lower()}"
+            f" by {proposal.decided_by or 'someone'}"
+            + (f" at {when:%Y-%m-%d %H:%M:%S %Z}" if when else "")
+            + ".",
+        )
+
+
+class HeldByOther(DecisionRefused):
+    def __init__(self, proposal: Proposal) -> None:
+        until = timezone.localtime(proposal.reserved_until) if proposal.reserved_until else None
+        super().__init__(
+            proposal,
+            f"{proposal.reserved_by} is reviewing this proposal right now"
+            + (f" (reserved until {until:%H:%M %Z})" if until else "")
+            + ".",
+        )
+
+
 class UnresolvedConflicts(Exception):
     def __init__(self, conflicts: list[review.Conflict]) -> None:
         super().__init__(
@@ -72,9 +109,11 @@ def save_document(
     author_kind: str = MemoryVersion.Author.PERSON,
     reason: str,
     based_on: int | None,
+    moved: dict[str, str | None] | None = None,
 ) -> MemoryVersion:
     """Store ``text`` as the new current version, if ``based_on`` is still the latest
-    version number (None: the document had no version)."""
+    version number (None: the document had no version). Pins follow their entries
+    (``moved``: entries an edit renamed or deleted, see ``_follow_pins``)."""
     data = text.encode("utf-8")
     digest = hashlib.sha256(data).hexdigest()
     with transaction.atomic():
@@ -102,6 +141,7 @@ def save_document(
             sha256=digest,
             reason=reason,
         )
+        _follow_pins(layout, document, text, moved or {}, user=user)
     return version
 
 
@@ -114,9 +154,19 @@ def edit_entry(
     if new_text and not new_text.endswith("\n"):
         new_text += "\n"
     text = review.replace_entry(text_of(current), key, new_text)
+    # The edited entry starts where the old one was: the entries before it are unchanged.
+    index = [e.key for e in review.entries(text_of(current))].index(key)
+    after = review.entries(text)
+    new_key = after[index].key if new_text.strip() and index < len(after) else None
     action = "deleted" if not new_text else "edited"
     return save_document(
-        layout, document, text, user=user, reason=f"{action} entry {key}", based_on=based_on
+        layout,
+        document,
+        text,
+        user=user,
+        reason=f"{action} entry {key}",
+        based_on=based_on,
+        moved={key: new_key},
     )
 
 
@@ -146,35 +196,90 @@ def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryV
 
 
 def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | None:
-    """Pin the entry as it is now, or unpin it; returns the pin (None when unpinned)."""
-    existing = Pin.objects.filter(layout=layout, document=document, key=key).first()
-    if existing is not None:
-        existing.delete()
-        AuditEvent.record(layout.workspace, "entry.unpin", user=user, layout=layout, target=key)
+    """Pin the entry, or unpin it; returns the pin (None when unpinned)."""
+    pinned = Pin.objects.filter(layout=layout, document=document, key=key).exists()
+    return set_pin(layout, document, key, not pinned, user=user)
+
+
+def set_pin(layout: Layout, document: str, key: str, pinned: bool, *, user: Any) -> Pin | None:
+    """Pin or unpin an entry. Doing what is already done changes nothing, so two
+    people clicking Pin at once get one pin and one audit event. Raises KeyError when
+    pinning an entry the current version does not have."""
+    if not pinned:
+        deleted, _ = Pin.objects.filter(layout=layout, document=document, key=key).delete()
+        if deleted:
+            AuditEvent.record(layout.workspace, "entry.unpin", user=user, layout=layout, target=key)
         return None
     entry = next(
         (e for e in review.entries(text_of(latest(layout, document))) if e.key == key), None
     )
     if entry is None:
         raise KeyError(key)
-    pin = Pin.objects.create(
-        layout=layout,
-        document=document,
-        key=key,
-        title=entry.title[:500],
-        text=entry.text,
-        pinned_by=user if getattr(user, "pk", None) else None,
-    )
-    AuditEvent.record(layout.workspace, "entry.pin", user=user, layout=layout, target=key)
+    with transaction.atomic():
+        # get_or_create inserts in a savepoint and, when a concurrent click inserted
+        # first (the unique constraint), reads that pin instead.
+        pin, created = Pin.objects.get_or_create(
+            layout=layout,
+            document=document,
+            key=key,
+            defaults={
+                "title": entry.title[:500],
+                "text": entry.text,
+                "pinned_by": user if getattr(user, "pk", None) else None,
+            },
+        )
+        if created:
+            AuditEvent.record(layout.workspace, "entry.pin", user=user, layout=layout, target=key)
     return pin
 
 
-def pinned_texts(layout: Layout) -> list[str]:
-    return list(
-        Pin.objects.filter(layout=layout, document=Document.MEMORY_MD).values_list(
-            "text", flat=True
-        )
-    )
+def pinned_texts(layout: Layout, memory_md: str) -> list[str]:
+    """The pinned MEMORY.md entries as they are in ``memory_md`` (the version a
+    consolidation starts from), so a pin keeps the entry's latest text, not the text
+    it had when pinned. A pin whose entry is missing there keeps its stored text."""
+    current = {e.key: e.text for e in review.entries(memory_md)}
+    return [
+        current.get(key, text)
+        for key, text in Pin.objects.filter(layout=layout, document=Document.MEMORY_MD)
+        .order_by("pk")
+        .values_list("key", "text")
+    ]
+
+
+def _follow_pins(
+    layout: Layout, document: str, text: str, moved: dict[str, str | None], *, user: Any
+) -> None:
+    """Pins follow their entry in a new version: they take its text, move with it when
+    an edit renames it (``moved``: old key -> new key) and end when a person deletes
+    it (new key None)."""
+    pins = list(Pin.objects.filter(layout=layout, document=document))
+    if not pins:
+        return
+    entries = {e.key: e for e in review.entries(text)}
+    taken = {p.key for p in pins}
+    before = {p.pk: (p.key, p.title, p.text) for p in pins}
+    for pin in pins:
+        if pin.key in moved and moved[pin.key] != pin.key:
+            new_key = moved[pin.key]
+            if new_key is None or new_key in taken:
+                pin.delete()
+                AuditEvent.record(
+                    layout.workspace,
+                    "entry.unpin",
+                    user=user,
+                    layout=layout,
+                    target=pin.key,
+                    reason="entry deleted" if new_key is None else f"merged into {new_key}",
+                )
+                continue
+            taken.discard(pin.key)
+            taken.add(new_key)
+            pin.key = new_key
+        entry = entries.get(pin.key)
+        if entry is not None:
+            pin.title, pin.text = entry.title[:500], entry.text
+        if (pin.key, pin.title, pin.text) != before[pin.pk]:
+            pin.save(update_fields=["key", "title", "text"])
 
 
 def rejected_texts(layout: Layout) -> list[str]:
@@ -239,42 +344,70 @@ def _assembled(base_text: str, proposed: str, decisions: dict[str, EntryDecision
 def decide(
     proposal: Proposal, document: str, key: str, decision: str, *, user: Any, edited_text: str = ""
 ) -> EntryDecision:
-    if proposal.status != Proposal.Status.PENDING:
-        raise ValueError("this proposal is already decided")
-    if held_by_other(proposal, user):
-        raise ValueError(f"{proposal.reserved_by} is reviewing this proposal right now")
-    made, _ = EntryDecision.objects.update_or_create(
-        proposal=proposal,
-        document=document,
-        key=key,
-        defaults={
-            "decision": decision,
-            "edited_text": edited_text,
-            "user": user if getattr(user, "pk", None) else None,
-            "decided_at": timezone.now(),
-        },
-    )
-    AuditEvent.record(
-        proposal.layout.workspace,
-        f"entry.{decision}",
-        user=user,
-        layout=proposal.layout,
-        target=key,
-        proposal=proposal.pk,
-        document=document,
-        edited=bool(edited_text),
-    )
+    """Record a reviewer's decision on one entry; raises ``DecisionRefused`` when the
+    proposal is decided or another reviewer holds it."""
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        made, _ = EntryDecision.objects.update_or_create(
+            proposal=proposal,
+            document=document,
+            key=key,
+            defaults={
+                "decision": decision,
+                "edited_text": edited_text,
+                "user": user if getattr(user, "pk", None) else None,
+                "decided_at": timezone.now(),
+            },
+        )
+        AuditEvent.record(
+            proposal.layout.workspace,
+            f"entry.{decision}",
+            user=user,
+            layout=proposal.layout,
+            target=key,
+            proposal=proposal.pk,
+            document=document,
+            edited=bool(edited_text),
+        )
     return made
+
+
+def _lock_pending(proposal: Proposal, user: Any) -> Proposal:
+    """Read the proposal again under a row lock (held until the caller's transaction
+    ends) and refuse unless it is pending and not reserved by someone else. Every
+    decision goes through here, so of two at once the second waits for the first and
+    then sees what it did."""
+    locked = Proposal.objects.select_for_update().only(*_LOCKED_FIELDS).get(pk=proposal.pk)
+    if locked.status != Proposal.Status.PENDING:
+        raise AlreadyDecided(locked)
+    if held_by_other(locked, user):
+        raise HeldByOther(locked)
+    return locked
+
+
+_LOCKED_FIELDS = ("status", "decided_by", "decided_at", "reserved_by", "reserved_until")
+
+
+def _decided(proposal: Proposal, status: str, user: Any) -> None:
+    """The pending -> decided transition, under the lock taken by ``_lock_pending``;
+    a decision ends the reservation."""
+    now = timezone.now()
+    person = user if getattr(user, "pk", None) else None
+    Proposal.objects.filter(pk=proposal.pk, status=Proposal.Status.PENDING).update(
+        status=status, decided_by=person, decided_at=now, reserved_by=None, reserved_until=None
+    )
+    proposal.status, proposal.decided_by, proposal.decided_at = status, person, now
+    proposal.reserved_by, proposal.reserved_until = None, None
 
 
 def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
     """Turn the reviewed proposal into the current versions. Entries people changed
     while the consolidation ran are merged; a conflict must have been decided (accept:
-    the model's text, reject: the people's)."""
-    if proposal.status != Proposal.Status.PENDING:
-        raise ValueError("this proposal is already decided")
+    the model's text, reject: the people's). Raises ``DecisionRefused`` when the
+    proposal was decided meanwhile or another reviewer holds it."""
     created = []
     with transaction.atomic():
+        _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
         for doc in document_reviews(proposal):
             assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions)
@@ -317,9 +450,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     based_on=current.number if current else None,
                 )
             )
-        Proposal.objects.filter(pk=proposal.pk).update(
-            status=Proposal.Status.APPROVED, decided_by=user, decided_at=timezone.now()
-        )
+        _decided(proposal, Proposal.Status.APPROVED, user)
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.approve",
@@ -371,18 +502,18 @@ def approval_states(proposal: Proposal, document: str) -> dict[str, str]:
 
 
 def reject_proposal(proposal: Proposal, *, user: Any) -> None:
-    if proposal.status != Proposal.Status.PENDING:
-        raise ValueError("this proposal is already decided")
-    Proposal.objects.filter(pk=proposal.pk).update(
-        status=Proposal.Status.REJECTED, decided_by=user, decided_at=timezone.now()
-    )
-    AuditEvent.record(
-        proposal.layout.workspace,
-        "proposal.reject",
-        user=user,
-        layout=proposal.layout,
-        target=f"proposal #{proposal.pk}",
-    )
+    """Reject the whole proposal; raises ``DecisionRefused`` when it was decided
+    meanwhile or another reviewer holds it."""
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        _decided(proposal, Proposal.Status.REJECTED, user)
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.reject",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+        )
 
 
 def reintroduced(proposal: Proposal) -> list[str]:
@@ -446,27 +577,64 @@ def add_comment(
     return comment
 
 
-def reserve(proposal: Proposal, user: Any) -> bool:
-    """Reserve a pending proposal for ``user`` for a while; False when someone else
-    holds it."""
-    now = timezone.now()
-    taken = (
-        Proposal.objects.filter(pk=proposal.pk, status=Proposal.Status.PENDING)
-        .filter(
-            models.Q(reserved_by__isnull=True)
-            | models.Q(reserved_until__lt=now)
-            | models.Q(reserved_by=user)
+def reserve(proposal: Proposal, user: Any) -> None:
+    """Reserve a pending proposal for ``user`` for ``RESERVATION`` (again: extend it);
+    meanwhile nobody else can decide on it. Raises ``DecisionRefused`` when it is
+    decided or someone else holds it."""
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        until = timezone.now() + RESERVATION
+        Proposal.objects.filter(pk=proposal.pk).update(reserved_by=user, reserved_until=until)
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.reserve",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            until=until.isoformat(),
         )
-        .update(reserved_by=user, reserved_until=now + RESERVATION)
-    )
-    proposal.refresh_from_db(fields=["reserved_by", "reserved_until"])
-    return bool(taken)
+    proposal.reserved_by, proposal.reserved_until = user, until
+
+
+def release(proposal: Proposal, user: Any, *, override: bool = False) -> bool:
+    """End a reservation: the holder's own, or anyone's with ``override`` (workspace
+    admins). False when there was none to end; raises ``HeldByOther`` when someone
+    else holds it and ``override`` is off."""
+    with transaction.atomic():
+        locked = Proposal.objects.select_for_update().only(*_LOCKED_FIELDS).get(pk=proposal.pk)
+        if not (locked.reserved_until and locked.reserved_until > timezone.now()):
+            released = False
+        elif held_by_other(locked, user) and not override:
+            raise HeldByOther(locked)
+        else:
+            holder = str(locked.reserved_by)
+            Proposal.objects.filter(pk=proposal.pk).update(reserved_by=None, reserved_until=None)
+            AuditEvent.record(
+                proposal.layout.workspace,
+                "proposal.release",
+                user=user,
+                layout=proposal.layout,
+                target=f"proposal #{proposal.pk}",
+                holder=holder,
+            )
+            released = True
+    proposal.reserved_by, proposal.reserved_until = None, None
+    return released
 
 
 def held_by_other(proposal: Proposal, user: Any) -> bool:
     return bool(
         proposal.reserved_by_id
         and proposal.reserved_by_id != getattr(user, "pk", None)
+        and proposal.reserved_until
+        and proposal.reserved_until > timezone.now()
+    )
+
+
+def held_by(proposal: Proposal, user: Any) -> bool:
+    return bool(
+        proposal.reserved_by_id
+        and proposal.reserved_by_id == getattr(user, "pk", None)
         and proposal.reserved_until
         and proposal.reserved_until > timezone.now()
     )
@@ -484,20 +652,30 @@ def assign(proposal: Proposal, reviewer: Any, *, user: Any) -> None:
     )
 
 
-def toggle_protect(layout: Layout, rollout_id: str, *, user: Any) -> bool:
-    existing = ProtectedRawMemory.objects.filter(layout=layout, rollout_id=rollout_id)
-    if existing.exists():
-        existing.delete()
-        AuditEvent.record(
-            layout.workspace, "raw_memory.unprotect", user=user, layout=layout, target=rollout_id
-        )
+def set_protected(layout: Layout, rollout_id: str, protected: bool, *, user: Any) -> bool:
+    """Protect a raw memory (keep it in the next selections) or stop protecting it.
+    Doing what is already done changes nothing, so two clicks at once are one."""
+    if not protected:
+        deleted, _ = ProtectedRawMemory.objects.filter(
+            layout=layout, rollout_id=rollout_id
+        ).delete()
+        if deleted:
+            AuditEvent.record(
+                layout.workspace,
+                "raw_memory.unprotect",
+                user=user,
+                layout=layout,
+                target=rollout_id,
+            )
         return False
-    ProtectedRawMemory.objects.create(
-        layout=layout,
-        rollout_id=rollout_id,
-        protected_by=user if getattr(user, "pk", None) else None,
-    )
-    AuditEvent.record(
-        layout.workspace, "raw_memory.protect", user=user, layout=layout, target=rollout_id
-    )
+    with transaction.atomic():
+        _, created = ProtectedRawMemory.objects.get_or_create(
+            layout=layout,
+            rollout_id=rollout_id,
+            defaults={"protected_by": user if getattr(user, "pk", None) else None},
+        )
+        if created:
+            AuditEvent.record(
+                layout.workspace, "raw_memory.protect", user=user, layout=layout, target=rollout_id
+            )
     return True

@@ -486,7 +486,7 @@ def _consolidate_claimed(run_id: int) -> None:
             plan=plan,
             current_memory_md=curation.text_of(run.base_memory_md),
             current_summary=curation.text_of(run.base_memory_summary),
-            pinned=curation.pinned_texts(run.layout),
+            pinned=curation.pinned_texts(run.layout, curation.text_of(run.base_memory_md)),
             rejected=curation.rejected_texts(run.layout),
             extra_prompt=snapshot.get("extra_prompt", ""),
             call=_model_call(snapshot, "phase_two_model"),

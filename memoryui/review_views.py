@@ -7,7 +7,7 @@ import csv
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db import models
+from django.db import models, transaction
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -69,8 +69,6 @@ def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
 def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
     can_review = has_role(request.user, proposal.layout.workspace, Role.REVIEWER)
-    if can_review and proposal.status == Proposal.Status.PENDING:
-        curation.reserve(proposal, request.user)
     held = curation.held_by_other(proposal, request.user)
     comments: dict[str, list] = {}
     for comment in proposal.comments.select_related("author"):
@@ -120,7 +118,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "sections": sections,
             "can_review": can_review and not held,
             "show_all": show_all,
-            "held": held,
+            **_reservation(request, proposal),
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
             "can_edit": has_role(request.user, proposal.layout.workspace, Role.EDITOR),
@@ -220,17 +218,18 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
         keys = [c.key for c in doc.changes if c.status != "unchanged"]
     try:
-        for key in keys:
-            curation.decide(
-                proposal,
-                document,
-                key,
-                decision,
-                user=request.user,
-                edited_text=request.POST.get("edited_text", "") if len(keys) == 1 else "",
-            )
-    except ValueError as exc:
-        messages.error(request, str(exc))
+        with transaction.atomic():  # all of them or, when refused, none
+            for key in keys:
+                curation.decide(
+                    proposal,
+                    document,
+                    key,
+                    decision,
+                    user=request.user,
+                    edited_text=request.POST.get("edited_text", "") if len(keys) == 1 else "",
+                )
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "decision")
     return redirect(
         reverse("memoryui:proposal_review", args=[name, layout_pk, pk])
         + (f"#{request.POST.get('anchor')}" if request.POST.get("anchor") else "")
@@ -250,9 +249,8 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             + ", ".join(c.title or c.key for c in exc.conflicts),
         )
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
-    except ValueError as exc:
-        messages.error(request, str(exc))
-        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "approval")
     messages.success(
         request,
         f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
@@ -265,10 +263,72 @@ def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
     try:
         curation.reject_proposal(proposal, user=request.user)
-        messages.info(request, "Proposal rejected; the current files stay as they are.")
-    except ValueError as exc:
-        messages.error(request, str(exc))
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "rejection")
+    messages.info(request, "Proposal rejected; the current files stay as they are.")
     return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+
+
+@require_POST
+def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Start reviewing (reserve the proposal for 30 minutes: nobody else decides on it
+    meanwhile) or stop (``action=release``). A workspace admin may release someone
+    else's reservation, say one left by a reviewer who went home; nobody decides
+    through one."""
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    releasing = request.POST.get("action") == "release"
+    refused = ""
+    try:
+        if releasing:
+            admin = has_role(request.user, proposal.layout.workspace, Role.ADMIN)
+            curation.release(proposal, request.user, override=admin)
+        else:
+            curation.reserve(proposal, request.user)
+    except curation.DecisionRefused as exc:
+        if not request.htmx:
+            return _refused(request, proposal, exc, "release" if releasing else "reservation")
+        refused = str(exc)
+        proposal.refresh_from_db(fields=["status", "reserved_by", "reserved_until"])
+    if not request.htmx:
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    return render(
+        request,
+        "memoryui/proposal_review.html#reservation",
+        {
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "refused": refused,
+            **_reservation(request, proposal),
+        },
+        status=409 if refused else 200,
+    )
+
+
+def _reservation(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
+    workspace = proposal.layout.workspace
+    return {
+        "held": curation.held_by_other(proposal, request.user),
+        "reserved_by_me": curation.held_by(proposal, request.user),
+        "may_reserve": has_role(request.user, workspace, Role.REVIEWER),
+        "may_release": has_role(request.user, workspace, Role.ADMIN),
+    }
+
+
+def _refused(
+    request: HtmxHttpRequest, proposal: Proposal, exc: curation.DecisionRefused, attempted: str
+) -> HttpResponse:
+    """409: the decision was not recorded, and what happened instead (who decided
+    what, when, or who holds the proposal); the fragment alone for htmx."""
+    template = "memoryui/proposal_refused.html" + ("#refusal" if request.htmx else "")
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "attempted": attempted,
+        "reason": str(exc),
+    }
+    return render(request, template, context, status=409)
 
 
 # --- editing, pinning ----------------------------------------------------------------
@@ -337,9 +397,10 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
 @require_POST
 def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.EDITOR)
+    pinned = request.POST.get("action", "pin") != "unpin"  # an intent, not a toggle
     try:
-        pin = curation.toggle_pin(
-            layout, _document(document), request.POST.get("key", ""), user=request.user
+        pin = curation.set_pin(
+            layout, _document(document), request.POST.get("key", ""), pinned, user=request.user
         )
     except KeyError:
         raise Http404("No such entry.") from None
@@ -554,7 +615,8 @@ def agent_change(
 def protect(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.EDITOR)
     rollout_id = request.POST.get("rollout_id", "")
-    on = curation.toggle_protect(layout, rollout_id, user=request.user)
+    wanted = request.POST.get("action", "protect") != "unprotect"  # an intent, not a toggle
+    on = curation.set_protected(layout, rollout_id, wanted, user=request.user)
     messages.success(
         request,
         f"{rollout_id} is "

@@ -45,6 +45,11 @@ memoryui_patterns = [
     path(
         layout + "proposals/<int:pk>/reject/", review_views.proposal_reject, name="proposal_reject"
     ),
+    path(
+        layout + "proposals/<int:pk>/reserve/",
+        review_views.proposal_reserve,
+        name="proposal_reserve",
+    ),
     path(layout + "documents/<str:document>/edit/", review_views.entry_edit, name="entry_edit"),
     path(layout + "documents/<str:document>/pin/", review_views.entry_pin, name="entry_pin"),
     path(layout + "documents/<str:document>/versions/", review_views.versions, name="versions"),

@@ -185,3 +185,39 @@ def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspa
         links = page.locator("a:text-is('click me'), a:text-is('raw')")
         assert links.count() == 0
     assert dialogs == []
+
+
+def test_start_reviewing_swaps_the_reservation_notice_in_place_even_when_refused(
+    page, live_server, workspace_copy, model
+):
+    from django.urls import reverse
+
+    from memoryui import curation
+    from memoryui.models import GenerationSettings, Layout, Membership, Role
+    from tests.test_curation import proposal_for
+
+    import_workspace(workspace_copy("small-a"), "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=layout, concurrency=1)
+    proposal = proposal_for(layout)
+    ada, bob = make_user("ada"), make_user("bob")
+    for user in (ada, bob):
+        Membership.objects.create(workspace=layout.workspace, user=user, role=Role.REVIEWER)
+    review = live_server.url + reverse(
+        "memoryui:proposal_review", args=["a", layout.pk, proposal.pk]
+    )
+    log_in(page, live_server)
+    page.goto(review)
+    page.wait_for_selector("#reservation >> text=Nobody is reviewing this proposal")
+
+    curation.reserve(proposal, bob)  # bob starts first, in another browser
+    page.click("#reservation >> text=Start reviewing")
+    page.wait_for_selector("#reservation >> text=bob is reviewing this proposal right now")
+
+    curation.release(proposal, bob)
+    page.goto(review)
+    page.click("#reservation >> text=Start reviewing")
+    page.wait_for_selector("#reservation >> text=You are reviewing this proposal until")
+    assert page.url == review  # swapped in place, no navigation
+    proposal.refresh_from_db()
+    assert proposal.reserved_by == ada

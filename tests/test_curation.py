@@ -431,24 +431,6 @@ def test_audit_log_lists_and_exports_every_change(layout):
 
 
 @pytest.mark.django_db
-def test_opening_a_proposal_reserves_it_and_others_cannot_decide_meanwhile(model, layout):
-    proposal = proposal_for(layout)
-    alice, bob = member(Role.REVIEWER, layout, "alice"), member(Role.REVIEWER, layout, "bob")
-    login(alice).get(url("proposal_review", layout, proposal.pk))
-
-    page = login(bob).get(url("proposal_review", layout, proposal.pk)).content.decode()
-    response = login(bob).post(
-        url("proposal_decide", layout, proposal.pk),
-        {"document": MD, "key": first_key(layout), "decision": "reject"},
-        follow=True,
-    )
-
-    assert "alice is reviewing this proposal" in page
-    assert "alice is reviewing this proposal right now" in response.content.decode()
-    assert not proposal.decisions.exists()
-
-
-@pytest.mark.django_db
 def test_review_queue_shows_pending_proposals_assignment_and_progress(model, layout):
     proposal = proposal_for(layout)
     alice = member(Role.REVIEWER, layout, "alice")

@@ -1,0 +1,390 @@
+"""Decisions under concurrency: of two reviewers deciding one proposal at once exactly
+one wins and the other is told what happened; a reservation is taken on purpose and
+holds for every decision; pins and protections are intents, not toggles, and a pin
+follows its entry's text."""
+
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from generation import review
+from generation.fake_openai import Reply
+from memoryui import curation, pipeline
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    AuditEvent,
+    GenerationSettings,
+    Layout,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    ProtectedRawMemory,
+    Role,
+)
+from tests.test_curation import MD, current_text, first_key, member, proposal_for, url
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def layout(db, workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=layout, concurrency=1)
+    return layout
+
+
+def login(user) -> Client:
+    # A 500 comes back as a response, so a test can say which request failed.
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def at_once(*requests):
+    """Send each request from its own thread (its own database connection), all
+    released together by a barrier so they overlap; returns the responses in order."""
+    barrier = threading.Barrier(len(requests))
+    responses: list = [None] * len(requests)
+
+    def send(i, request):
+        try:
+            barrier.wait()
+            responses[i] = request()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(i, r)) for i, r in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return responses
+
+
+def decision_events(proposal: Proposal) -> list[tuple[str, str]]:
+    return list(
+        AuditEvent.objects.filter(
+            action__in=["proposal.approve", "proposal.reject"], target=f"proposal #{proposal.pk}"
+        ).values_list("actor", "action")
+    )
+
+
+def state(proposal: Proposal) -> tuple:
+    """What a decision can change, to check that a refused one changed nothing."""
+    fresh = Proposal.objects.get(pk=proposal.pk)
+    return (
+        fresh.status,
+        fresh.decided_by_id,
+        fresh.decided_at,
+        fresh.decisions.count(),
+        MemoryVersion.objects.filter(layout=proposal.layout).count(),
+        AuditEvent.objects.filter(action__startswith="proposal.").count(),
+        AuditEvent.objects.filter(action__startswith="entry.").count(),
+    )
+
+
+# --- two decisions at once -------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("bobs", ["approve", "reject"])
+def test_two_reviewers_deciding_a_proposal_at_once_exactly_one_wins(model, layout, bobs):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+
+    responses = at_once(
+        lambda: alice.post(url("proposal_approve", layout, proposal.pk)),
+        lambda: bob.post(url(f"proposal_{bobs}", layout, proposal.pk)),
+    )
+
+    statuses = [r.status_code for r in responses]
+    assert sorted(statuses) == [302, 409], statuses
+    winner, loser = ("alice", 1) if statuses[0] == 302 else ("bob", 0)
+    action = "approve" if winner == "alice" else bobs
+    proposal.refresh_from_db()
+    assert proposal.decided_by.username == winner
+    assert proposal.status == {"approve": "approved", "reject": "rejected"}[action]
+    assert decision_events(proposal) == [(winner, f"proposal.{action}")]
+    page = responses[loser].content.decode()
+    assert "was not recorded" in page and "Traceback" not in page
+    assert f"was already {proposal.get_status_display().lower()} by {winner} at " in page
+    approved = MemoryVersion.objects.filter(reason=f"approved proposal #{proposal.pk}")
+    documents = list(approved.values_list("document", flat=True))
+    assert len(documents) == len(set(documents))  # no document approved twice
+
+
+@pytest.mark.django_db
+def test_approving_an_already_decided_proposal_is_refused_and_changes_nothing(model, layout):
+    proposal = proposal_for(layout)
+    alice = member(Role.REVIEWER, layout, "alice")
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+    curation.reject_proposal(proposal, user=alice)
+    before = state(proposal)
+
+    response = bob.post(url("proposal_approve", layout, proposal.pk))
+    fragment = bob.post(url("proposal_reject", layout, proposal.pk), headers=HTMX)
+    entry = bob.post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "key": first_key(layout), "decision": "accept"},
+    )
+
+    page = response.content.decode()
+    assert response.status_code == 409
+    assert "Your approval was not recorded" in page and "already rejected by alice" in page
+    assert "<html" in page  # a page for a plain form ...
+    assert fragment.status_code == 409  # ... the fragment alone for htmx
+    assert fragment.content.decode().lstrip().startswith('<section id="refusal"')
+    assert entry.status_code == 409 and "Your decision was not recorded" in entry.content.decode()
+    assert state(proposal) == before
+
+
+@pytest.mark.django_db
+def test_a_save_based_on_an_old_version_is_refused_and_changes_nothing(layout):
+    editor = member(Role.EDITOR, layout)
+    old = curation.latest(layout, MD).number
+    curation.edit_entry(
+        layout, MD, first_key(layout), "# Task Group: newer\n", based_on=old, user=editor
+    )
+    text, count = current_text(layout), MemoryVersion.objects.count()
+
+    with pytest.raises(curation.StaleVersion) as refused:
+        curation.save_document(
+            layout,
+            MD,
+            "# Task Group: from the old version\n",
+            user=editor,
+            reason="x",
+            based_on=old,
+        )
+
+    assert refused.value.latest.number == old + 1
+    assert current_text(layout) == text and MemoryVersion.objects.count() == count
+
+
+# --- reservations ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_opening_a_proposal_does_not_reserve_it(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+
+    page = alice.get(url("proposal_review", layout, proposal.pk)).content.decode()
+
+    proposal.refresh_from_db()
+    assert proposal.reserved_by is None
+    assert "Nobody is reviewing this proposal" in page and "Start reviewing" in page
+
+
+@pytest.mark.django_db
+def test_a_reservation_refuses_every_other_reviewers_decision_until_released(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+    assert alice.post(url("proposal_reserve", layout, proposal.pk)).status_code == 302
+    before = state(proposal)
+
+    refused = [
+        bob.post(
+            url("proposal_decide", layout, proposal.pk),
+            {"document": MD, "key": first_key(layout), "decision": "reject"},
+        ),
+        bob.post(url("proposal_approve", layout, proposal.pk)),
+        bob.post(url("proposal_reject", layout, proposal.pk)),
+        bob.post(url("proposal_reserve", layout, proposal.pk)),
+    ]
+
+    assert [r.status_code for r in refused] == [409, 409, 409, 409]
+    assert all("alice is reviewing this proposal right now" in r.content.decode() for r in refused)
+    assert state(proposal) == before
+    page = bob.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    assert "alice is reviewing this proposal until" in page and ">Approve<" not in page
+
+    alice.post(url("proposal_reserve", layout, proposal.pk), {"action": "release"})
+    assert bob.post(url("proposal_approve", layout, proposal.pk)).status_code == 302
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.APPROVED and proposal.decided_by.username == "bob"
+
+
+@pytest.mark.django_db
+def test_the_reviewer_holding_a_reservation_decides_and_it_ends_with_the_decision(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    alice.post(url("proposal_reserve", layout, proposal.pk))
+
+    decided = alice.post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "key": first_key(layout), "decision": "accept"},
+    )
+    approved = alice.post(url("proposal_approve", layout, proposal.pk))
+
+    assert (decided.status_code, approved.status_code) == (302, 302)
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.APPROVED and proposal.reserved_by is None
+
+
+@pytest.mark.django_db
+def test_start_reviewing_with_htmx_swaps_the_reservation_and_says_who_holds_it(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+
+    taken = alice.post(url("proposal_reserve", layout, proposal.pk), headers=HTMX)
+    refused = bob.post(url("proposal_reserve", layout, proposal.pk), headers=HTMX)
+
+    assert taken.status_code == 200
+    fragment = taken.content.decode()
+    assert fragment.lstrip().startswith('<section id="reservation"') and "<html" not in fragment
+    assert "You are reviewing this proposal until" in fragment and "Stop reviewing" in fragment
+    assert refused.status_code == 409
+    assert "alice is reviewing this proposal right now" in refused.content.decode()
+    proposal.refresh_from_db()
+    assert proposal.reserved_by.username == "alice"
+
+
+@pytest.mark.django_db
+def test_only_the_holder_or_a_workspace_admin_can_release_a_reservation(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+    admin = login(member(Role.ADMIN, layout, "carol"))
+    alice.post(url("proposal_reserve", layout, proposal.pk))
+
+    by_bob = bob.post(url("proposal_reserve", layout, proposal.pk), {"action": "release"})
+    bobs_page = bob.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    admins_page = admin.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    by_admin = admin.post(url("proposal_reserve", layout, proposal.pk), {"action": "release"})
+
+    assert by_bob.status_code == 409 and "Release alice" not in bobs_page
+    assert "Release alice" in admins_page and by_admin.status_code == 302
+    proposal.refresh_from_db()
+    assert proposal.reserved_by is None
+    event = AuditEvent.objects.get(action="proposal.release")
+    assert event.actor == "carol" and event.detail["holder"] == "alice"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_reviewers_starting_to_review_at_once_get_one_reservation(model, layout):
+    proposal = proposal_for(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+
+    responses = at_once(
+        lambda: alice.post(url("proposal_reserve", layout, proposal.pk)),
+        lambda: bob.post(url("proposal_reserve", layout, proposal.pk)),
+    )
+
+    statuses = [r.status_code for r in responses]
+    assert sorted(statuses) == [302, 409], statuses
+    winner = "alice" if statuses[0] == 302 else "bob"
+    proposal.refresh_from_db()
+    assert proposal.reserved_by.username == winner
+    assert list(AuditEvent.objects.filter(action="proposal.reserve").values_list("actor")) == [
+        (winner,)
+    ]
+
+
+# --- pins and protection --------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pin_clicked_twice_at_once_pins_once(layout):
+    key = first_key(layout)
+    alice = login(member(Role.EDITOR, layout, "alice"))
+    bob = login(member(Role.EDITOR, layout, "bob"))
+
+    responses = at_once(
+        lambda: alice.post(url("entry_pin", layout, MD), {"key": key, "action": "pin"}),
+        lambda: bob.post(url("entry_pin", layout, MD), {"key": key, "action": "pin"}),
+    )
+
+    assert [r.status_code for r in responses] == [302, 302]
+    assert list(Pin.objects.values_list("key", flat=True)) == [key]
+    assert AuditEvent.objects.filter(action="entry.pin").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_protect_clicked_twice_at_once_protects_once(layout):
+    rollout_id = layout.raw_memories.order_by("rollout_id").first().rollout_id
+    alice = login(member(Role.EDITOR, layout, "alice"))
+    bob = login(member(Role.EDITOR, layout, "bob"))
+
+    protect = {"rollout_id": rollout_id, "action": "protect"}
+
+    responses = at_once(
+        lambda: alice.post(url("protect", layout), protect),
+        lambda: bob.post(url("protect", layout), protect),
+    )
+
+    assert [r.status_code for r in responses] == [302, 302]
+    assert list(ProtectedRawMemory.objects.values_list("rollout_id", flat=True)) == [rollout_id]
+    assert AuditEvent.objects.filter(action="raw_memory.protect").count() == 1
+
+
+def consolidate_with(model, layout: Layout, memory_md: str) -> Proposal:
+    """Run a consolidation whose model answers ``memory_md``."""
+    run = pipeline.start_run(layout)
+    for _ in range(3):
+        for job_id in pipeline.claim_window(run.pk):
+            pipeline.process_job(job_id)
+    assert pipeline.finish_phase_one(run.pk)
+    model.script(Reply(json={"memory_md": memory_md, "memory_summary": "## User Profile\n\nx\n"}))
+    pipeline.consolidate(run.pk)
+    return Proposal.objects.get(run=run)
+
+
+@pytest.mark.django_db
+def test_a_pinned_entry_edited_later_is_kept_as_edited_by_the_next_consolidation(model, layout):
+    editor = login(member(Role.EDITOR, layout))
+    entry = review.entries(current_text(layout))[0]
+    editor.post(url("entry_pin", layout, MD), {"key": entry.key, "action": "pin"})
+    edited = entry.text.replace("25% for 30 min", "10% for 60 min")
+    assert edited != entry.text
+    editor.post(
+        url("entry_edit", layout, MD),
+        {"key": entry.key, "text": edited, "based_on": curation.latest(layout, MD).number},
+    )
+    assert review.entries(current_text(layout))[0].text == edited
+
+    # The model keeps the edited text verbatim, as a pin asks.
+    proposal = consolidate_with(model, layout, current_text(layout))
+
+    assert "10% for 60 min" in proposal.memory_md and "25% for 30 min" not in proposal.memory_md
+    assert proposal.memory_md == current_text(layout)
+    assert proposal.restored_pins == []
+    assert "10% for 60 min" in str(model.requests[-1])  # phase two was told the edited text
+
+
+@pytest.mark.django_db
+def test_a_pin_follows_its_entry_when_renamed_and_ends_when_it_is_deleted(model, layout):
+    editor = member(Role.EDITOR, layout)
+    entry = review.entries(current_text(layout))[0]
+    curation.set_pin(layout, MD, entry.key, True, user=editor)
+    renamed = entry.text.replace("deployment runbooks", "deploy runbooks")
+    curation.edit_entry(
+        layout, MD, entry.key, renamed, based_on=curation.latest(layout, MD).number, user=editor
+    )
+    page = login(editor).get(url("memory_md", layout)).content.decode()
+
+    # A model that drops the entry gets the renamed one back, not the old one.
+    proposal = consolidate_with(model, layout, "# Task Group: something else\n\nscope: x\n")
+
+    assert Pin.objects.get().key == review.entries(current_text(layout))[0].key
+    assert "deploy runbooks" in page[: page.index('class="badge pin"')]
+    assert "# Task Group: deploy runbooks" in proposal.memory_md
+    assert "# Task Group: deployment runbooks" not in proposal.memory_md
+
+    curation.edit_entry(
+        layout,
+        MD,
+        Pin.objects.get().key,
+        "",
+        based_on=curation.latest(layout, MD).number,
+        user=editor,
+    )
+    assert not Pin.objects.exists()
