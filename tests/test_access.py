@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+from django.core import checks
 from django.http import HttpResponse
 from django.test import Client
 from django.urls import include, path, reverse
@@ -108,7 +109,7 @@ def test_the_system_check_names_a_workspace_route_whose_view_checks_no_role(sett
     monkeypatch.setitem(sys.modules, "unguarded_urls", module)
     settings.ROOT_URLCONF = "unguarded_urls"
 
-    errors = check_workspace_routes()
+    errors = checks.run_checks(tags=[checks.Tags.urls])  # as manage.py check runs it
 
     assert [e.id for e in errors] == ["memoryui.E001"]
     assert "w/<str:name>/forgotten/" in errors[0].msg

@@ -149,3 +149,122 @@ def test_no_route_answers_bad_path_arguments_with_a_server_error(world):
                     if not isinstance(status, int) or status >= 500:
                         failures.append((method, path[:120], status))
     assert not failures, "\n".join(map(str, failures))
+
+
+# --- sizes and the findings' cases, one by one ------------------------------------------
+
+
+@pytest.fixture
+def layout(db, workspace_copy):
+    from memoryui.importer import import_workspace
+    from memoryui.models import Layout
+
+    import_workspace(workspace_copy("small-a"), "a")
+    return Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+
+
+def staff_client() -> Client:
+    client = Client()
+    client.force_login(make_user("admin", staff=True))
+    return client
+
+
+@pytest.mark.parametrize("size", [64 * 1024 + 1, 1024 * 1024])
+def test_an_entry_over_the_size_limit_is_refused_with_a_message_and_nothing_saved(layout, size):
+    before = curation.latest(layout, MD)
+    text = "# Task Group: big\n\n" + "x" * (size - 19)
+
+    response = staff_client().post(
+        reverse("memoryui:entry_edit", args=["a", layout.pk, MD]),
+        {"text": text, "based_on": before.number},
+    )
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert f"This entry is {size:,} bytes; the limit is 65,536 bytes (64 KiB" in page
+    assert "Nothing was saved." in page and 'name="text"' in page  # the editor, text kept
+    assert curation.latest(layout, MD).pk == before.pk
+
+
+def test_an_entry_at_the_size_limit_is_saved(layout):
+    before = curation.latest(layout, MD)
+    text = "# Task Group: big\n\n" + "x" * (64 * 1024 - 20) + "\n"
+
+    response = staff_client().post(
+        reverse("memoryui:entry_edit", args=["a", layout.pk, MD]),
+        {"text": text, "based_on": before.number},
+    )
+
+    assert response.status_code == 302
+    assert curation.latest(layout, MD).number == before.number + 1
+
+
+def test_a_comment_over_the_size_limit_is_refused_with_a_message_and_nothing_saved(world):
+    from memoryui.models import Comment
+
+    url = reverse("memoryui:proposal_comment", args=["a", world.layout.pk, world.proposal.pk])
+
+    response = staff_client().post(url, {"text": "é" * (8 * 1024 + 1)})
+
+    assert response.status_code == 400
+    assert "This comment is 16,386 bytes; the limit is 16,384 bytes" in response.content.decode()
+    assert not Comment.objects.exists()
+
+
+def test_an_edit_made_while_reviewing_is_held_to_the_entry_limit(world):
+    url = reverse("memoryui:proposal_decide", args=["a", world.layout.pk, world.proposal.pk])
+
+    response = staff_client().post(
+        url,
+        {
+            "document": MD,
+            "decision": "accept",
+            "key": world.entry_key(),
+            "edited_text": "x" * (64 * 1024 + 1),
+        },
+    )
+
+    assert response.status_code == 400
+    assert "This entry is 65,537 bytes" in response.content.decode()
+    assert not world.proposal.decisions.exists()
+
+
+def test_nul_bytes_and_bad_numbers_get_a_400_that_says_what_is_wrong(layout):
+    client = staff_client()
+    audit = client.get(reverse("memoryui:audit_log", args=["a"]) + "?actor=%00")
+    pin = client.post(reverse("memoryui:entry_pin", args=["a", layout.pk, MD]), {"key": "a\0b"})
+
+    for response in (audit, pin):
+        assert response.status_code == 400
+        assert "Null characters are not allowed." in response.content.decode()
+
+
+def test_assigning_a_reviewer_that_is_not_a_number_is_a_400(world):
+    url = reverse("memoryui:proposal_assign", args=["a", world.layout.pk, world.proposal.pk])
+
+    response = staff_client().post(url, {"reviewer": "abc"})
+
+    assert response.status_code == 400
+    assert "No such person." in response.content.decode()
+
+
+def test_a_huge_entry_an_agent_wrote_is_folded_on_the_memory_page(workspace_copy, db):
+    from memoryui.importer import import_workspace
+    from memoryui.models import Layout
+
+    ws = workspace_copy("small-a")
+    memory = ws / "memories" / "engineering" / "MEMORY.md"
+    memory.chmod(0o644)
+    lines = "".join(f"- step {i}: the agent kept writing and writing\n" for i in range(25_000))
+    memory.write_text("# Task Group: runaway\n\nscope: all of it\n\n" + lines)
+    import_workspace(ws, "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+
+    response = staff_client().get(reverse("memoryui:memory_md", args=["a", layout.pk]))
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert '<details class="folded"><summary>This entry is 1,' in page
+    assert "<li>step 0: the agent kept writing and writing</li>" in page  # the head, rendered
+    assert "- step 24999: the agent kept writing" in page  # the rest, as plain text
+    assert "<li>step 24999:" not in page
