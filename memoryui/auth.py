@@ -41,7 +41,9 @@ def lockout_response(
         request,
         "registration/login.html",
         {
-            "form": AuthenticationForm(request),
+            "form": AuthenticationForm(
+                request, initial={"username": attempt_username(request, credentials) or ""}
+            ),
             "locked_out": True,
             "cooloff_minutes": minutes,
             "next": request.POST.get("next", request.GET.get("next", "")),

@@ -47,8 +47,8 @@ def members(request: HtmxHttpRequest, name: str) -> HttpResponse:
             else:
                 messages.success(
                     request,
-                    f"{form.cleaned_data['username']} is now {form.cleaned_data['role']} "
-                    f"of {workspace.name}.",
+                    f"{form.cleaned_data['username']} is now "
+                    f"{_a(form.cleaned_data['role'])} of {workspace.name}.",
                 )
                 return redirect("memoryui:members", name=name)
         status = 400
@@ -60,7 +60,8 @@ def members(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "workspace": workspace,
             "members": rows.order_by("user__username"),
             "form": form,
-            "roles": Role.choices,
+            # Short names: the paragraph above the table says what each role may do.
+            "roles": [(role.value, role.value.capitalize()) for role in Role],
             "default_role": settings.MEMORYUI_DEFAULT_ROLE,
         },
         status=status,
@@ -85,7 +86,11 @@ def member(request: HtmxHttpRequest, name: str, user_pk: int) -> HttpResponse:
             messages.success(request, f"{username} is no longer a member of {name}.")
         elif form.cleaned_data["role"]:
             change_role(membership, form.cleaned_data["role"], user=request.user)
-            messages.success(request, f"{username} is now {form.cleaned_data['role']}.")
+            messages.success(request, f"{username} is now {_a(form.cleaned_data['role'])}.")
     except MemberError as exc:
         return bad_request(request, str(exc), back=back, workspace=request.workspace)
     return redirect(back)
+
+
+def _a(role: str) -> str:
+    return f"{'an' if role == Role.ADMIN else 'a'} {role}"
