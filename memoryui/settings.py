@@ -155,6 +155,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "memoryui.auth.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "memoryui.auth.client_ip"
 AXES_USERNAME_CALLABLE = "memoryui.auth.attempt_username"
+AXES_VERBOSE = False  # no banner on every command; lockouts are still logged
 # Behind reverse proxies that append the client's address to X-Forwarded-For, how many
 # (0: the connecting address is the client's).
 MEMORYUI_TRUSTED_PROXIES = env_int("MEMORYUI_TRUSTED_PROXIES", 0)
@@ -275,5 +276,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # One line per model request is noise; their failures are recorded on the jobs.
-    "loggers": {"httpx": {"level": "WARNING"}, "openai": {"level": "WARNING"}},
+    # Axes: lockouts (warnings), not every login.
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "openai": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }
