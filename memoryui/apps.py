@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.core import checks
 
 
 class MemoryuiConfig(AppConfig):
@@ -14,3 +17,19 @@ class MemoryuiConfig(AppConfig):
         from .recovery import recover_at_start
 
         worker_ready.connect(recover_at_start, weak=False, dispatch_uid="memoryui-recover")
+
+        checks.register(check_workspace_routes, checks.Tags.urls)
+
+
+def check_workspace_routes(app_configs: Any = None, **kwargs: Any) -> list[checks.Error]:
+    """A view under ``w/<name>/`` without ``roles.workspace_view`` would serve anyone."""
+    from .roles import unguarded_workspace_routes
+
+    return [
+        checks.Error(
+            f"The view of {route!r} does not check the workspace role.",
+            hint="Wrap it in memoryui.roles.workspace_view(Role...).",
+            id="memoryui.E001",
+        )
+        for route in unguarded_workspace_routes()
+    ]

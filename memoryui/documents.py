@@ -9,6 +9,7 @@ from functools import lru_cache
 from urllib.parse import quote
 
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
 
@@ -69,11 +70,27 @@ def selection(sha256: str) -> tree.Selection:
     return tree.parse_selection(content(sha256))
 
 
+# Entries longer than this (characters) are folded: the head rendered, the whole entry
+# as plain text. Rendering markdown costs about 3 s a megabyte; an agent's MEMORY.md
+# can hold such an entry (people's entries are capped by MEMORYUI_MAX_ENTRY_BYTES).
+FOLD_CHARS = 16_000
+
+
 @lru_cache(maxsize=4096)
 def rendered_entry(sha256: str, index: int) -> SafeString:
     """The HTML of one top-level entry, with its headings' anchors."""
     block = parsed(sha256).children[index]
-    return render_markdown(block.dump(), [anchor(b.key) for b in block.walk() if b.level])
+    text = block.dump()
+    anchors = [anchor(b.key) for b in block.walk() if b.level]
+    if len(text) <= FOLD_CHARS:
+        return render_markdown(text, anchors)
+    head = text[:FOLD_CHARS].rsplit("\n", 1)[0]
+    return render_markdown(head, anchors) + format_html(
+        '<details class="folded"><summary>This entry is {} characters long: the rest is '
+        "folded. Show the whole entry as plain text</summary><pre>{}</pre></details>",
+        f"{len(text):,}",
+        text,
+    )
 
 
 @lru_cache(maxsize=16)

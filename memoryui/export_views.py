@@ -13,13 +13,13 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.http import FileResponse, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from generation.export import SNAPSHOT_ID_RE, ExportError
 
 from .models import Layout, Role, Workspace
-from .roles import has_role, require_role
+from .roles import has_role, workspace_view
 from .snapshots import export_snapshot, plan_export, snapshot_base_path
 from .views import HtmxHttpRequest
 from .writeback import (
@@ -36,16 +36,12 @@ from .writeback import (
 # --- write-back ---------------------------------------------------------------------------
 
 
+@workspace_view(Role.VIEWER, post=Role.ADMIN)
 @require_http_methods(["GET", "POST"])
 def layout_writeback(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     """GET: the plan, findings and conflicts. POST ``action=dry_run``: everything a write
     would do, nothing written. POST ``action=write``: the write-back."""
-    layout = get_object_or_404(
-        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
-    )
-    require_role(
-        request.user, layout.workspace, Role.ADMIN if request.method == "POST" else Role.VIEWER
-    )
+    layout = request.layout
     if request.method == "GET":
         plan = plan_layout(layout)
         error = _check_disk(plan)
@@ -139,10 +135,10 @@ class ExportForm(forms.Form):
         self.fields["layouts"].choices = [(lay.memories_dir,) * 2 for lay in layouts]
 
 
+@workspace_view(Role.VIEWER, post=Role.ADMIN)
 @require_http_methods(["GET", "POST"])
 def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    workspace = get_object_or_404(Workspace, name=name)
-    require_role(request.user, workspace, Role.ADMIN if request.method == "POST" else Role.VIEWER)
+    workspace = request.workspace
     layouts = list(workspace.layouts.present().order_by("memories_dir"))
     if request.method == "GET":
         form = ExportForm(

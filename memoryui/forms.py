@@ -1,3 +1,5 @@
+from typing import Any
+
 from django import forms
 
 from generation.tree import TERMINAL_STATES
@@ -55,3 +57,139 @@ def approx_tokens(text: str) -> int:
     from generation.summary import approx_tokens as count
 
     return count(text)
+
+
+# --- people's input to review and curation ---------------------------------------------
+# Every parameter a view reads goes through a form: text fields refuse NUL characters
+# (Django's CharField; PostgreSQL cannot store them), sizes are capped, numbers are
+# numbers. A view answers an invalid form with 400 and the form's messages.
+
+
+def _size_validator(setting: str, what: str):  # type: ignore[no-untyped-def]
+    def validate(value: str) -> None:
+        from django.conf import settings
+
+        limit = getattr(settings, setting)
+        size = len(value.encode("utf-8", "replace"))
+        if size > limit:
+            raise forms.ValidationError(
+                f"{what} is {size:,} bytes; the limit is {limit:,} bytes "
+                f"({limit / 1024:g} KiB, {setting}). Nothing was saved."
+            )
+
+    return validate
+
+
+entry_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This entry")
+comment_size = _size_validator("MEMORYUI_MAX_COMMENT_BYTES", "This comment")
+KEY_LENGTH = 600  # EntryDecision.key, Pin.key, Comment.key
+
+
+def _documents() -> list[tuple[str, str]]:
+    from .models import MemoryVersion
+
+    return list(MemoryVersion.Document.choices)
+
+
+class AnchorField(forms.RegexField):
+    """The id of an element to go back to (``#entry-...``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            regex=r"^[A-Za-z0-9_-]*$",
+            max_length=100,
+            required=False,
+            error_messages={"invalid": "Not an element id."},
+            **kwargs,
+        )
+
+
+class EntryKeysField(forms.Field):
+    """One or more entry keys (``key`` repeated)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def clean(self, value: Any) -> list[str]:
+        keys = [str(v) for v in value or []]
+        for key in keys:
+            if "\x00" in key:
+                raise forms.ValidationError("Null characters are not allowed.")
+            if len(key) > KEY_LENGTH:
+                raise forms.ValidationError(f"An entry key has at most {KEY_LENGTH} characters.")
+        return keys
+
+
+class VersionForm(forms.Form):
+    """``?version=`` (and the entry finder) of the MEMORY.md and summary pages."""
+
+    version = forms.IntegerField(required=False, min_value=1)
+    q = forms.CharField(required=False, max_length=200)
+
+
+class CompareForm(forms.Form):
+    a = forms.IntegerField(required=False, min_value=1)
+    b = forms.IntegerField(required=False, min_value=1)
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=150)
+    format = forms.ChoiceField(required=False, choices=[("", "page"), ("csv", "CSV")])
+
+
+class EntryForm(forms.Form):
+    """An entry edited (``key``), deleted (empty text) or added (no key)."""
+
+    key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
+    based_on = forms.IntegerField(required=False, min_value=1)
+    text = forms.CharField(required=False, strip=False, validators=[entry_size])
+    preview = forms.BooleanField(required=False)
+
+
+class PinForm(forms.Form):
+    key = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    action = forms.ChoiceField(choices=[("pin", "pin"), ("unpin", "unpin")], required=False)
+
+
+class DecideForm(forms.Form):
+    document = forms.ChoiceField(choices=_documents)
+    decision = forms.ChoiceField(choices=[("accept", "accept"), ("reject", "reject")])
+    key = EntryKeysField(required=False)
+    all = forms.BooleanField(required=False)
+    edited_text = forms.CharField(required=False, strip=False, validators=[entry_size])
+    anchor = AnchorField()
+
+
+class CommentForm(forms.Form):
+    text = forms.CharField(validators=[comment_size])
+    document = forms.ChoiceField(required=False, choices=lambda: [("", "")] + _documents())
+    key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
+    anchor = AnchorField()
+
+
+class AssignForm(forms.Form):
+    reviewer = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        error_messages={"invalid_choice": "No such person."},
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from django.contrib.auth import get_user_model
+
+        super().__init__(*args, **kwargs)
+        self.fields["reviewer"].queryset = get_user_model().objects.all()
+
+
+class AgentChangeForm(forms.Form):
+    action = forms.ChoiceField(
+        required=False, choices=[("", "accept"), ("accept", "accept"), ("revert", "revert")]
+    )
+
+
+class ProtectForm(forms.Form):
+    rollout_id = forms.CharField(max_length=128)
+    next = forms.CharField(required=False, max_length=2000)
+    action = forms.ChoiceField(
+        choices=[("protect", "protect"), ("unprotect", "unprotect")], required=False
+    )

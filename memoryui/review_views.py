@@ -8,30 +8,30 @@ import csv
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import models, transaction
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from generation import review
 from generation.summary import injected_summary
 
-from . import curation, diffs
-from .models import AuditEvent, EntryDecision, Layout, MemoryVersion, Proposal, Role, Workspace
-from .roles import has_role, require_role
-from .views import HtmxHttpRequest
+from . import curation, diffs, forms
+from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
+from .roles import has_role, require_role, workspace_view
+from .views import HtmxHttpRequest, bad_request
 
 DOCUMENTS = {d.value for d in MemoryVersion.Document}
 REVIEW_PAGE_SIZE = 25
 
 
 def _layout(request: HtmxHttpRequest, name: str, layout_pk: int, role: Role) -> Layout:
-    layout = get_object_or_404(
-        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
-    )
-    require_role(request.user, layout.workspace, role)
-    return layout
+    """The route's layout, resolved by ``roles.workspace_view`` (which checked the view's
+    role; this checks ``role`` too, from the cached memberships)."""
+    require_role(request.user, request.layout.workspace, role)
+    return request.layout
 
 
 def _document(value: str) -> str:
@@ -54,6 +54,7 @@ def _proposal(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int, role
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.VIEWER)
@@ -65,6 +66,7 @@ def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
@@ -117,6 +119,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "workspace": proposal.layout.workspace,
             "sections": sections,
             "can_review": can_review and not held,
+            "can_comment": can_review,  # also while another reviewer holds it
             "show_all": show_all,
             **_reservation(request, proposal),
             "comments": comments.get("", []),
@@ -206,15 +209,16 @@ def review_citations(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
-    document = _document(request.POST.get("document", ""))
-    decision = request.POST.get("decision", "")
-    if decision not in EntryDecision.Decision.values:
-        raise Http404("No such decision.")
-    keys = request.POST.getlist("key")
-    if request.POST.get("all"):
+    form = forms.DecideForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, decision = form.cleaned_data["document"], form.cleaned_data["decision"]
+    keys = form.cleaned_data["key"]
+    if form.cleaned_data["all"]:
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
         keys = [c.key for c in doc.changes if c.status != "unchanged"]
     try:
@@ -226,16 +230,24 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     key,
                     decision,
                     user=request.user,
-                    edited_text=request.POST.get("edited_text", "") if len(keys) == 1 else "",
+                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
                 )
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "decision")
-    return redirect(
-        reverse("memoryui:proposal_review", args=[name, layout_pk, pk])
-        + (f"#{request.POST.get('anchor')}" if request.POST.get("anchor") else "")
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    return redirect(_review_url(proposal, form.cleaned_data["anchor"]))
+
+
+def _review_url(proposal: Proposal, anchor: str = "") -> str:
+    url = reverse(
+        "memoryui:proposal_review",
+        args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
     )
+    return url + (f"#{anchor}" if anchor else "")
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
@@ -258,6 +270,7 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
@@ -269,6 +282,7 @@ def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     """Start reviewing (reserve the proposal for 30 minutes: nobody else decides on it
@@ -334,18 +348,23 @@ def _refused(
 # --- editing, pinning ----------------------------------------------------------------
 
 
+@workspace_view(Role.EDITOR)
 @require_http_methods(["GET", "POST"])
 def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
     """Edit (or delete) one entry, or add one (no key). A save based on an outdated
     version is refused with both texts shown, so nobody's work is lost."""
     layout = _layout(request, name, layout_pk, Role.EDITOR)
     document = _document(document)
-    data = request.POST if request.method == "POST" else request.GET
-    key = data.get("key", "")
+    form = forms.EntryForm(request.POST if request.method == "POST" else request.GET)
+    if not form.is_valid():
+        if set(form.errors) == {"text"}:  # too long: the editor again, with the text
+            return _entry_too_long(request, layout, document, form)
+        return bad_request(request, form, workspace=layout.workspace)
+    key = form.cleaned_data["key"]
     current = curation.latest(layout, document)
     entries = {e.key: e for e in review.entries(curation.text_of(current))}
-    based_on = request.POST.get("based_on", "")
-    stale = request.method == "POST" and based_on != str(current.number if current else "")
+    based_on = form.cleaned_data["based_on"]
+    stale = request.method == "POST" and based_on != (current.number if current else None)
     if key and key not in entries and not stale:
         raise Http404("No such entry (it may have been changed or removed since).")
     context = {
@@ -363,9 +382,9 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         if request.htmx:  # opened inline, inside the entry
             template += "#edit-form"
         return render(request, template, context)
-    text = request.POST.get("text", "").replace("\r\n", "\n")
-    base = int(based_on) if based_on.isdigit() else None
-    if request.POST.get("preview"):
+    text = form.cleaned_data["text"].replace("\r\n", "\n")
+    base = based_on
+    if form.cleaned_data["preview"]:
         from .templatetags.markdown import render_markdown
 
         context.update(text=text, based_on=based_on, preview=render_markdown(text))
@@ -394,13 +413,36 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
     return redirect(view, name=name, layout_pk=layout_pk)
 
 
+def _entry_too_long(
+    request: HtmxHttpRequest, layout: Layout, document: str, form: forms.EntryForm
+) -> HttpResponse:
+    context = {
+        "layout": layout,
+        "workspace": layout.workspace,
+        "document": document,
+        "document_label": MemoryVersion.Document(document).label,
+        "key": form.data.get("key", ""),
+        "text": form.data.get("text", ""),
+        "based_on": form.data.get("based_on", ""),
+        "errors": form.errors["text"],
+    }
+    return render(request, "memoryui/entry_edit.html", context, status=400)
+
+
+@workspace_view(Role.EDITOR)
 @require_POST
 def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.EDITOR)
-    pinned = request.POST.get("action", "pin") != "unpin"  # an intent, not a toggle
+    form = forms.PinForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
     try:
         pin = curation.set_pin(
-            layout, _document(document), request.POST.get("key", ""), pinned, user=request.user
+            layout,
+            _document(document),
+            form.cleaned_data["key"],
+            form.cleaned_data["action"] != "unpin",  # an intent, not a toggle
+            user=request.user,
         )
     except KeyError:
         raise Http404("No such entry.") from None
@@ -413,6 +455,7 @@ def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str
 # --- versions --------------------------------------------------------------------
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.VIEWER)
@@ -423,14 +466,15 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
         .order_by("-number")
     )
     by_number = {v.number: v for v in all_versions}
-    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    form = forms.CompareForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
+    a, b = form.cleaned_data["a"], form.cleaned_data["b"]
     rows = None
-    if a.isdigit() and b.isdigit():
-        if int(a) not in by_number or int(b) not in by_number:
+    if a is not None and b is not None:
+        if a not in by_number or b not in by_number:
             raise Http404("No such version.")
-        rows = diffs.side_by_side(
-            curation.text_of(by_number[int(a)]), curation.text_of(by_number[int(b)])
-        )
+        rows = diffs.side_by_side(curation.text_of(by_number[a]), curation.text_of(by_number[b]))
     return render(
         request,
         "memoryui/versions.html",
@@ -450,6 +494,7 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
     )
 
 
+@workspace_view(Role.EDITOR)
 @require_POST
 def version_restore(
     request: HtmxHttpRequest, name: str, layout_pk: int, document: str, number: int
@@ -466,18 +511,20 @@ def version_restore(
 # --- audit ---------------------------------------------------------------------------
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    workspace = get_object_or_404(Workspace, name=name)
-    require_role(request.user, workspace, Role.VIEWER)
+    workspace = request.workspace
     events = AuditEvent.objects.filter(workspace=workspace).select_related("layout")
-    action = request.GET.get("action", "").strip()
-    actor = request.GET.get("actor", "").strip()
+    form = forms.AuditFilterForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=workspace)
+    action, actor = form.cleaned_data["action"], form.cleaned_data["actor"]
     if action:
         events = events.filter(action__startswith=action)
     if actor:
         events = events.filter(actor=actor)
-    if request.GET.get("format") == "csv":
+    if form.cleaned_data["format"] == "csv":
         return _csv(events, workspace)
     page = Paginator(events, 100).get_page(request.GET.get("page"))
     return render(
@@ -532,31 +579,31 @@ def _csv_safe(value: str) -> str:
 # --- comments, the queue, agent edits, protection ---------------------------------------
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_comment(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
-    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
-    text = request.POST.get("text", "").strip()
-    if text:
-        curation.add_comment(
-            proposal,
-            text,
-            user=request.user,
-            document=request.POST.get("document", "")[:32],
-            key=request.POST.get("key", "")[:600],
-        )
-    anchor = request.POST.get("anchor", "")
-    return redirect(
-        reverse("memoryui:proposal_review", args=[name, layout_pk, pk])
-        + (f"#{anchor}" if anchor else "")
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    form = forms.CommentForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    curation.add_comment(
+        proposal,
+        form.cleaned_data["text"],
+        user=request.user,
+        document=form.cleaned_data["document"],
+        key=form.cleaned_data["key"],
     )
+    return redirect(_review_url(proposal, form.cleaned_data["anchor"]))
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_assign(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
-    from django.contrib.auth import get_user_model
-
-    reviewer = get_user_model().objects.filter(pk=request.POST.get("reviewer") or 0).first()
+    form = forms.AssignForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    reviewer = form.cleaned_data["reviewer"]
     if reviewer is not None and not has_role(reviewer, proposal.layout.workspace, Role.REVIEWER):
         messages.error(request, f"{reviewer} is not a reviewer of this workspace.")
     else:
@@ -593,15 +640,19 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
+@workspace_view(Role.REVIEWER)
 @require_POST
 def agent_change(
     request: HtmxHttpRequest, name: str, layout_pk: int, number: int, document: str
 ) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.REVIEWER)
+    form = forms.AgentChangeForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
     version = get_object_or_404(
         MemoryVersion, layout=layout, document=_document(document), number=number, needs_review=True
     )
-    if request.POST.get("action") == "revert":
+    if form.cleaned_data["action"] == "revert":
         require_role(request.user, layout.workspace, Role.EDITOR)
         restored = curation.revert_agent_change(version, user=request.user)
         messages.success(request, f"The agent's edit was reverted (version {restored.number}).")
@@ -611,17 +662,47 @@ def agent_change(
     return redirect("memoryui:versions", name=name, layout_pk=layout_pk, document=document)
 
 
+@workspace_view(Role.EDITOR)
 @require_POST
 def protect(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk, Role.EDITOR)
-    rollout_id = request.POST.get("rollout_id", "")
-    wanted = request.POST.get("action", "protect") != "unprotect"  # an intent, not a toggle
+    form = forms.ProtectForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
+    rollout_id = form.cleaned_data["rollout_id"]
+    if not _known_rollout(layout, rollout_id):
+        return bad_request(
+            request,
+            f"{rollout_id} is not a rollout of {layout.memories_dir}: nothing was protected.",
+            workspace=layout.workspace,
+        )
+    back = safe_next(request, form.cleaned_data["next"]) or reverse(
+        "memoryui:layout_detail", args=[name, layout_pk]
+    )
+    wanted = form.cleaned_data["action"] != "unprotect"  # an intent, not a toggle
     on = curation.set_protected(layout, rollout_id, wanted, user=request.user)
     messages.success(
         request,
         f"{rollout_id} is "
         + ("protected: the next consolidations keep it." if on else "no longer protected."),
     )
-    return redirect(
-        request.POST.get("next") or reverse("memoryui:layout_detail", args=[name, layout_pk])
+    return HttpResponseRedirect(back)  # a URL, never a view name as redirect() may take
+
+
+def _known_rollout(layout: Layout, rollout_id: str) -> bool:
+    """A rollout, raw memory (a run's new one included) or protection of the layout."""
+    from .models import ProtectedRawMemory, RawMemory, Rollout
+
+    return any(
+        model.objects.filter(layout=layout, rollout_id=rollout_id).exists()
+        for model in (Rollout, RawMemory, ProtectedRawMemory)
     )
+
+
+def safe_next(request: HtmxHttpRequest, url: str) -> str:
+    """``url`` when it stays on this site (a path or this host), else ""."""
+    if url and url_has_allowed_host_and_scheme(
+        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return url
+    return ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -17,20 +17,17 @@ from generation import tree
 
 from . import transcript
 from .models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
-from .roles import require_role
+from .roles import workspace_view
 from .views import HtmxHttpRequest
 
 
-def _rollout(request: HttpRequest, name: str, layout_pk: int, rollout_id: str) -> Rollout:
-    """The rollout, its layout and workspace, its file and bytes, in one query; a 404
-    when any of them does not match (a layout of another workspace included)."""
+def _rollout(request: HtmxHttpRequest, rollout_id: str) -> Rollout:
+    """The rollout of the route's layout (``workspace_view`` resolved it), with its file
+    and bytes."""
     rollout = get_object_or_404(
-        Rollout.objects.select_related("layout__workspace", "file__blob"),
-        layout__workspace__name=name,
-        layout_id=layout_pk,
-        rollout_id=rollout_id,
+        Rollout.objects.select_related("file__blob"), layout=request.layout, rollout_id=rollout_id
     )
-    require_role(request.user, rollout.layout.workspace, Role.VIEWER)
+    rollout.layout = request.layout
     return rollout
 
 
@@ -129,11 +126,12 @@ def _memory_docs(rollout: Rollout) -> tuple[list[MemoryDoc], list[MemoryDoc]]:
     return [_memory_doc(r.file) for r in raws], summary_docs
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def rollout_detail(
     request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str
 ) -> HttpResponse:
-    rollout = _rollout(request, name, layout_pk, rollout_id)
+    rollout = _rollout(request, rollout_id)
     parsed = _parse(rollout)
     page = transcript.build_page(
         parsed,
@@ -157,13 +155,14 @@ def rollout_detail(
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def rollout_item(
     request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str, segment: int, index: int
 ) -> HttpResponse:
     """One item in full: the htmx fragment that replaces its clipped version, or a page
     of its own without htmx."""
-    rollout = _rollout(request, name, layout_pk, rollout_id)
+    rollout = _rollout(request, rollout_id)
     parsed = _parse(rollout)
     item = transcript.build_single(parsed, segment, index, item_url=partial(_item_url, rollout))
     if item is None:

@@ -6,6 +6,7 @@ The defaults are a safe local setup: SQLite and a Celery broker on the file syst
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "template_partials",
+    "axes",
     "memoryui",
 ]
 
@@ -82,6 +84,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "memoryui.middleware.ContentSecurityPolicyMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "memoryui.urls"
@@ -135,6 +138,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # django-axes refuses logins of locked-out accounts and addresses before any
+    # password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling: after this many failed logins for one username, or from one client
+# address, logins are refused for the cool-off (even with the right password) until it
+# passes or an admin unlocks (Django admin > Axes > Access attempts, or
+# ``manage.py axes_reset``). A successful login clears that account's failures.
+AXES_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYUI_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "memoryui.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "memoryui.auth.client_ip"
+AXES_USERNAME_CALLABLE = "memoryui.auth.attempt_username"
+AXES_VERBOSE = False  # no banner on every command; lockouts are still logged
+# Behind reverse proxies that append the client's address to X-Forwarded-For, how many
+# (0: the connecting address is the client's).
+MEMORYUI_TRUSTED_PROXIES = env_int("MEMORYUI_TRUSTED_PROXIES", 0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "memoryui:workspace_list"
 LOGOUT_REDIRECT_URL = "login"
@@ -237,6 +261,11 @@ MEMORYUI_SNAPSHOT_BASE_PATH = Path(
 # editor, admin, or none (no access).
 MEMORYUI_DEFAULT_ROLE = env_str("MEMORYUI_DEFAULT_ROLE", "viewer")
 
+# People's text is refused past these sizes (UTF-8 bytes): a MEMORY.md entry (edited,
+# added, or edited while reviewing a proposal) and a comment.
+MEMORYUI_MAX_ENTRY_BYTES = env_int("MEMORYUI_MAX_ENTRY_BYTES", 64 * 1024)
+MEMORYUI_MAX_COMMENT_BYTES = env_int("MEMORYUI_MAX_COMMENT_BYTES", 16 * 1024)
+
 # Directories under which workspaces may be registered from the dashboard. The
 # import_workspace command (run by an operator on the server) may import any path.
 MEMORYUI_WORKSPACE_ROOTS = [
@@ -259,5 +288,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # One line per model request is noise; their failures are recorded on the jobs.
-    "loggers": {"httpx": {"level": "WARNING"}, "openai": {"level": "WARNING"}},
+    # Axes: lockouts (warnings), not every login.
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "openai": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

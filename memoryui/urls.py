@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import review_views, rollout_views, views
+from . import member_views, review_views, rollout_views, views
 
 app_name = "memoryui"
 
@@ -59,6 +59,8 @@ memoryui_patterns = [
         name="version_restore",
     ),
     path("w/<str:name>/audit/", review_views.audit_log, name="audit_log"),
+    path("w/<str:name>/members/", member_views.members, name="members"),
+    path("w/<str:name>/members/<int:user_pk>/", member_views.member, name="member"),
     path("review/", review_views.review_queue, name="review_queue"),
     path(
         layout + "proposals/<int:pk>/comment/",

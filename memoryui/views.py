@@ -1,3 +1,4 @@
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -15,7 +16,7 @@ from generation.summary import injected_summary
 from memoryui.tasks import reimport_workspace, start_generation
 
 from . import charts, diffs, documents, pipeline, search
-from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
+from .forms import GenerationSettingsForm, RolloutFilterForm, VersionForm, approx_tokens
 from .models import (
     GenerationRun,
     ImportRun,
@@ -30,11 +31,31 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
-from .roles import has_role, require_role
+from .roles import has_role, workspace_view
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+    workspace: Workspace  # set by roles.workspace_view
+    layout: Layout
+
+
+def bad_request(
+    request: HttpRequest, problem: forms.Form | str, *, back: str = "", **context: object
+) -> HttpResponse:
+    """400, saying what was wrong: a form's messages, or one sentence."""
+    if isinstance(problem, forms.Form):
+        errors = [
+            f"{(problem.fields[name].label or name.replace('_', ' ')).capitalize()}: "
+            + " ".join(messages_)
+            if name in problem.fields
+            else " ".join(messages_)
+            for name, messages_ in problem.errors.items()
+        ]
+    else:
+        errors = [problem]
+    context.update(errors=errors, back=back)
+    return render(request, "memoryui/bad_request.html", context, status=400)
 
 
 def _count_subquery(queryset):  # type: ignore[no-untyped-def]
@@ -66,10 +87,10 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "memoryui/workspace_list.html", {"rows": rows})
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    workspace = get_object_or_404(Workspace, name=name)
-    require_role(request.user, workspace, Role.VIEWER)
+    workspace = request.workspace
     kinds = WorkspaceFile.Kind
     layouts = (
         Layout.objects.filter(workspace=workspace)
@@ -103,23 +124,24 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "layouts": layouts,
             "runs": runs,
             "missing_files": missing_files,
+            "is_admin": has_role(request.user, workspace, Role.ADMIN),
         },
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
-    run = get_object_or_404(
-        ImportRun.objects.select_related("workspace"), workspace__name=name, pk=pk
-    )
+    run = get_object_or_404(ImportRun, workspace=request.workspace, pk=pk)
+    run.workspace = request.workspace
     return render(request, "memoryui/import_detail.html", {"run": run, "workspace": run.workspace})
 
 
+@workspace_view(Role.ADMIN)
 @require_POST
 def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """Queue a re-import from the workspace's source path (admins)."""
-    workspace = get_object_or_404(Workspace, name=name)
-    require_role(request.user, workspace, Role.ADMIN)
+    workspace = request.workspace
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")
     return redirect(workspace)
@@ -128,12 +150,9 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
 # --- layouts ---------------------------------------------------------------------
 
 
-def _layout(request: HttpRequest, name: str, layout_pk: int, role: Role = Role.VIEWER) -> Layout:
-    layout = get_object_or_404(
-        Layout.objects.select_related("workspace"), pk=layout_pk, workspace__name=name
-    )
-    require_role(request.user, layout.workspace, role)
-    return layout
+def _layout(request: HtmxHttpRequest, name: str, layout_pk: int) -> Layout:
+    """The route's layout, resolved (and the role checked) by ``workspace_view``."""
+    return request.layout
 
 
 def _current_versions(layout: Layout) -> dict[str, dict]:
@@ -148,6 +167,7 @@ def _current_versions(layout: Layout) -> dict[str, dict]:
     return current
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
@@ -201,6 +221,7 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
 ROLLOUTS_PER_PAGE = 50
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
@@ -250,22 +271,22 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     template = "memoryui/rollout_list.html"
     if request.htmx and not request.htmx.history_restore_request:
         template += "#rollout-table"
-    return render(request, template, context)
+    # Invalid filters are shown with their messages, over the unfiltered list.
+    status = 400 if form.is_bound and not form.is_valid() else 200
+    return render(request, template, context, status=status)
 
 
 # --- MEMORY.md and memory_summary.md ---------------------------------------------
 
 
-def _document_version(layout: Layout, document: str, number: str | None) -> MemoryVersion | None:
+def _document_version(layout: Layout, document: str, number: int | None) -> MemoryVersion | None:
     versions = (
         MemoryVersion.objects.filter(layout=layout, document=document)
         .select_related("blob", "author")
         .defer("blob__data")
     )
     if number is not None:
-        if not number.isdigit():
-            raise Http404("No such version.")
-        return get_object_or_404(versions, number=int(number))
+        return get_object_or_404(versions, number=number)
     return versions.order_by("-number").first()
 
 
@@ -276,14 +297,18 @@ def _versions(layout: Layout, document: str):  # type: ignore[no-untyped-def]
 ENTRIES_PER_PAGE = 20
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
+    form = VersionForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
     document = MemoryVersion.Document.MEMORY_MD
-    version = _document_version(layout, document, request.GET.get("version"))
+    version = _document_version(layout, document, form.cleaned_data["version"])
     top = list(enumerate(documents.parsed(version.blob_id).children)) if version else []
     total = len(top)
-    query = request.GET.get("q", "").strip()
+    query = form.cleaned_data["q"]
     if query and version:
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
@@ -331,11 +356,15 @@ def _entry_views(layout, version, blocks, links):  # type: ignore[no-untyped-def
     return views
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
+    form = VersionForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
     document = MemoryVersion.Document.MEMORY_SUMMARY
-    version = _document_version(layout, document, request.GET.get("version"))
+    version = _document_version(layout, document, form.cleaned_data["version"])
     return render(
         request,
         "memoryui/memory_summary.html",
@@ -351,6 +380,7 @@ def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpR
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str) -> HttpResponse:
     """Follow a ``rollout_summaries/<file>.md`` citation to the rollout it summarises."""
@@ -378,6 +408,7 @@ def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str)
 # --- skills ----------------------------------------------------------------------
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
@@ -399,6 +430,7 @@ def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
     )
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
@@ -424,6 +456,7 @@ def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str
 EXTRA_PROMPT_WARNING_TOKENS = 5_000
 
 
+@workspace_view(Role.VIEWER, post=Role.ADMIN)
 @require_http_methods(["GET", "POST"])
 def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     """Generation settings of a layout and its runs; staff change settings and start."""
@@ -431,7 +464,6 @@ def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
     gs = pipeline.settings_for(layout)
     form = GenerationSettingsForm(request.POST or None, instance=gs)
     if request.method == "POST":
-        require_role(request.user, layout.workspace, Role.ADMIN)
         if form.is_valid():
             saved = form.save(commit=False)
             saved.updated_by = request.user
@@ -461,9 +493,10 @@ def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
     )
 
 
+@workspace_view(Role.ADMIN)
 @require_POST
 def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(request, name, layout_pk, Role.ADMIN)
+    layout = _layout(request, name, layout_pk)
     try:
         run = pipeline.start_run(layout, request.user)
     except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
@@ -473,19 +506,18 @@ def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
     return redirect("memoryui:run_detail", name=name, layout_pk=layout.pk, run_pk=run.pk)
 
 
-def _run(name: str, layout_pk: int, run_pk: int) -> GenerationRun:
-    return get_object_or_404(
-        GenerationRun.objects.select_related("layout__workspace", "created_by"),
-        pk=run_pk,
-        layout_id=layout_pk,
-        layout__workspace__name=name,
+def _run(request: HtmxHttpRequest, run_pk: int) -> GenerationRun:
+    run = get_object_or_404(
+        GenerationRun.objects.select_related("created_by"), pk=run_pk, layout=request.layout
     )
+    run.layout = request.layout
+    return run
 
 
+@workspace_view(Role.VIEWER)
 @require_GET
 def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
-    run = _run(name, layout_pk, run_pk)
-    require_role(request.user, run.layout.workspace, Role.VIEWER)
+    run = _run(request, run_pk)
     failures = list(
         run.jobs.filter(status=PhaseOneJob.Status.FAILED)
         .select_related("rollout")
@@ -526,10 +558,10 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
     return render(request, template, context)
 
 
+@workspace_view(Role.ADMIN)
 @require_POST
 def run_cancel(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
-    run = _run(name, layout_pk, run_pk)
-    require_role(request.user, run.layout.workspace, Role.ADMIN)
+    run = _run(request, run_pk)
     if pipeline.cancel_run(run.pk):
         messages.info(request, "Run cancelled; calls already under way finish and are discarded.")
     return redirect("memoryui:run_detail", name=name, layout_pk=layout_pk, run_pk=run.pk)

@@ -136,7 +136,7 @@ def test_rollout_list_htmx_request_gets_only_the_table(reviewer, medium):
 
 def test_bad_filter_values_are_explained_not_a_500(reviewer, medium):
     response = reviewer.get(url("rollout_list", medium) + "?since=yesterday&state=bogus&page=x")
-    assert response.status_code == 200
+    assert response.status_code == 400  # the page, with the filters' messages
     assert "Enter a valid date" in response.content.decode()
 
 
@@ -205,7 +205,9 @@ def test_memory_md_versions_can_be_viewed(reviewer, workspace_copy):
     assert "rewritten" in current and "menus bug fixes" not in current
     assert "menus bug fixes" in first and "rewritten" not in first
     assert reviewer.get(url("memory_md", layout) + "?version=9").status_code == 404
-    assert reviewer.get(url("memory_md", layout) + "?version=x").status_code == 404
+    not_a_number = reviewer.get(url("memory_md", layout) + "?version=x")
+    assert not_a_number.status_code == 400
+    assert "Version: Enter a whole number." in not_a_number.content.decode()
 
 
 def test_memory_md_with_many_entries_is_paginated_and_findable(

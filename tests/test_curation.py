@@ -451,7 +451,7 @@ def test_review_queue_shows_pending_proposals_assignment_and_progress(model, lay
 @pytest.mark.django_db
 def test_comments_on_a_proposal_and_on_an_entry(model, layout):
     proposal = proposal_for(layout)
-    client = login(member(Role.VIEWER, layout))
+    client = login(member(Role.REVIEWER, layout))
     key = review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)[0].key
     client.post(url("proposal_comment", layout, proposal.pk), {"text": "Looks right overall"})
     client.post(
