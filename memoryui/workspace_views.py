@@ -105,8 +105,10 @@ def _new_page(
     upload_form: SnapshotUploadForm | None = None,
     directory_form: DirectoryForm | None = None,
     status: int = 200,
+    upload_error: str = "",
 ) -> HttpResponse:
     context = {
+        "upload_error": upload_error,
         "upload_form": upload_form or SnapshotUploadForm(),
         "directory_form": directory_form or DirectoryForm(),
         "roots": workspaces.workspace_roots(),
@@ -137,9 +139,7 @@ def workspace_upload(request: HtmxHttpRequest) -> HttpResponse:
     except ValueError:
         length = 0
     if length > limit + MULTIPART_SLACK:
-        form = SnapshotUploadForm()
-        form.add_error("snapshot", _too_large())
-        return _new_page(request, upload_form=form, status=413)
+        return _new_page(request, upload_error=_too_large(), status=413)
     handler = SnapshotUploadHandler(request, limit)
     request.upload_handlers = [handler]
     return _accept_upload(request, handler)
@@ -149,9 +149,7 @@ def workspace_upload(request: HtmxHttpRequest) -> HttpResponse:
 def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> HttpResponse:
     data, files = request.POST, request.FILES  # the body is read here, through the handler
     if handler.refused:
-        form = SnapshotUploadForm(data)
-        form.add_error("snapshot", _too_large())
-        return _new_page(request, upload_form=form, status=413)
+        return _new_page(request, upload_error=_too_large(), status=413)
     form = SnapshotUploadForm(data, files)
     upload = files.get("snapshot")
     try:
