@@ -311,7 +311,7 @@ class _Sync:
                 self.problems.append({"path": entry.path, "error": entry.error})
                 if entry.stops and self.complete:
                     self.complete = False
-                    self.stopped = f"{entry.path}: {entry.error}"
+                    self.stopped = entry.error
                 continue
             item = _Item(
                 entry.path,

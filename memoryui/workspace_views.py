@@ -111,7 +111,9 @@ def _new_page(
         "upload_error": upload_error,
         "upload_form": upload_form or SnapshotUploadForm(),
         "directory_form": directory_form or DirectoryForm(),
-        "roots": workspaces.workspace_roots(),
+        "roots": [
+            {"path": str(root), "exists": root.is_dir()} for root in workspaces.workspace_roots()
+        ],
         "max_upload": human_size(settings.MEMORYUI_MAX_UPLOAD_BYTES),
         "max_import": human_size(settings.MEMORYUI_MAX_IMPORT_BYTES),
         "jobs": ImportJob.objects.filter(created_by=request.user).select_related("workspace")[:5],

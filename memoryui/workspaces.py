@@ -19,12 +19,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
-from generation.tree import TreeError
+from generation.tree import TreeError, human_size, total_exceeded
 
-from .importer import import_workspace
-from .models import AuditEvent, ImportJob, ImportRun, Membership, Role, Workspace
+from .importer import default_limits, import_workspace
+from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -187,10 +188,16 @@ def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspa
             if Workspace.objects.filter(name=job.name).exists():
                 raise ImportRefused(f"A workspace called {job.name} already exists.")
             Workspace.objects.create(name=job.name, source_kind=kind, source_path=str(source))
-            result = import_workspace(source, job.name, progress=progress, user=user)
+            limits = default_limits()
+            result = import_workspace(source, job.name, limits=limits, progress=progress, user=user)
+            if result.stopped == total_exceeded(limits):
+                raise ImportRefused(
+                    f"{label} expands past {human_size(limits.max_total_bytes)} when unpacked "
+                    "(MEMORYUI_MAX_IMPORT_BYTES); nothing was imported."
+                )
             if result.stopped:
                 raise ImportRefused(
-                    f"{label}: reading stopped early ({result.stopped}); nothing was imported."
+                    f"{label} could not be read whole ({result.stopped}); nothing was imported."
                 )
             if not result.imported_anything:
                 raise ImportRefused(f"{label} holds nothing to import.")
@@ -317,7 +324,27 @@ def sync_status(workspace: Workspace) -> dict[str, Any]:
         refused = str(exc)
     return {
         "last_sync": last,
-        "last_sync_new_versions": new_versions or [],
+        "last_sync_new_versions": _version_links(workspace, new_versions or []),
         "sync_refused": refused,
         "now": timezone.now(),
     }
+
+
+def _version_links(workspace: Workspace, paths: list[str]) -> list[dict[str, str]]:
+    """Each new agent version with the link to its document's history, to review it."""
+    documents = {
+        "MEMORY.md": MemoryVersion.Document.MEMORY_MD,
+        "memory_summary.md": MemoryVersion.Document.MEMORY_SUMMARY,
+    }
+    layouts = dict(workspace.layouts.values_list("memories_dir", "pk"))
+    links = []
+    for path in paths:
+        memories_dir, _, filename = path.rpartition("/")
+        layout_pk, document = layouts.get(memories_dir), documents.get(filename)
+        url = (
+            reverse("memoryui:versions", args=[workspace.name, layout_pk, document])
+            if layout_pk and document
+            else ""
+        )
+        links.append({"path": path, "url": url})
+    return links

@@ -184,7 +184,10 @@ def test_upload_of_an_archive_bomb_leaves_no_workspace_and_no_file(
 
     job = ImportJob.objects.get()
     assert job.status == ImportJob.Status.FAILED
-    assert "expands past 976.6 KB" in job.error and "nothing was imported" in job.error
+    assert job.error == (
+        "bomb.tar.gz expands past 976.6 KB when unpacked (MEMORYUI_MAX_IMPORT_BYTES); "
+        "nothing was imported."
+    )
     assert "expands past" in page and "No workspace was created" in page
     assert not Workspace.objects.exists() and not ImportRun.objects.exists()
     assert files_under(settings.MEMORYUI_UPLOAD_DIR) == []
@@ -401,7 +404,8 @@ def test_scheduled_sync_picks_up_an_agent_edit(client, synced, eager):
     page = client.get(reverse("memoryui:workspace_detail", args=["agent-a"])).content.decode()
     section = page[page.index('id="last-sync"') :]
     assert "Last synced" in section and "1 changed" in section
-    assert "<code>memories/MEMORY.md</code>" in section
+    history = reverse("memoryui:versions", args=["agent-a", latest.layout_id, "memory_md"])
+    assert f'<a href="{history}"><code>memories/MEMORY.md</code></a>' in section
     assert "scheduled sync" in page
 
 
