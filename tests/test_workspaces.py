@@ -19,6 +19,7 @@ from memoryui import workspaces
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
+    AuditEvent,
     ImportJob,
     ImportRun,
     Membership,
@@ -202,6 +203,20 @@ def test_upload_of_a_file_that_is_not_a_tar_is_refused_and_not_kept(client, staf
     assert files_under(settings.MEMORYUI_UPLOAD_DIR) == []
 
 
+def test_upload_of_an_empty_archive_leaves_no_workspace(client, staff, roots, settings):
+    empty = io.BytesIO()
+    with tarfile.open(fileobj=empty, mode="w"):
+        pass
+    upload(client, "empty.tar", empty.getvalue())
+
+    job = workspaces.run_import_job(ImportJob.objects.get().pk)
+
+    assert job.status == ImportJob.Status.FAILED
+    assert job.error == "empty.tar holds nothing to import."
+    assert not Workspace.objects.exists()
+    assert files_under(settings.MEMORYUI_UPLOAD_DIR) == []
+
+
 def test_upload_whose_request_is_over_the_limit_is_refused_unread(
     client, staff, roots, settings, fixtures_dir
 ):
@@ -258,6 +273,12 @@ def test_creating_workspaces_needs_staff_or_the_add_permission(client, roots, fi
     workspaces.run_import_job(ImportJob.objects.get().pk)
     # The person who created it administers it (re-import, sync, members).
     assert Membership.objects.get(workspace__name="a", user=user).role == Role.ADMIN
+    event = AuditEvent.objects.get(workspace__name="a")
+    assert (event.action, event.actor, event.detail["kind"]) == (
+        "workspace.create",
+        "maker",
+        "upload",
+    )
 
 
 # --- directories and the workspace roots -------------------------------------------
@@ -333,10 +354,11 @@ def test_django_admin_refuses_a_workspace_source_outside_the_roots(client, roots
     assert added.status_code == 200 and not Workspace.objects.filter(name="etc").exists()
     # Inside the roots, given relative to one, is accepted and stored as the real path.
     shutil.copytree(fixtures_dir / "small-b" / "workspace", roots / "b")
-    ok = client.post(change, {**form, "source_path": "b"})
+    ok = client.post(change, {**form, "source_path": "b", "sync_interval_minutes": "10"})
     assert ok.status_code == 302
     workspace.refresh_from_db()
     assert workspace.source_path == str(roots / "b")
+    assert workspace.next_sync_at is not None  # the sync interval set here is scheduled
 
 
 def test_web_reimport_of_a_workspace_outside_the_roots_is_refused(
