@@ -96,7 +96,6 @@ class SnapshotUploadForm(forms.Form):
     )
     snapshot = forms.FileField(
         label="SDK snapshot",
-        help_text="A <snapshot-id>.tar written by the SDK's LocalSnapshot, plain or compressed.",
         widget=forms.ClearableFileInput(attrs={"accept": ",".join(ARCHIVE_SUFFIXES)}),
     )
 
