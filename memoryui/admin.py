@@ -1,4 +1,6 @@
+from django import forms
 from django.contrib import admin
+from django.utils import timezone
 
 from .models import (
     ApprovedEntry,
@@ -8,6 +10,7 @@ from .models import (
     EntryDecision,
     GenerationRun,
     GenerationSettings,
+    ImportJob,
     ImportRun,
     Layout,
     Membership,
@@ -25,12 +28,61 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
+from .workspaces import PathRefused, next_sync, resolve_source
+
+
+class WorkspaceAdminForm(forms.ModelForm):
+    """A source set or changed here must resolve under MEMORYUI_WORKSPACE_ROOTS, like
+    every path given on the web; only the import_workspace command imports elsewhere."""
+
+    class Meta:
+        model = Workspace
+        fields = ["name", "source_kind", "source_path", "last_imported_at", "sync_interval_minutes"]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        path, kind = data.get("source_path"), data.get("source_kind")
+        if path is None or kind is None:
+            return data
+        changed = set(self.changed_data)
+        syncs = bool(data.get("sync_interval_minutes")) and "sync_interval_minutes" in changed
+        if self.instance.pk and not ({"source_path", "source_kind"} & changed or syncs):
+            return data  # e.g. a rename of a workspace the command line imported
+        try:
+            real = resolve_source(path, directory_only=kind == Workspace.SourceKind.DIRECTORY)
+        except PathRefused as exc:
+            self.add_error("source_path", str(exc))
+            return data
+        if kind == Workspace.SourceKind.SNAPSHOT and not real.is_file():
+            self.add_error("source_path", f"{path} is a directory, not a snapshot archive.")
+        data["source_path"] = str(real)
+        return data
 
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ["name", "source_kind", "source_path", "last_imported_at"]
+    form = WorkspaceAdminForm
+    list_display = [
+        "name",
+        "source_kind",
+        "source_path",
+        "last_imported_at",
+        "sync_interval_minutes",
+    ]
     search_fields = ["name", "source_path"]
+    readonly_fields = ["next_sync_at"]
+
+    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+        if "sync_interval_minutes" in form.changed_data:
+            obj.next_sync_at = next_sync(obj, timezone.now())
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "status", "created_by", "created_at", "error"]
+    list_filter = ["status", "kind"]
+    raw_id_fields = ["workspace", "run"]
 
 
 @admin.register(Layout)
@@ -92,8 +144,17 @@ class MemoryVersionAdmin(admin.ModelAdmin):
 
 @admin.register(ImportRun)
 class ImportRunAdmin(admin.ModelAdmin):
-    list_display = ["workspace", "started_at", "status", "added", "changed", "unchanged", "missing"]
-    list_filter = ["status"]
+    list_display = [
+        "workspace",
+        "started_at",
+        "status",
+        "added",
+        "changed",
+        "unchanged",
+        "missing",
+        "scheduled",
+    ]
+    list_filter = ["status", "scheduled"]
     list_select_related = ["workspace"]
 
 

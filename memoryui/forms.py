@@ -193,3 +193,98 @@ class ProtectForm(forms.Form):
     action = forms.ChoiceField(
         choices=[("protect", "protect"), ("unprotect", "unprotect")], required=False
     )
+
+
+def _new_workspace_name(name: str) -> str:
+    from .importer import valid_workspace_name
+    from .models import Workspace
+
+    if not valid_workspace_name(name):
+        raise forms.ValidationError(
+            f"{name!r} is not a valid workspace name: use letters, digits, '.', '_' or '-' "
+            "(up to 100, starting with a letter or digit)."
+        )
+    if Workspace.objects.filter(name=name).exists():
+        raise forms.ValidationError(f"A workspace called {name} already exists.")
+    return name
+
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+
+
+def archive_suffix(filename: str) -> str:
+    lower = filename.lower()
+    return next(
+        (s for s in sorted(ARCHIVE_SUFFIXES, key=len, reverse=True) if lower.endswith(s)), ""
+    )
+
+
+def name_from_file(filename: str) -> str:
+    import re
+
+    stem = filename[: len(filename) - len(archive_suffix(filename))] or filename
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:100] or "workspace"
+
+
+class SnapshotUploadForm(forms.Form):
+    name = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="Letters, digits, '.', '_' or '-'. Empty: from the file's name.",
+    )
+    snapshot = forms.FileField(
+        label="SDK snapshot",
+        widget=forms.ClearableFileInput(attrs={"accept": ",".join(ARCHIVE_SUFFIXES)}),
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        upload = data.get("snapshot")
+        if upload is not None:
+            try:
+                data["name"] = _new_workspace_name(data.get("name") or name_from_file(upload.name))
+            except forms.ValidationError as exc:
+                self.add_error("name", exc)
+        return data
+
+
+class DirectoryForm(forms.Form):
+    path = forms.CharField(
+        max_length=1024,
+        label="Directory",
+        help_text="A sandbox workspace directory under one of the workspace roots: an "
+        "absolute path, or one relative to a root.",
+    )
+    name = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="Letters, digits, '.', '_' or '-'. Empty: from the directory's name.",
+    )
+
+    def clean_path(self):  # type: ignore[no-untyped-def]
+        from .workspaces import PathRefused, resolve_source
+
+        try:
+            return resolve_source(self.cleaned_data["path"], directory_only=True)
+        except PathRefused as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict:
+        from .importer import default_name
+
+        data = super().clean()
+        if data.get("path") is not None:
+            try:
+                data["name"] = _new_workspace_name(data.get("name") or default_name(data["path"]))
+            except forms.ValidationError as exc:
+                self.add_error("name", exc)
+        return data
+
+
+class SyncForm(forms.ModelForm):
+    class Meta:
+        from .models import Workspace
+
+        model = Workspace
+        fields = ["sync_interval_minutes"]
+        widgets = {"sync_interval_minutes": forms.NumberInput(attrs={"min": 0, "step": 1})}

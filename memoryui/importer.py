@@ -99,6 +99,8 @@ class ImportResult:
     missing: int = 0
     files: int = 0
     new_versions: list[str] = field(default_factory=list)
+    # Why reading stopped early (the size limit, a damaged archive); "" if it did not.
+    stopped: str = ""
 
     @property
     def imported_anything(self) -> bool:
@@ -158,10 +160,12 @@ def import_workspace(
     limits: tree.Limits | None = None,
     progress: Progress | None = None,
     user: Any = None,
+    scheduled: bool = False,
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
-    Raises ``tree.TreeError`` when the source cannot be read at all.
+    Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
+    has one writer). Raises ``tree.TreeError`` when the source cannot be read at all.
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
@@ -176,6 +180,7 @@ def import_workspace(
             name=name or default_name(source),
             defaults={"source_kind": kind, "source_path": str(source)},
         )
+        workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
         if (workspace.source_kind, workspace.source_path) != (kind, str(source)):
             workspace.source_kind, workspace.source_path = kind, str(source)
             workspace.save(update_fields=["source_kind", "source_path"])
@@ -184,7 +189,7 @@ def import_workspace(
             sync.collect_directory(source)
         else:
             sync.collect_entries(archive)
-        return sync.finish(user)
+        return sync.finish(user, scheduled)
 
 
 @dataclass(slots=True)
@@ -234,6 +239,7 @@ class _Sync:
         # Reading stopped early (size limit, damaged archive): what was not seen is not
         # taken as gone from disk.
         self.complete = True
+        self.stopped = ""
 
     def _load_stored(self) -> dict[str, _Stored]:
         with connection.cursor() as cursor:
@@ -278,6 +284,7 @@ class _Sync:
                 self.problems.append({"path": stat.path, "error": tree.total_exceeded(self.limits)})
                 del self.items[stat.path]
                 self.complete = False
+                self.stopped = tree.total_exceeded(self.limits)
                 break
             self._read(item)
             if self.progress and len(self.items) % 500 == 0:
@@ -302,7 +309,9 @@ class _Sync:
         for entry in entries:
             if isinstance(entry, Problem):
                 self.problems.append({"path": entry.path, "error": entry.error})
-                self.complete = self.complete and not entry.stops
+                if entry.stops and self.complete:
+                    self.complete = False
+                    self.stopped = entry.error
                 continue
             item = _Item(
                 entry.path,
@@ -376,7 +385,9 @@ class _Sync:
         return {m: existing[m] for m in wanted}
 
     # -- writing -----------------------------------------------------------------
-    def finish(self, user: Any) -> ImportResult:
+    def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
+        if self.progress:
+            self.progress("store", len(self.items), 0)
         dirs = self._layout_dirs()
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
@@ -463,7 +474,9 @@ class _Sync:
             with connection.cursor() as cursor:
                 for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
                     cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
-        return self._report(counts, dirs, new, changed, unchanged, missing, new_versions, user)
+        return self._report(
+            counts, dirs, new, changed, unchanged, missing, new_versions, user, scheduled
+        )
 
     def _write_blobs(self, items: list[_Item]) -> None:
         rows: dict[str, tuple[str, int, bytes]] = {}
@@ -590,6 +603,7 @@ class _Sync:
         missing: list[int],
         new_versions: list[str],
         user: Any,
+        scheduled: bool,
     ) -> ImportResult:
         errors = list(self.problems)
         errors.extend(
@@ -622,6 +636,7 @@ class _Sync:
                 "new_versions": new_versions,
             },
             triggered_by=user if getattr(user, "pk", None) else None,
+            scheduled=scheduled,
         )
         self.workspace.last_imported_at = run.finished_at
         self.workspace.save(update_fields=["last_imported_at"])
@@ -636,6 +651,7 @@ class _Sync:
             missing=len(missing),
             files=len(self.items),
             new_versions=new_versions,
+            stopped=self.stopped,
         )
 
 

@@ -31,6 +31,17 @@ class Workspace(models.Model):
     source_path = models.CharField(max_length=1024)
     created_at = models.DateTimeField(auto_now_add=True)
     last_imported_at = models.DateTimeField(null=True, blank=True)
+    # Scheduled sync: Celery beat re-imports the workspace every this many minutes, so
+    # what sandboxes write shows up without anyone running a command.
+    sync_interval_minutes = models.PositiveIntegerField(
+        "sync every (minutes)",
+        default=0,
+        validators=[MaxValueValidator(7 * 24 * 60)],
+        help_text="Re-import from the source every this many minutes; 0 turns it off.",
+    )
+    # When the next sync is due (None: off). A beat claims a workspace by moving this
+    # forward with a conditional update, so no two beats import it at once.
+    next_sync_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -277,6 +288,7 @@ class ImportRun(models.Model):
     triggered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    scheduled = models.BooleanField(default=False, help_text="Run by the scheduled sync.")
 
     class Meta:
         ordering = ["-started_at", "-pk"]
@@ -287,6 +299,55 @@ class ImportRun(models.Model):
     @property
     def errors(self) -> list[dict[str, str]]:
         return list(self.report.get("errors", []))
+
+    @property
+    def new_versions(self) -> list[str]:
+        return list(self.report.get("new_versions", []))
+
+
+class ImportJob(models.Model):
+    """A workspace being created from the dashboard, from an uploaded snapshot or a
+    registered directory, and imported by a Celery task."""
+
+    class Kind(models.TextChoices):
+        UPLOAD = "upload", "Uploaded snapshot"
+        DIRECTORY = "directory", "Registered directory"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Importing"
+        DONE = "done", "Imported"
+        FAILED = "failed", "Failed"
+
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    source_path = models.CharField(max_length=1024)
+    original_name = models.CharField(max_length=255, blank=True)
+    size = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    workspace = models.ForeignKey(
+        Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    run = models.ForeignKey(
+        ImportRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
 
 
 class SearchDocument(models.Model):

@@ -216,7 +216,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "memoryui.tasks.recover_stalled_runs",
         "schedule": MEMORYUI_RECOVERY_SECONDS,
         "options": {"expires": MEMORYUI_RECOVERY_SECONDS},
-    }
+    },
+    # Re-imports the workspaces whose sync interval has passed (see memoryui/workspaces.py).
+    "sync-workspaces": {
+        "task": "memoryui.tasks.sync_workspaces",
+        "schedule": 60,
+        "options": {"expires": 60},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -266,8 +272,9 @@ MEMORYUI_DEFAULT_ROLE = env_str("MEMORYUI_DEFAULT_ROLE", "viewer")
 MEMORYUI_MAX_ENTRY_BYTES = env_int("MEMORYUI_MAX_ENTRY_BYTES", 64 * 1024)
 MEMORYUI_MAX_COMMENT_BYTES = env_int("MEMORYUI_MAX_COMMENT_BYTES", 16 * 1024)
 
-# Directories under which workspaces may be registered from the dashboard. The
-# import_workspace command (run by an operator on the server) may import any path.
+# Directories under which workspaces may be registered, changed (Django admin included),
+# re-imported and synced from the web. The import_workspace command (run by an operator
+# on the server) may import any path.
 MEMORYUI_WORKSPACE_ROOTS = [
     Path(p).resolve()
     for p in env_list(
@@ -276,6 +283,11 @@ MEMORYUI_WORKSPACE_ROOTS = [
         sep=os.pathsep,
     )
 ]
+# Snapshots uploaded from the dashboard stream into this directory (never into memory)
+# and stay there as the workspace's source; one larger than the limit is refused while
+# it streams. Web and worker processes must share it.
+MEMORYUI_UPLOAD_DIR = Path(env_str("MEMORYUI_UPLOAD_DIR", str(VAR_DIR / "uploads"))).resolve()
+MEMORYUI_MAX_UPLOAD_BYTES = env_int("MEMORYUI_MAX_UPLOAD_BYTES", 2 * 1024 * 1024 * 1024)
 # A file over this size is stored but shown as head and tail; over the hard limit it is
 # not imported; reading stops once an import has read the total (archive bomb guard).
 MEMORYUI_HUGE_FILE_BYTES = env_int("MEMORYUI_HUGE_FILE_BYTES", 5 * 1024 * 1024)

@@ -1,34 +1,41 @@
 """Celery tasks: thin wrappers that take ids and call plain functions."""
 
-from pathlib import Path
-
 from celery import shared_task
 from django.contrib.auth import get_user_model
 
 from generation.llm import TransientModelError
-from generation.tree import TreeError
-from memoryui import pipeline
-from memoryui.importer import import_workspace
-from memoryui.models import GenerationRun, ImportRun, Workspace
+from memoryui import pipeline, workspaces
+from memoryui.models import GenerationRun, Workspace
 
 
 @shared_task(acks_late=True)
 def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
-    """Re-run the import of a workspace from its recorded source. Safe to run twice:
-    the import is a sync that skips unchanged files."""
+    """Re-run the import of a workspace from its recorded source, if it is under the
+    workspace roots. Safe to run twice: the import is a sync that skips unchanged files."""
     workspace = Workspace.objects.filter(pk=workspace_id).first()
     if workspace is None:
         return
     user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
-    try:
-        import_workspace(Path(workspace.source_path), workspace.name, user=user)
-    except TreeError as exc:
-        ImportRun.objects.create(
-            workspace=workspace,
-            status=ImportRun.Status.FAILED,
-            report={"layouts": [], "errors": [{"path": ".", "error": str(exc)}]},
-            triggered_by=user,
-        )
+    workspaces.reimport(workspace, user)
+
+
+@shared_task(acks_late=True)
+def import_new_workspace(job_id: int) -> None:
+    """Create a workspace from an uploaded snapshot or a registered directory."""
+    workspaces.run_import_job(job_id)
+
+
+@shared_task(acks_late=True)
+def sync_workspaces() -> None:
+    """Periodic (Celery beat, every minute): re-import each workspace whose sync
+    interval has passed, each claimed by one beat only."""
+    for workspace_id in workspaces.claim_due_syncs():
+        sync_workspace.delay(workspace_id)
+
+
+@shared_task(acks_late=True)
+def sync_workspace(workspace_id: int) -> None:
+    workspaces.sync_workspace(workspace_id)
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import member_views, review_views, rollout_views, views
+from . import member_views, review_views, rollout_views, views, workspace_views
 
 app_name = "memoryui"
 
@@ -13,6 +13,15 @@ memoryui_patterns = [
     path("w/<str:name>/", views.workspace_detail, name="workspace_detail"),
     path("w/<str:name>/reimport/", views.workspace_reimport, name="workspace_reimport"),
     path("w/<str:name>/imports/<int:pk>/", views.import_detail, name="import_detail"),
+    path("w/<str:name>/sync/", workspace_views.workspace_sync, name="workspace_sync"),
+    path("workspaces/new/", workspace_views.workspace_new, name="workspace_new"),
+    path("workspaces/new/upload/", workspace_views.workspace_upload, name="workspace_upload"),
+    path(
+        "workspaces/new/directory/",
+        workspace_views.workspace_register,
+        name="workspace_register",
+    ),
+    path("imports/<int:pk>/progress/", workspace_views.import_progress, name="import_progress"),
     path(layout, views.layout_detail, name="layout_detail"),
     path(layout + "rollouts/", views.rollout_list, name="rollout_list"),
     path(

@@ -15,8 +15,14 @@ from generation import tree
 from generation.summary import injected_summary
 from memoryui.tasks import reimport_workspace, start_generation
 
-from . import charts, diffs, documents, pipeline, search
-from .forms import GenerationSettingsForm, RolloutFilterForm, VersionForm, approx_tokens
+from . import charts, diffs, documents, pipeline, search, workspaces
+from .forms import (
+    GenerationSettingsForm,
+    RolloutFilterForm,
+    SyncForm,
+    VersionForm,
+    approx_tokens,
+)
 from .models import (
     GenerationRun,
     ImportRun,
@@ -125,6 +131,8 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "runs": runs,
             "missing_files": missing_files,
             "is_admin": has_role(request.user, workspace, Role.ADMIN),
+            "sync_form": SyncForm(instance=workspace),
+            **workspaces.sync_status(workspace),
         },
     )
 
@@ -142,6 +150,11 @@ def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
 def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """Queue a re-import from the workspace's source path (admins)."""
     workspace = request.workspace
+    try:
+        workspaces.resolve_source(workspace.source_path)
+    except workspaces.PathRefused as exc:
+        messages.error(request, f"Not re-imported: {exc}")
+        return redirect(workspace)
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")
     return redirect(workspace)

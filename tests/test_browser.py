@@ -221,3 +221,27 @@ def test_start_reviewing_swaps_the_reservation_notice_in_place_even_when_refused
     assert page.url == review  # swapped in place, no navigation
     proposal.refresh_from_db()
     assert proposal.reserved_by == ada
+
+
+def test_uploaded_snapshot_shows_live_progress_then_its_report(
+    page, live_server, fixtures_dir, tmp_path, settings
+):
+    from memoryui import workspaces
+    from memoryui.models import ImportJob
+
+    settings.MEMORYUI_UPLOAD_DIR = tmp_path / "uploads"
+    make_user("ada", staff=True)
+    snapshot = next((fixtures_dir / "small-a" / "snapshots").glob("*.tar"))
+
+    log_in(page, live_server)
+    page.click("text=New workspace")
+    page.fill("#upload #id_name", "team-a")
+    page.set_input_files("#id_snapshot", str(snapshot))
+    page.click("#upload button[type=submit]")
+    page.wait_for_selector("#import-progress >> text=Queued")  # no worker in this test
+    job = ImportJob.objects.get(name="team-a")
+
+    workspaces.run_import_job(job.pk)  # what the worker does; the page is polling
+    page.wait_for_url("**/w/team-a/imports/**", timeout=10_000)
+    page.wait_for_selector("text=Every file was read as it is.")
+    assert "memories/engineering" in page.inner_text("main")

@@ -1,0 +1,247 @@
+"""Creating workspaces from the dashboard (an uploaded snapshot or a registered
+directory) and their scheduled sync."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.files.uploadedfile import TemporaryUploadedFile, UploadedFile
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from generation.tree import human_size
+from memoryui.tasks import import_new_workspace
+
+from . import workspaces
+from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
+from .models import ImportJob, Role, Workspace
+from .roles import workspace_view
+from .views import HtmxHttpRequest
+
+# Room in a request for the multipart boundaries and the other fields of the form.
+MULTIPART_SLACK = 64 * 1024
+
+
+def can_add_workspace(user: Any) -> bool:
+    return bool(user.is_staff or user.has_perm("memoryui.add_workspace"))
+
+
+def _require_add(request: HttpRequest) -> None:
+    if not can_add_workspace(request.user):
+        raise PermissionDenied("Creating workspaces needs staff or the add-workspace permission.")
+
+
+def _too_large() -> str:
+    return (
+        f"The file is larger than the upload limit of "
+        f"{human_size(settings.MEMORYUI_MAX_UPLOAD_BYTES)} (MEMORYUI_MAX_UPLOAD_BYTES)."
+    )
+
+
+def _incoming_dir() -> Path:
+    path = Path(settings.MEMORYUI_UPLOAD_DIR) / "incoming"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _IncomingFile(TemporaryUploadedFile):
+    """An upload streamed to a temp file in the uploads dir (deleted when closed unless
+    moved), so that accepting it is a rename on the same file system."""
+
+    def __init__(self, name: str, content_type: str, charset: str | None, extra: Any) -> None:
+        file = tempfile.NamedTemporaryFile(suffix=".upload", dir=_incoming_dir())
+        UploadedFile.__init__(self, file, name, content_type, 0, charset, extra)
+
+
+class SnapshotUploadHandler(FileUploadHandler):
+    """Streams the uploaded snapshot to disk and stops the upload as soon as it passes
+    ``MEMORYUI_MAX_UPLOAD_BYTES``; what was written is deleted."""
+
+    def __init__(self, request: HttpRequest, limit: int) -> None:
+        super().__init__(request)
+        self.limit = limit
+        self.refused = False
+        self.received = 0
+
+    def new_file(self, *args: Any, **kwargs: Any) -> None:
+        super().new_file(*args, **kwargs)
+        self.received = 0
+        self.file = _IncomingFile(
+            self.file_name, self.content_type, self.charset, self.content_type_extra
+        )
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
+        self.received += len(raw_data)
+        if self.received > self.limit:
+            self.refused = True
+            raise StopUpload(connection_reset=False)  # reads the rest (bounded) and drops it
+        self.file.write(raw_data)
+
+    def file_complete(self, file_size: int) -> UploadedFile:
+        self.file.seek(0)
+        self.file.size = file_size
+        return self.file
+
+    def upload_interrupted(self) -> None:
+        if hasattr(self, "file"):
+            self.file.close()
+
+
+def _new_page(
+    request: HttpRequest,
+    upload_form: SnapshotUploadForm | None = None,
+    directory_form: DirectoryForm | None = None,
+    status: int = 200,
+    upload_error: str = "",
+) -> HttpResponse:
+    context = {
+        "upload_error": upload_error,
+        "upload_form": upload_form or SnapshotUploadForm(),
+        "directory_form": directory_form or DirectoryForm(),
+        "roots": [
+            {"path": str(root), "exists": root.is_dir()} for root in workspaces.workspace_roots()
+        ],
+        "max_upload": human_size(settings.MEMORYUI_MAX_UPLOAD_BYTES),
+        "max_import": human_size(settings.MEMORYUI_MAX_IMPORT_BYTES),
+        "jobs": ImportJob.objects.filter(created_by=request.user).select_related("workspace")[:5],
+    }
+    return render(request, "memoryui/workspace_new.html", context, status=status)
+
+
+@require_GET
+def workspace_new(request: HtmxHttpRequest) -> HttpResponse:
+    _require_add(request)
+    return _new_page(request)
+
+
+@csrf_exempt
+@require_POST
+def workspace_upload(request: HtmxHttpRequest) -> HttpResponse:
+    """Accept an SDK snapshot upload. The upload handler must be in place before the
+    body is read, and the CSRF check reads it: so the check is made inside, by
+    ``_accept_upload`` (Django's documented pattern). Nothing is read before the
+    permission check, and a body larger than the limit is never read at all."""
+    _require_add(request)
+    limit = settings.MEMORYUI_MAX_UPLOAD_BYTES
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit + MULTIPART_SLACK:
+        return _new_page(request, upload_error=_too_large(), status=413)
+    handler = SnapshotUploadHandler(request, limit)
+    request.upload_handlers = [handler]
+    return _accept_upload(request, handler)
+
+
+@csrf_protect
+def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> HttpResponse:
+    data, files = request.POST, request.FILES  # the body is read here, through the handler
+    if handler.refused:
+        return _new_page(request, upload_error=_too_large(), status=413)
+    form = SnapshotUploadForm(data, files)
+    upload = files.get("snapshot")
+    try:
+        if not form.is_valid():
+            return _new_page(request, upload_form=form, status=400)
+        assert isinstance(upload, TemporaryUploadedFile)
+        temp = Path(upload.temporary_file_path())
+        if not tarfile.is_tarfile(temp):
+            form.add_error(
+                "snapshot",
+                f"{upload.name} is not a tar archive (plain or compressed); nothing was imported.",
+            )
+            return _new_page(request, upload_form=form, status=400)
+        name = form.cleaned_data["name"]
+        job = ImportJob.objects.create(
+            name=name,
+            kind=ImportJob.Kind.UPLOAD,
+            original_name=upload.name[:255],
+            size=upload.size,
+            created_by=request.user,
+        )
+        target = (
+            Path(settings.MEMORYUI_UPLOAD_DIR)
+            / f"{name}-{job.pk}{archive_suffix(upload.name) or '.tar'}"
+        )
+        os.replace(temp, target)
+        job.source_path = str(target)
+        job.save(update_fields=["source_path"])
+    finally:
+        if upload is not None:
+            upload.close()  # deletes the temp file unless it was moved
+    import_new_workspace.delay_on_commit(job.pk)
+    return redirect("memoryui:import_progress", job.pk)
+
+
+@require_POST
+def workspace_register(request: HtmxHttpRequest) -> HttpResponse:
+    """Register a directory under the workspace roots as a new workspace."""
+    _require_add(request)
+    form = DirectoryForm(request.POST)
+    if not form.is_valid():
+        return _new_page(request, directory_form=form, status=400)
+    job = ImportJob.objects.create(
+        name=form.cleaned_data["name"],
+        kind=ImportJob.Kind.DIRECTORY,
+        source_path=str(form.cleaned_data["path"]),
+        created_by=request.user,
+    )
+    import_new_workspace.delay_on_commit(job.pk)
+    return redirect("memoryui:import_progress", job.pk)
+
+
+@require_GET
+def import_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """A new workspace's import, live (htmx polls the fragment); its report once done."""
+    job = get_object_or_404(ImportJob.objects.select_related("workspace"), pk=pk)
+    if not (request.user.is_staff or job.created_by_id == request.user.pk):
+        raise Http404("No such import.")
+    if job.status == ImportJob.Status.DONE and job.workspace is not None and job.run_id:
+        url = reverse("memoryui:import_detail", args=[job.workspace.name, job.run_id])
+        return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    context = {
+        "job": job,
+        "progress": workspaces.read_progress(job.pk) if job.is_active else {},
+        "elapsed": ((job.finished_at or timezone.now()) - job.created_at).total_seconds(),
+    }
+    template = "memoryui/import_progress.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#import-progress"
+    return render(request, template, context)
+
+
+@workspace_view(Role.ADMIN)
+@require_POST
+def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """Set the scheduled sync interval (workspace admins)."""
+    workspace = request.workspace
+    form = SyncForm(request.POST, instance=Workspace.objects.get(pk=workspace.pk))
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect(workspace)
+    minutes = form.cleaned_data["sync_interval_minutes"]
+    try:
+        workspaces.set_sync_interval(workspace, minutes, request.user)
+    except workspaces.PathRefused as exc:
+        messages.error(request, f"Scheduled sync not turned on: {exc}")
+        return redirect(workspace)
+    if minutes:
+        messages.info(request, f"{workspace.name} is re-imported every {minutes} minutes.")
+    else:
+        messages.info(request, f"Scheduled sync of {workspace.name} is off.")
+    return redirect(workspace)

@@ -1,0 +1,350 @@
+"""Workspaces created, re-imported and synced from the web.
+
+Every path the web points the importer at must resolve, symbolic links followed, under
+``MEMORYUI_WORKSPACE_ROOTS``, or be a snapshot uploaded into ``MEMORYUI_UPLOAD_DIR``.
+Only the ``import_workspace`` command, run by an operator on the server, imports
+anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from generation.tree import TreeError, human_size, total_exceeded
+
+from .importer import default_limits, import_workspace
+from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
+
+log = logging.getLogger(__name__)
+
+# A claimed sync that never finished (its worker died) is due again after this long.
+SYNC_LEASE = timedelta(hours=1)
+CLI_HINT = "only an operator can import it, on the server, with manage.py import_workspace"
+
+
+class PathRefused(Exception):
+    """A path the web may not import; the message says why, for a person."""
+
+
+class ImportRefused(Exception):
+    """A new workspace that is not created; the message says why."""
+
+
+# --- paths -------------------------------------------------------------------------
+
+
+def workspace_roots() -> list[Path]:
+    return [Path(root) for root in settings.MEMORYUI_WORKSPACE_ROOTS]
+
+
+def roots_text() -> str:
+    return ", ".join(str(root) for root in workspace_roots()) or "none configured"
+
+
+def _under_roots(path: Path) -> bool:
+    return any(path.is_relative_to(root) for root in workspace_roots())
+
+
+def _uploaded(path: Path) -> bool:
+    return path.parent == Path(settings.MEMORYUI_UPLOAD_DIR).resolve() and path.is_file()
+
+
+def resolve_source(raw: str, *, directory_only: bool = False) -> Path:
+    """The real path of a workspace source that the web may import: a directory (or,
+    unless ``directory_only``, a snapshot archive) under ``MEMORYUI_WORKSPACE_ROOTS``,
+    or a snapshot uploaded into ``MEMORYUI_UPLOAD_DIR``. A relative path is taken
+    under each root in turn. Raises PathRefused."""
+    text = raw.strip()
+    if not text:
+        raise PathRefused("Give the path of a directory under the workspace roots.")
+    if "\x00" in text:
+        raise PathRefused("The path contains a NUL character.")
+    given = Path(text)
+    if ".." in given.parts:
+        raise PathRefused(
+            f"{text}: '..' is not allowed in a workspace path; give it under one of the "
+            f"workspace roots ({roots_text()})."
+        )
+    if given.is_absolute():
+        candidates = [Path(os.path.normpath(given))]
+    else:
+        candidates = [root / given for root in workspace_roots()]
+    for candidate in candidates:
+        if not os.path.lexists(candidate):
+            continue
+        try:
+            real = candidate.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:  # a dangling link, a loop
+            raise PathRefused(f"{text} cannot be resolved ({exc}).") from exc
+        if not (_under_roots(real) or (not directory_only and _uploaded(real))):
+            if real != candidate:
+                raise PathRefused(
+                    f"{text} leads through a symbolic link to {real}, outside the workspace "
+                    f"roots ({roots_text()}); {CLI_HINT}."
+                )
+            raise PathRefused(
+                f"{text} is outside the workspace roots ({roots_text()}); {CLI_HINT}."
+            )
+        if directory_only and not real.is_dir():
+            raise PathRefused(f"{text} is not a directory.")
+        if not (real.is_dir() or real.is_file()):
+            raise PathRefused(f"{text} is neither a directory nor a file.")
+        return real
+    if given.is_absolute() and not _under_roots(candidates[0]):
+        raise PathRefused(f"{text} is outside the workspace roots ({roots_text()}); {CLI_HINT}.")
+    raise PathRefused(f"{text} does not exist under the workspace roots ({roots_text()}).")
+
+
+# --- new workspaces from the dashboard ---------------------------------------------
+
+
+def progress_path(job_id: int) -> Path:
+    return Path(settings.MEMORYUI_UPLOAD_DIR) / "progress" / f"{job_id}.json"
+
+
+def read_progress(job_id: int) -> dict[str, Any]:
+    try:
+        return dict(json.loads(progress_path(job_id).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class _ProgressFile:
+    """Live progress of an import job, for its page. A small file rather than a row:
+    the import's one transaction hides its writes from the web until it commits."""
+
+    path: Path
+    every: float = 0.5
+    last: float = 0.0
+    stage: str = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if stage == self.stage and now - self.last < self.every:
+            return
+        self.stage, self.last = stage, now
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_suffix(".tmp")
+        temp.write_text(json.dumps({"stage": stage, "files": done}))
+        os.replace(temp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.path.with_suffix(".tmp").unlink(missing_ok=True)
+
+
+def run_import_job(job_id: int) -> ImportJob | None:
+    """Create the job's workspace and import it, all or nothing: a source that cannot
+    be read, an archive that expands past ``MEMORYUI_MAX_IMPORT_BYTES`` or holds nothing
+    leaves no workspace, and an uploaded file is deleted. Claimed with a conditional
+    update, so a second delivery of the task does nothing."""
+    claimed = ImportJob.objects.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
+        status=ImportJob.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    job = ImportJob.objects.select_related("created_by").get(pk=job_id)
+    progress = _ProgressFile(progress_path(job.pk))
+    try:
+        workspace, run = _create_and_import(job, progress)
+    except (ImportRefused, PathRefused, TreeError) as exc:
+        return _fail(job, str(exc))
+    except Exception:
+        _fail(job, "The import failed unexpectedly; the worker's log has the details.")
+        raise
+    finally:
+        progress.remove()
+    ImportJob.objects.filter(pk=job.pk).update(
+        status=ImportJob.Status.DONE, workspace=workspace, run=run, finished_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job
+
+
+def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspace, ImportRun]:
+    if job.kind == ImportJob.Kind.DIRECTORY:
+        source = resolve_source(job.source_path, directory_only=True)  # again: it may have moved
+        kind = Workspace.SourceKind.DIRECTORY
+    else:
+        source = Path(job.source_path)
+        kind = Workspace.SourceKind.SNAPSHOT
+    label = job.original_name or str(source)
+    user = job.created_by
+    try:
+        with transaction.atomic():
+            if Workspace.objects.filter(name=job.name).exists():
+                raise ImportRefused(f"A workspace called {job.name} already exists.")
+            Workspace.objects.create(name=job.name, source_kind=kind, source_path=str(source))
+            limits = default_limits()
+            result = import_workspace(source, job.name, limits=limits, progress=progress, user=user)
+            if result.stopped == total_exceeded(limits):
+                raise ImportRefused(
+                    f"{label} expands past {human_size(limits.max_total_bytes)} when unpacked "
+                    "(MEMORYUI_MAX_IMPORT_BYTES); nothing was imported."
+                )
+            if result.stopped:
+                raise ImportRefused(
+                    f"{label} could not be read whole ({result.stopped}); nothing was imported."
+                )
+            if not result.imported_anything:
+                raise ImportRefused(f"{label} holds nothing to import.")
+            if user is not None and not user.is_staff:
+                Membership.objects.update_or_create(
+                    workspace=result.workspace, user=user, defaults={"role": Role.ADMIN}
+                )
+            AuditEvent.record(
+                result.workspace,
+                "workspace.create",
+                user=user,
+                target=str(source),
+                kind=job.kind,
+                original_name=job.original_name,
+            )
+    except IntegrityError as exc:  # created by someone else meanwhile
+        raise ImportRefused(f"A workspace called {job.name} already exists.") from exc
+    except TreeError as exc:
+        message = str(exc).replace(str(source), label)
+        raise ImportRefused(f"{message} Nothing was imported.") from exc
+    return result.workspace, result.run
+
+
+def _fail(job: ImportJob, error: str) -> ImportJob:
+    if job.kind == ImportJob.Kind.UPLOAD:
+        Path(job.source_path).unlink(missing_ok=True)
+    ImportJob.objects.filter(pk=job.pk).update(
+        status=ImportJob.Status.FAILED, error=error, finished_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job
+
+
+# --- re-imports and scheduled sync ---------------------------------------------------
+
+
+def _failed_run(workspace: Workspace, error: str, user: Any, scheduled: bool) -> ImportRun:
+    return ImportRun.objects.create(
+        workspace=workspace,
+        status=ImportRun.Status.FAILED,
+        finished_at=timezone.now(),
+        report={"layouts": [], "errors": [{"path": ".", "error": error}]},
+        triggered_by=user if getattr(user, "pk", None) else None,
+        scheduled=scheduled,
+    )
+
+
+def reimport(workspace: Workspace, user: Any = None, *, scheduled: bool = False) -> ImportRun:
+    """Re-import a workspace from its recorded source, if the web may import it.
+    Refusals and unreadable sources are recorded as a failed import, not raised."""
+    try:
+        source = resolve_source(workspace.source_path)
+        return import_workspace(source, workspace.name, user=user, scheduled=scheduled).run
+    except (PathRefused, TreeError) as exc:
+        return _failed_run(workspace, str(exc), user, scheduled)
+
+
+def next_sync(workspace: Workspace, now: datetime) -> datetime | None:
+    if not workspace.sync_interval_minutes:
+        return None
+    return (workspace.last_imported_at or now) + timedelta(minutes=workspace.sync_interval_minutes)
+
+
+def set_sync_interval(workspace: Workspace, minutes: int, user: Any) -> None:
+    """Turn the scheduled sync on (every ``minutes``) or off (0). Refused, with
+    PathRefused, for a source the web may not import."""
+    if minutes:
+        resolve_source(workspace.source_path)
+    workspace.sync_interval_minutes = minutes
+    workspace.next_sync_at = next_sync(workspace, timezone.now())
+    workspace.save(update_fields=["sync_interval_minutes", "next_sync_at"])
+    AuditEvent.record(workspace, "workspace.sync", user=user, minutes=minutes)
+
+
+def claim_sync(workspace_id: int, due_at: datetime, now: datetime) -> bool:
+    """Take one due workspace for a sync by moving its due time past the lease, if it
+    still holds the time this beat read: zero rows means another beat took it."""
+    return bool(
+        Workspace.objects.filter(
+            pk=workspace_id, next_sync_at=due_at, sync_interval_minutes__gt=0
+        ).update(next_sync_at=now + SYNC_LEASE)
+    )
+
+
+def claim_due_syncs(now: datetime | None = None) -> list[int]:
+    now = now or timezone.now()
+    due = Workspace.objects.filter(sync_interval_minutes__gt=0, next_sync_at__lte=now)
+    return [
+        pk for pk, due_at in due.values_list("pk", "next_sync_at") if claim_sync(pk, due_at, now)
+    ]
+
+
+def sync_workspace(workspace_id: int) -> ImportRun | None:
+    """One scheduled re-import of a claimed workspace; the next is due an interval after
+    it ends, whatever its outcome."""
+    workspace = Workspace.objects.filter(pk=workspace_id).first()
+    if workspace is None:
+        return None
+    try:
+        return reimport(workspace, scheduled=True)
+    finally:
+        # From the end of this one, failed or not: a broken source is not retried every
+        # minute. The interval may have changed meanwhile.
+        minutes = Workspace.objects.values_list("sync_interval_minutes", flat=True).get(
+            pk=workspace_id
+        )
+        Workspace.objects.filter(pk=workspace_id).update(
+            next_sync_at=timezone.now() + timedelta(minutes=minutes) if minutes else None
+        )
+
+
+def sync_status(workspace: Workspace) -> dict[str, Any]:
+    """What the workspace page says about the scheduled sync."""
+    last = workspace.imports.filter(scheduled=True).defer("report").first()
+    new_versions = (
+        ImportRun.objects.filter(pk=last.pk).values_list("report__new_versions", flat=True).first()
+        if last
+        else None
+    )
+    try:
+        resolve_source(workspace.source_path)
+        refused = ""
+    except PathRefused as exc:
+        refused = str(exc)
+    return {
+        "last_sync": last,
+        "last_sync_new_versions": _version_links(workspace, new_versions or []),
+        "sync_refused": refused,
+        "now": timezone.now(),
+    }
+
+
+def _version_links(workspace: Workspace, paths: list[str]) -> list[dict[str, str]]:
+    """Each new agent version with the link to its document's history, to review it."""
+    documents = {
+        "MEMORY.md": MemoryVersion.Document.MEMORY_MD,
+        "memory_summary.md": MemoryVersion.Document.MEMORY_SUMMARY,
+    }
+    layouts = dict(workspace.layouts.values_list("memories_dir", "pk"))
+    links = []
+    for path in paths:
+        memories_dir, _, filename = path.rpartition("/")
+        layout_pk, document = layouts.get(memories_dir), documents.get(filename)
+        url = (
+            reverse("memoryui:versions", args=[workspace.name, layout_pk, document])
+            if layout_pk and document
+            else ""
+        )
+        links.append({"path": path, "url": url})
+    return links
