@@ -96,3 +96,13 @@ def recover_stalled_runs() -> None:
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)
+
+
+@shared_task(ignore_result=True)
+def heartbeat() -> None:
+    """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``."""
+    from django.utils import timezone
+
+    from memoryui.models import WorkerHeartbeat
+
+    WorkerHeartbeat.objects.update_or_create(name="worker", defaults={"seen_at": timezone.now()})

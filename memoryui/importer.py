@@ -376,7 +376,14 @@ class _Sync:
         return {m: existing[m] for m in wanted}
 
     # -- writing -----------------------------------------------------------------
+    def _step(self, done: int) -> None:
+        if self.progress:
+            self.progress("store", done, 5)
+
     def finish(self, user: Any) -> ImportResult:
+        if self.progress:
+            self.progress("read", len(self.items), len(self.items))
+        self._step(0)
         dirs = self._layout_dirs()
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
@@ -446,10 +453,14 @@ class _Sync:
                 item.file_id = old.file_id
                 changed.append(item)
 
+        self._step(1)
         parsed = _Parsed.build(new + changed, self.workspace, layouts)
+        self._step(2)
         self._write_blobs(new + changed)
         self._write_files(new, changed, stat_only)
+        self._step(3)
         parsed.write(new, changed)
+        self._step(4)
         missing = [
             old.file_id
             for path, old in self.stored.items()
@@ -463,6 +474,7 @@ class _Sync:
             with connection.cursor() as cursor:
                 for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
                     cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+        self._step(5)
         return self._report(counts, dirs, new, changed, unchanged, missing, new_versions, user)
 
     def _write_blobs(self, items: list[_Item]) -> None:

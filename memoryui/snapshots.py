@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,12 +133,14 @@ def export_snapshot(
     session_state: bool = False,
     workspace_root: Path | None = None,
     user: Any = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ExportResult:
     """Write the workspace as ``<base_path>/<snapshot_id>.tar`` (or into ``fileobj``,
     for a download) with the curated memory of ``memories_dirs`` (all layouts when
     empty). With ``session_state``, also ``<snapshot_id>.session_state.json`` beside
     the archive, resuming into ``workspace_root``. Raises ExportRefused while lint
-    findings are not allowed, ExportError when the archive cannot be written."""
+    findings are not allowed, ExportError when the archive cannot be written.
+    ``progress`` is called with ("export", members written, members)."""
     export.check_snapshot_id(snapshot_id)
     if (base_path is None) == (fileobj is None):
         raise ExportError("export either into a base path or into a download, not both")
@@ -150,13 +152,18 @@ def export_snapshot(
         raise ExportRefused(blocking, plan.refused)
     members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
     with closing(members):  # stops the reader thread, even when writing fails
+        entries: Iterator[Entry] = members
+        if progress is not None:
+            entries = _counted(members, _member_count(workspace, plan.overlay), progress)
         if base_path is not None:
             info = export.write_snapshot(
-                base_path, snapshot_id, members, root_mtime_ns=root_mtime_ns
+                base_path, snapshot_id, entries, root_mtime_ns=root_mtime_ns
             )
         else:
             assert fileobj is not None
-            info = export.write_snapshot_to(fileobj, members, root_mtime_ns=root_mtime_ns)
+            info = export.write_snapshot_to(fileobj, entries, root_mtime_ns=root_mtime_ns)
+    if progress is not None:
+        progress("export", info.members, info.members)
     result = ExportResult(
         plan,
         info,
@@ -169,6 +176,23 @@ def export_snapshot(
         )
     result.event = _audit(workspace, snapshot_id, result, user)
     return result
+
+
+def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
+    """About how many members the archive has (directories made up on the way are not
+    counted): for a progress bar."""
+    present = WorkspaceFile.objects.present().filter(workspace=workspace)
+    stored = present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+    known = set(present.filter(path__in=list(overlay)).values_list("path", flat=True))
+    return stored.count() + len(set(overlay) - known)
+
+
+def _counted(
+    members: Iterator[Entry], total: int, progress: Callable[[str, int, int], None]
+) -> Iterator[Entry]:
+    for done, member in enumerate(members, 1):
+        yield member
+        progress("export", min(done, total), max(total, done))
 
 
 def snapshot_members(

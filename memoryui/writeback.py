@@ -458,6 +458,7 @@ def write_back(
     allow_findings: Collection[str] = (),
     dry_run: bool = False,
     on_written: Callable[[WrittenFile], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> WritebackResult:
     """Write the layout's changed files into its memories dir.
 
@@ -465,7 +466,7 @@ def write_back(
     findings to let through (both: an admin's decision, checked by the caller). A dry
     run computes everything and writes nothing. Raises Refused while anything blocks,
     WritebackError when the workspace cannot be written. ``on_written`` is called after
-    each file is in place.
+    each file is in place, ``progress`` with ("write", files written, files to write).
     """
     root = workspace_root(layout.workspace)
     failure: Exception | None = None
@@ -490,6 +491,8 @@ def write_back(
             raise Refused(plan, result.blocking_conflicts, result.blocking_findings)
         export.remove_stale_temp_files(root, _directories(plan))
         to_write = result.would_write
+        if progress is not None:
+            progress("write", 0, len(to_write))
         try:
             for planned in to_write:
                 _check_unchanged_since(root, planned, plan)
@@ -499,6 +502,8 @@ def write_back(
                 result.written.append(written)
                 if on_written is not None:
                     on_written(written)
+                if progress is not None:
+                    progress("write", len(result.written), len(to_write))
         except (ExportError, OSError) as exc:
             failure = exc
         record_written(layout, plan, result.written, root, user)

@@ -46,6 +46,7 @@ def slow_model(settings):
         server.delay = 0.4  # every answer takes 0.4 s, like a real model, only faster
         settings.OPENAI_API_KEY = ""
         settings.OPENAI_BASE_URL = server.base_url
+        settings.MEMORYUI_DEMO_MODEL = "off"
         yield server
 
 
