@@ -321,6 +321,10 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         member = tar.extractfile("./memories/engineering/MEMORY.md")
         assert member.read().decode() == on_disk
 
+    # The command line sees the worker that takes what it queues.
+    queued = prod.run(sys.executable, "manage.py", "generate", "small-a", "--layout", "memories")
+    assert "A worker is listening" in queued.stdout, queued.stdout + queued.stderr
+
     # A worker gone: beat's heartbeat goes unanswered and /healthz says so, with no detail.
     prod.stop("worker", signal.SIGKILL)
     prod.wait_for(lambda: healthz().status_code == 503, 30, "healthz to fail")
