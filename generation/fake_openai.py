@@ -15,6 +15,7 @@ import argparse
 import collections
 import itertools
 import json
+import os
 import re
 import threading
 import time
@@ -636,6 +637,22 @@ def _demo_summary(memories: list[dict[str, str]]) -> str:
         "- Open the rollout summary a task cites before repeating that task.\n\n"
         "## What's in Memory\n\n" + "\n".join(index).rstrip("\n") + "\n"
     )
+
+
+_in_process: tuple[int, FakeOpenAI] | None = None
+_in_process_lock = threading.Lock()
+
+
+def in_process_demo_url() -> str:
+    """The base URL of the offline demo model served in this process (a daemon thread on
+    a free port of 127.0.0.1, started on first use), so that any process (the web server,
+    a Celery worker, a management command) can run generation offline with nothing else
+    running. A forked child starts its own: the parent's thread is not in it."""
+    global _in_process
+    with _in_process_lock:
+        if _in_process is None or _in_process[0] != os.getpid():
+            _in_process = (os.getpid(), FakeOpenAI().start())
+        return _in_process[1].base_url
 
 
 def main(argv: list[str] | None = None) -> None:

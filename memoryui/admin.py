@@ -25,6 +25,7 @@ from .models import (
     Rollout,
     RolloutSummary,
     SearchDocument,
+    WorkerHeartbeat,
     Workspace,
     WorkspaceFile,
 )
@@ -254,3 +255,8 @@ class ProtectedRawMemoryAdmin(admin.ModelAdmin):
 class ApprovedEntryAdmin(admin.ModelAdmin):
     list_display = ["layout", "document", "key", "approved_by", "approved_at"]
     raw_id_fields = ["layout", "proposal", "approved_by"]
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(admin.ModelAdmin):
+    list_display = ["name", "seen_at"]

@@ -385,9 +385,14 @@ class _Sync:
         return {m: existing[m] for m in wanted}
 
     # -- writing -----------------------------------------------------------------
+    def _step(self, done: int) -> None:
+        if self.progress:
+            self.progress("store", done, 5)
+
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
         if self.progress:
-            self.progress("store", len(self.items), 0)
+            self.progress("read", len(self.items), len(self.items))
+        self._step(0)
         dirs = self._layout_dirs()
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
@@ -457,10 +462,14 @@ class _Sync:
                 item.file_id = old.file_id
                 changed.append(item)
 
+        self._step(1)
         parsed = _Parsed.build(new + changed, self.workspace, layouts)
+        self._step(2)
         self._write_blobs(new + changed)
         self._write_files(new, changed, stat_only)
+        self._step(3)
         parsed.write(new, changed)
+        self._step(4)
         missing = [
             old.file_id
             for path, old in self.stored.items()
@@ -474,6 +483,7 @@ class _Sync:
             with connection.cursor() as cursor:
                 for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
                     cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+        self._step(5)
         return self._report(
             counts, dirs, new, changed, unchanged, missing, new_versions, user, scheduled
         )

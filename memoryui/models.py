@@ -800,3 +800,14 @@ class ApprovedEntry(models.Model):
 
     def __str__(self) -> str:
         return f"approved {self.key}"
+
+
+class WorkerHeartbeat(models.Model):
+    """When a Celery worker last ran the heartbeat task that Celery beat sends: a fresh
+    one means beat and a worker are both alive (``/healthz``)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.seen_at:%Y-%m-%d %H:%M:%S}"

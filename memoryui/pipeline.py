@@ -73,14 +73,27 @@ class ModelAccess:
 
     @property
     def available(self) -> bool:
-        return bool(self.api_key or self.base_url)
+        return bool(self.offline_demo or self.api_key or self.base_url)
+
+    def resolved_base_url(self) -> str | None:
+        """Where to send model calls: the offline demo model is served in this process
+        (started here on first use), so every entry point works without a server."""
+        if self.offline_demo:
+            from generation.fake_openai import in_process_demo_url
+
+            return in_process_demo_url()
+        return self.base_url
 
 
 def model_access() -> ModelAccess:
+    """The model this deployment uses, from the settings (MEMORYUI_DEMO_MODEL has already
+    resolved "local" into OPENAI_BASE_URL)."""
+    if settings.MEMORYUI_DEMO_MODEL == "offline":
+        return ModelAccess(api_key=None, base_url=None, offline_demo=True)
     return ModelAccess(
         api_key=settings.OPENAI_API_KEY or None,
         base_url=settings.OPENAI_BASE_URL or None,
-        offline_demo=settings.MEMORYUI_OFFLINE_DEMO,
+        offline_demo=False,
     )
 
 
@@ -110,11 +123,15 @@ def _snapshot(gs: GenerationSettings) -> dict[str, Any]:
 
 def model_config(snapshot: dict[str, Any], model: str) -> llm.ModelConfig:
     access = model_access()
+    if snapshot.get("offline_demo") and not access.offline_demo:
+        # A run started on the demo model is answered by it in every worker, whatever
+        # that worker's own settings say.
+        access = ModelAccess(api_key=None, base_url=None, offline_demo=True)
     api = snapshot.get("api", "responses")
     return llm.ModelConfig(
         model=model,
         api_key=access.api_key,
-        base_url=access.base_url,
+        base_url=access.resolved_base_url(),
         api="responses" if api == "responses" else "chat",
         chat_format="json_object" if api == "chat_json_object" else "json_schema",
         reasoning_effort=snapshot.get("reasoning_effort") or None,
@@ -143,7 +160,7 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
     if not access.available:
         raise GenerationUnavailable(
             "No model is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
-            "OpenAI-compatible server)."
+            "OpenAI-compatible server), or MEMORYUI_DEMO_MODEL=offline for the demo model."
         )
     gs = settings_for(layout)
     with transaction.atomic():
@@ -156,7 +173,7 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
             created_by=user if getattr(user, "pk", None) else None,
             started_at=timezone.now(),
             offline_demo=access.offline_demo,
-            settings_snapshot=_snapshot(gs),
+            settings_snapshot={**_snapshot(gs), "offline_demo": access.offline_demo},
             base_memory_md=curation.latest(layout, MemoryVersion.Document.MEMORY_MD),
             base_memory_summary=curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY),
         )
@@ -243,6 +260,8 @@ def cache_key(content_sha256: str, snapshot: dict[str, Any]) -> str:
         prompts.PROMPT_VERSION,
         hashlib.sha256(snapshot.get("extra_prompt", "").encode()).hexdigest(),
     ]
+    if snapshot.get("offline_demo"):
+        parts.append("offline-demo")  # never reused by a run on a real model
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -646,24 +665,44 @@ def stalled_since(run: GenerationRun, progress: Progress, now: datetime) -> date
 
 
 def run_inline(
-    run_id: int, *, threads: int | None = None, sleep: Callable[[float], None] = time.sleep
+    run_id: int,
+    *,
+    threads: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> GenerationRun:
     """Run a whole generation in this process (``manage.py generate --wait`` and tests):
     phase one with up to ``threads`` model calls at once (default: the layout's
-    concurrency), then phase two."""
+    concurrency), then phase two. ``progress`` is called with ("phase 1", rollouts
+    finished, rollouts) after each rollout and ("phase 2", 0 then 1, 1) around phase two."""
     run = GenerationRun.objects.get(pk=run_id)
     workers = threads or int(run.settings_snapshot.get("concurrency", 8))
+    total = run.jobs.count()
+    finished = [
+        run.jobs.filter(status__in=[PhaseOneJob.Status.DONE, PhaseOneJob.Status.FAILED]).count()
+    ]
+    lock = threading.Lock()
+    if progress is not None:
+        progress("phase 1", finished[0], total)
+
+    def report() -> None:
+        if progress is not None:
+            with lock:
+                finished[0] += 1
+                progress("phase 1", min(finished[0], total), total)
 
     def work(job_id: int) -> None:
         try:
             while True:
                 try:
                     process_job(job_id)
+                    report()
                     return
                 except llm.TransientModelError as exc:
                     attempts = release_for_retry(job_id, str(exc))
                     if attempts >= MAX_ATTEMPTS:
                         fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
+                        report()
                         return
                     sleep(retry_delay(attempts, exc.retry_after))
         finally:
@@ -681,10 +720,16 @@ def run_inline(
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(work, ids))
+    if progress is not None:
+        progress("phase 1", total, total)
     if finish_phase_one(run_id):
+        if progress is not None:
+            progress("phase 2", 0, 1)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 consolidate(run_id)
+                if progress is not None:
+                    progress("phase 2", 1, 1)
                 break
             except llm.TransientModelError as exc:
                 if attempt == MAX_ATTEMPTS:

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMORYUI_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)  # beat's schedule, the demo, SQLite, snapshots
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -65,6 +66,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
@@ -74,7 +76,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz first: load balancers probe it by IP over plain HTTP, without a login.
+    "memoryui.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files with far-future cache headers for hashed names (also with DEBUG=0).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -170,6 +176,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+if DEBUG:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
+# Production (DEBUG=0) serves collectstatic's compressed files with content hashes in
+# their names, cached for a year; development serves the source files uncached.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # Security: strict by default when DEBUG is off (manage.py check --deploy passes).
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
@@ -193,6 +211,9 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Celery: a file-system broker needs no server; production points this at Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    if CELERY_BROKER_URL == "filesystem://":
+        # The transport ignores the host; naming one keeps kombu from warning that none was.
+        CELERY_BROKER_URL = "filesystem://localhost/"
     _broker_dir = VAR_DIR / "celery-broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
@@ -207,10 +228,18 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Worker processes (or threads) per worker; Celery's default is one per CPU.
+CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 0) or None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
 # every this many seconds, generation work whose task was lost with a worker.
 MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 30)
+# Beat also sends a heartbeat that a worker records; /healthz fails once the last one is
+# older than MEMORYUI_HEARTBEAT_STALE_SECONDS (no beat, or no worker taking tasks).
+MEMORYUI_HEARTBEAT_SECONDS = env_int("MEMORYUI_HEARTBEAT_SECONDS", 30)
+MEMORYUI_HEARTBEAT_STALE_SECONDS = env_int(
+    "MEMORYUI_HEARTBEAT_STALE_SECONDS", 3 * MEMORYUI_HEARTBEAT_SECONDS
+)
 CELERY_BEAT_SCHEDULE = {
     "recover-stalled-runs": {
         "task": "memoryui.tasks.recover_stalled_runs",
@@ -223,16 +252,44 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60,
         "options": {"expires": 60},
     },
+    "heartbeat": {
+        "task": "memoryui.tasks.heartbeat",
+        "schedule": MEMORYUI_HEARTBEAT_SECONDS,
+        "options": {"expires": MEMORYUI_HEARTBEAT_SECONDS},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Generation: the openai client talks to OpenAI or any OpenAI-compatible server.
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
-MEMORYUI_OFFLINE_DEMO = env_bool("MEMORYUI_OFFLINE_DEMO", False)
-MEMORYUI_OPENAI_API = env_str("MEMORYUI_OPENAI_API", "responses")
-MEMORYUI_PHASE_ONE_MODEL = env_str("MEMORYUI_PHASE_ONE_MODEL", "gpt-5-mini")
-MEMORYUI_PHASE_TWO_MODEL = env_str("MEMORYUI_PHASE_TWO_MODEL", "gpt-5")
+# A demo model for every entry point (web, workers, commands), resolved here once:
+# "offline" answers with generation/fake_openai.py's demo responder, served in each process
+# that calls it; "local" is llama.cpp's server with Gemma 3 270M that bin/start runs on
+# MEMORYUI_LOCAL_MODEL_PORT; "off" uses OPENAI_API_KEY / OPENAI_BASE_URL. The default is
+# "offline" in development when neither variable is set, and "off" in production.
+MEMORYUI_DEMO_MODEL = env_str(
+    "MEMORYUI_DEMO_MODEL",
+    "offline" if DEBUG and not (OPENAI_API_KEY or OPENAI_BASE_URL) else "off",
+).lower()
+if MEMORYUI_DEMO_MODEL in ("", "0", "none", "no", "false"):
+    MEMORYUI_DEMO_MODEL = "off"
+if MEMORYUI_DEMO_MODEL not in ("off", "offline", "local"):
+    raise ImproperlyConfigured(
+        f"MEMORYUI_DEMO_MODEL must be offline, local or off, got {MEMORYUI_DEMO_MODEL!r}"
+    )
+MEMORYUI_LOCAL_MODEL_PORT = env_int("MEMORYUI_LOCAL_MODEL_PORT", 8766)
+_local = MEMORYUI_DEMO_MODEL == "local"
+if _local:
+    OPENAI_BASE_URL = f"http://127.0.0.1:{MEMORYUI_LOCAL_MODEL_PORT}/v1"
+    OPENAI_API_KEY = "not-needed"
+MEMORYUI_OPENAI_API = env_str("MEMORYUI_OPENAI_API", "chat_json_object" if _local else "responses")
+MEMORYUI_PHASE_ONE_MODEL = env_str(
+    "MEMORYUI_PHASE_ONE_MODEL", "gemma-3-270m" if _local else "gpt-5-mini"
+)
+MEMORYUI_PHASE_TWO_MODEL = env_str(
+    "MEMORYUI_PHASE_TWO_MODEL", "gemma-3-270m" if _local else "gpt-5"
+)
 MEMORYUI_MODEL_TIMEOUT = float(env_int("MEMORYUI_MODEL_TIMEOUT", 300))
 # A worker holds the job (or phase two) it works on under a lease that it renews every
 # MEMORYUI_LEASE_RENEW_SECONDS, however long the model takes; once the worker is dead the
@@ -257,6 +314,9 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
     }
+
+# The dashboard's address, for the links that commands print.
+MEMORYUI_BASE_URL = env_str("MEMORYUI_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Where export_snapshot and the export page write <snapshot-id>.tar by default.
 MEMORYUI_SNAPSHOT_BASE_PATH = Path(
@@ -300,10 +360,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # One line per model request is noise; their failures are recorded on the jobs.
-    # Axes: lockouts (warnings), not every login.
+    # (The openai client's transport logs as "httpx2" in recent versions.) Axes: lockouts
+    # (warnings), not every login.
     "loggers": {
-        "httpx": {"level": "WARNING"},
-        "openai": {"level": "WARNING"},
-        "axes": {"level": "WARNING"},
+        name: {"level": "WARNING"} for name in ("httpx", "httpx2", "httpcore", "openai", "axes")
     },
 }

@@ -126,6 +126,7 @@ def export_snapshot(
     workspace_root: Path | None = None,
     user: Any = None,
     on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ExportResult:
     """Write the workspace as ``<base_path>/<snapshot_id>.tar`` (or into ``fileobj``,
     for a download) with the curated memory of ``memories_dirs`` (all layouts when
@@ -137,7 +138,8 @@ def export_snapshot(
     journal names their temporary files first; they are written and fsync'd, linked to
     their names, audited, then the temporary files and the journal go. ``on_step`` is
     called at each step boundary (``journal``, ``staged``, ``published``,
-    ``committed``, ``done``)."""
+    ``committed``, ``done``); ``progress`` with ("export", members written,
+    members)."""
     export.check_snapshot_id(snapshot_id)
     if (base_path is None) == (fileobj is None):
         raise ExportError("export either into a base path or into a download, not both")
@@ -152,7 +154,9 @@ def export_snapshot(
         assert fileobj is not None
         members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
         with closing(members):  # stops the reader thread, even when writing fails
-            info = export.write_snapshot_to(fileobj, members, root_mtime_ns=root_mtime_ns)
+            info = export.write_snapshot_to(
+                fileobj, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
+            )
         result = ExportResult(plan, info, allowed_findings=allowed)
         result.event = _audit(workspace, snapshot_id, result, user)
         return result
@@ -170,7 +174,9 @@ def export_snapshot(
             workspace, snapshot_id=snapshot_id, base_path=base_path, root=root
         )
         files.append((export.temp_beside(result.session_state), result.session_state))
-    _publish(workspace, plan, files, state, snapshot_id, result, user, on_step or _no_step)
+    _publish(
+        workspace, plan, files, state, snapshot_id, result, user, on_step or _no_step, progress
+    )
     return result
 
 
@@ -187,6 +193,7 @@ def _publish(
     result: ExportResult,
     user: Any,
     step: Callable[[str], None],
+    progress: Callable[[str, int, int], None] | None,
 ) -> None:
     directory = journal_base() / "exports" / uuid.uuid4().hex
     with journal.locked(directory):
@@ -207,7 +214,11 @@ def _publish(
                 export.write_temp(
                     files[0][0],
                     lambda fh: holder.append(
-                        export.write_snapshot_to(fh, members, root_mtime_ns=root_mtime_ns)
+                        export.write_snapshot_to(
+                            fh,
+                            _progress(workspace, plan, members, progress),
+                            root_mtime_ns=root_mtime_ns,
+                        )
                     ),
                 )
             step("staged")
@@ -279,6 +290,33 @@ def recover_exports() -> list[str]:
         except (journal.JournalError, KeyError, TypeError, ValueError, OSError) as exc:
             logger.error("snapshot export journal %s not recovered: %s", directory, exc)
     return removed
+
+
+def _progress(
+    workspace: Workspace,
+    plan: ExportPlan,
+    members: Iterator[Entry],
+    progress: Callable[[str, int, int], None] | None,
+) -> Iterator[Entry]:
+    """The archive's members, reporting ("export", members written, members)."""
+    if progress is None:
+        yield from members
+        return
+    total = _member_count(workspace, plan.overlay)
+    done = 0
+    for done, member in enumerate(members, 1):
+        yield member
+        progress("export", min(done, total), max(total, done))
+    progress("export", done, done)
+
+
+def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
+    """About how many members the archive has (directories made up on the way are not
+    counted): for a progress bar."""
+    present = WorkspaceFile.objects.present().filter(workspace=workspace)
+    stored = present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+    known = set(present.filter(path__in=list(overlay)).values_list("path", flat=True))
+    return stored.count() + len(set(overlay) - known)
 
 
 def snapshot_members(

@@ -2,10 +2,11 @@
 
 from celery import shared_task
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from generation.llm import TransientModelError
 from memoryui import pipeline, workspaces
-from memoryui.models import GenerationRun, Workspace
+from memoryui.models import GenerationRun, WorkerHeartbeat, Workspace
 
 
 @shared_task(acks_late=True)
@@ -90,6 +91,12 @@ def recover_stalled_runs() -> None:
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)
+
+
+@shared_task(ignore_result=True)
+def heartbeat() -> None:
+    """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``."""
+    WorkerHeartbeat.objects.update_or_create(name="worker", defaults={"seen_at": timezone.now()})
 
 
 # These tasks were registered as ``generation.tasks.<name>`` until they moved here.

@@ -480,6 +480,7 @@ def write_back(
     dry_run: bool = False,
     on_written: Callable[[WrittenFile], None] | None = None,
     on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> WritebackResult:
     """Write the layout's changed files into its memories dir, all or nothing.
 
@@ -490,7 +491,7 @@ def write_back(
     WritebackError when the workspace cannot be written (undone too). ``on_written`` is
     called after each file is in place, ``on_step`` at each step boundary with its name
     (``begin``, ``journal``, ``staged`` and ``renamed`` for each file, ``committed``,
-    ``done``).
+    ``done``), ``progress`` with ("write", files written, files to write).
 
     Order: an earlier write-back of the layout that died is finished or undone first;
     then the journal (old and new bytes, fsync'd), every file staged beside its target,
@@ -534,7 +535,16 @@ def write_back(
                 except _ChangedOnDisk as exc:  # nothing written yet
                     raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
                 step("journal")
-                failure = _apply(root, layout, record, plan, to_write, result, step, on_written)
+                failure = _apply(
+                    root,
+                    layout,
+                    record,
+                    plan,
+                    to_write,
+                    result,
+                    step,
+                    _counting(on_written, progress, len(to_write)),
+                )
             if failure is None:
                 record_written(layout, plan, result.written, root, user)
                 if result.written or result.skipped_on_disk or plan.proposal:
@@ -668,6 +678,27 @@ def _check_same(planned: PlannedFile, disk: bytes | None, plan: Plan) -> None:
     if digest != plan.disk_sha256.get(planned.path):
         base = _blob(planned.base_sha256) if planned.base_sha256 else b""
         raise _ChangedOnDisk(Conflict(planned.path, planned.base_sha256, digest, base, disk or b""))
+
+
+def _counting(
+    on_written: Callable[[WrittenFile], None] | None,
+    progress: Callable[[str, int, int], None] | None,
+    total: int,
+) -> Callable[[WrittenFile], None] | None:
+    """``on_written``, also reporting ("write", files written, files to write)."""
+    if progress is None:
+        return on_written
+    done = 0
+    progress("write", 0, total)
+
+    def written(file: WrittenFile) -> None:
+        nonlocal done
+        done += 1
+        if on_written is not None:
+            on_written(file)
+        progress("write", done, total)
+
+    return written
 
 
 def _apply(

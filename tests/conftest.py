@@ -59,6 +59,6 @@ def model(settings):
     with FakeOpenAI() as server:
         settings.OPENAI_API_KEY = ""
         settings.OPENAI_BASE_URL = server.base_url
-        settings.MEMORYUI_OFFLINE_DEMO = False
+        settings.MEMORYUI_DEMO_MODEL = "off"
         settings.MEMORYUI_RETRY_BASE_SECONDS = 0
         yield server

@@ -158,6 +158,7 @@ def test_only_one_run_at_a_time_per_layout(model, layout):
 def test_without_a_model_generation_is_unavailable(settings, layout):
     settings.OPENAI_API_KEY = ""
     settings.OPENAI_BASE_URL = ""
+    settings.MEMORYUI_DEMO_MODEL = "off"
     with pytest.raises(pipeline.GenerationUnavailable):
         pipeline.start_run(layout)
 
@@ -423,14 +424,17 @@ def test_settings_are_validated_and_a_long_extra_prompt_warns(client, model, lay
     )
 
 
-def test_offline_demo_runs_are_labelled(client, model, layout, settings):
-    settings.MEMORYUI_OFFLINE_DEMO = True
+def test_offline_demo_runs_are_labelled_and_answered_in_process(client, model, layout, settings):
+    settings.MEMORYUI_DEMO_MODEL = "offline"
     run = run_now(layout)
     client.force_login(make_user())
     page = client.get(
         reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
     ).content.decode()
     assert run.offline_demo and "offline demo model" in page
+    # The demo model served in this process answered, not the configured server.
+    assert run.status == GenerationRun.Status.DONE and Proposal.objects.filter(run=run).exists()
+    assert model.requests == []
 
 
 def test_generate_command_waits_and_reports(model, layout):

@@ -1,14 +1,18 @@
-"""What the management commands share: finding a workspace by name, the lint
-findings' option and report, and the crash hook of the tests."""
+"""What the management commands share: finding a workspace by name, the lint findings'
+option and report, quiet HTTP logs, progress bars, the dashboard's links and the crash
+hook of the tests."""
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.core.management.color import Style
 
 from generation.lint import Finding
+from memoryui.management.progress import ProgressBar
 from memoryui.models import Workspace
 
 
@@ -69,3 +73,19 @@ def crash_hook() -> Callable[[str], None] | None:
             os._exit(86)
 
     return step
+
+
+def quiet_http_logs(verbosity: int) -> None:
+    """One log line per model request is noise on the command line: shown at -v 2 only."""
+    level = logging.INFO if verbosity >= 2 else logging.WARNING
+    for name in ("httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(name).setLevel(level)
+
+
+def dashboard_url(path: str) -> str:
+    """The dashboard's address of a page (MEMORYUI_BASE_URL + the page's path)."""
+    return settings.MEMORYUI_BASE_URL + path
+
+
+def progress_bar(verbosity: int) -> ProgressBar | None:
+    return ProgressBar() if verbosity >= 1 else None

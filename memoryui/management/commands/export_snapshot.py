@@ -2,11 +2,14 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
 from generation.export import ExportError
 from memoryui.management.common import (
     add_allow_finding,
     crash_hook,
+    dashboard_url,
+    progress_bar,
     workspace_named,
     write_findings,
 )
@@ -49,6 +52,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         workspace = workspace_named(options["workspace"])
+        bar = progress_bar(options["verbosity"])
         try:
             result = export_snapshot(
                 workspace,
@@ -59,6 +63,7 @@ class Command(BaseCommand):
                 session_state=options["session_state"],
                 workspace_root=options["workspace_root"],
                 on_step=crash_hook(),
+                progress=bar,
             )
         except Refused as exc:
             for refusal in exc.refused:
@@ -67,6 +72,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except ExportError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            if bar is not None:
+                bar.close()
         info = result.snapshot
         out = self.stdout
         out.write(self.style.SUCCESS(f"Wrote {info.path}"))
@@ -76,3 +84,5 @@ class Command(BaseCommand):
         if result.session_state:
             source = result.session_state_source or "a fresh unix_local state"
             out.write(f"Wrote {result.session_state} (from {source})")
+        path = reverse("memoryui:workspace_export", args=[workspace.name])
+        out.write(f"  {dashboard_url(path)}")

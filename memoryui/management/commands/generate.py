@@ -2,18 +2,24 @@ import sys
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
 from memoryui import pipeline
+from memoryui.management.common import dashboard_url, progress_bar, quiet_http_logs
 from memoryui.models import GenerationRun, Layout, Workspace
 from memoryui.tasks import start_generation
+
+PING_TIMEOUT = 1.0  # seconds to wait for a Celery worker to answer
 
 
 class Command(BaseCommand):
     help = (
         "Run the two-phase memory generation for a workspace's layouts (all, or one with "
-        "--layout). Without --wait the runs are queued for the Celery workers; with "
-        "--wait they run in this process and the command prints their progress."
+        "--layout). Without --wait the runs are queued for the Celery workers (the command "
+        "says whether one is listening); with --wait they run in this process with a "
+        "progress bar on stderr. Each run ends with its dashboard URL (MEMORYUI_BASE_URL)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,6 +33,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        quiet_http_logs(options["verbosity"])
         workspace = Workspace.objects.filter(name=options["workspace"]).first()
         if workspace is None:
             raise CommandError(f"No workspace named {options['workspace']!r}.")
@@ -38,6 +45,7 @@ class Command(BaseCommand):
                     f"No layout with memories dir {options['layout']!r} in {workspace.name}."
                 )
         failed = False
+        queued = False
         for layout in layouts:
             try:
                 run = pipeline.start_run(layout)
@@ -49,13 +57,48 @@ class Command(BaseCommand):
             if not options["wait"]:
                 start_generation.delay_on_commit(run.pk)
                 self.stdout.write(f"queued {label}")
+                self.stdout.write(f"  {dashboard_url(_run_path(run))}")
+                queued = True
                 continue
             self.stdout.write(f"running {label}")
+            self.stdout.flush()
             started = time.monotonic()
-            run = pipeline.run_inline(run.pk, threads=options["threads"])
+            bar = progress_bar(options["verbosity"])
+            try:
+                run = pipeline.run_inline(run.pk, threads=options["threads"], progress=bar)
+            finally:
+                if bar is not None:
+                    bar.close()
             failed |= self._report(run, time.monotonic() - started)
+        if queued:
+            self._workers()
         if failed:
             sys.exit(1)
+
+    def _workers(self) -> None:
+        """Say whether a Celery worker will take the queued runs."""
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            return
+        from memoryui.celery import app
+
+        try:
+            replies = app.control.ping(timeout=PING_TIMEOUT)
+        except Exception as exc:  # the broker is down: the runs wait for it
+            self.stdout.write(
+                self.style.WARNING(f"The broker cannot be reached ({exc}); the runs wait for it.")
+            )
+            return
+        if replies:
+            names = ", ".join(sorted(name for reply in replies for name in reply))
+            self.stdout.write(f"A worker is listening ({names}): follow the runs at the URLs.")
+        else:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"No Celery worker answered within {PING_TIMEOUT:g} s: the runs wait until "
+                    "one starts (celery -A memoryui worker -B; bin/start runs one), "
+                    "or use --wait to run them here."
+                )
+            )
 
     def _report(self, run: GenerationRun, seconds: float) -> bool:
         p = pipeline.progress(run)
@@ -72,7 +115,17 @@ class Command(BaseCommand):
         if proposal is not None:
             self.stdout.write(
                 f"  proposal #{proposal.pk}: {len(proposal.selection)} raw memories selected "
-                f"({len(proposal.added)} added, {len(proposal.removed)} forgotten); "
-                "review it in the dashboard"
+                f"({len(proposal.added)} added, {len(proposal.removed)} forgotten); review it at"
             )
+            path = reverse(
+                "memoryui:proposal_review",
+                args=[run.layout.workspace.name, run.layout_id, proposal.pk],
+            )
+            self.stdout.write(f"  {dashboard_url(path)}")
+        else:
+            self.stdout.write(f"  {dashboard_url(_run_path(run))}")
         return run.status != GenerationRun.Status.DONE
+
+
+def _run_path(run: GenerationRun) -> str:
+    return reverse("memoryui:run_detail", args=[run.layout.workspace.name, run.layout_id, run.pk])

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.tree import TreeError
 from memoryui.importer import import_workspace, valid_workspace_name
+from memoryui.management.common import dashboard_url, progress_bar
 
 
 class Command(BaseCommand):
@@ -30,7 +31,7 @@ class Command(BaseCommand):
                 f"invalid workspace name {name!r}: use letters, digits, '.', '_' or '-' "
                 "(up to 100, starting with a letter or digit)"
             )
-        progress = None if as_json or not sys.stderr.isatty() else _progress_bar
+        progress = None if as_json else progress_bar(options["verbosity"])
         try:
             result = import_workspace(Path(options["path"]), name, progress=progress)
         except TreeError as exc:
@@ -46,8 +47,9 @@ class Command(BaseCommand):
                 )
                 sys.exit(1)
             raise CommandError(str(exc)) from exc
-        if progress:
-            sys.stderr.write("\n")
+        finally:
+            if progress is not None:
+                progress.close()
         if as_json:
             self.stdout.write(json.dumps(result.as_json()))
         else:
@@ -78,14 +80,4 @@ class Command(BaseCommand):
                 out.write(f"    {error['path']}: {error['error']}")
         else:
             out.write("  no problems")
-
-
-def _progress_bar(stage: str, done: int, total: int) -> None:
-    if total:
-        width = 30
-        filled = int(width * done / total)
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r{stage:>5} [{bar}] {done}/{total}")
-    else:
-        sys.stderr.write(f"\r{stage:>5} {done} files")
-    sys.stderr.flush()
+        out.write(f"  {dashboard_url(result.workspace.get_absolute_url())}")

@@ -1,11 +1,14 @@
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
 from generation.export import WrittenFile
 from memoryui.management.common import (
     add_allow_finding,
     crash_hook,
+    dashboard_url,
+    progress_bar,
     workspace_named,
     write_findings,
 )
@@ -47,6 +50,7 @@ class Command(BaseCommand):
         failed = []
         for layout in layouts:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Layout {layout.memories_dir}"))
+            bar = progress_bar(options["verbosity"])
             try:
                 result = write_back(
                     layout,
@@ -55,6 +59,7 @@ class Command(BaseCommand):
                     dry_run=options["dry_run"],
                     on_written=self._written,
                     on_step=on_step,
+                    progress=bar,
                 )
             except Refused as exc:
                 self._refused(exc)
@@ -64,7 +69,12 @@ class Command(BaseCommand):
                 self.stderr.write(self.style.ERROR(f"  {exc}"))
                 failed.append(layout.memories_dir)
                 continue
+            finally:
+                if bar is not None:
+                    bar.close()
             self._report(result)
+            path = reverse("memoryui:layout_writeback", args=[workspace.name, layout.pk])
+            self.stdout.write(f"  {dashboard_url(path)}")
         if failed:
             raise CommandError(f"write-back not done for {', '.join(failed)}")
 

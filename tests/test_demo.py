@@ -1,0 +1,76 @@
+"""The local demo works on a copy of the bundled sample under var/: its write-backs never
+change the repository's tracked files."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memoryui import curation, pipeline
+from memoryui.demo import SAMPLE, prepare_demo_workspace
+from memoryui.models import ImportRun, Layout, Proposal
+from memoryui.writeback import write_back
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_status(path: Path) -> str:
+    result = subprocess.run(
+        ["git", "status", "--porcelain", "--", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_the_demo_writes_back_into_its_copy_never_into_the_tracked_sample(settings, tmp_path):
+    settings.VAR_DIR = tmp_path / "var"
+    settings.MEMORYUI_DEMO_MODEL = "offline"  # what bin/start uses without a model
+    assert git_status(SAMPLE) == ""
+
+    workspace = prepare_demo_workspace()
+    copy = tmp_path / "var" / "demo" / "small-a"
+    assert workspace.source_path == str(copy)
+    layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
+    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1)
+    curation.approve(Proposal.objects.get(run=run), user=make_user("demo", staff=True))
+    result = write_back(layout)
+
+    assert len(result.written) >= 3  # MEMORY.md, memory_summary.md, the selection, ...
+    written = copy / "memories" / "engineering" / "MEMORY.md"
+    assert written.read_bytes() != (SAMPLE / "memories" / "engineering" / "MEMORY.md").read_bytes()
+    assert git_status(SAMPLE) == ""
+
+    # The next start finds the copy already imported: nothing is imported again.
+    imports = ImportRun.objects.filter(workspace=workspace).count()
+    assert prepare_demo_workspace().pk == workspace.pk
+    assert ImportRun.objects.filter(workspace=workspace).count() == imports
+
+
+def test_a_demo_database_from_before_the_copy_is_moved_onto_the_copy(settings, tmp_path):
+    from memoryui.importer import import_workspace
+
+    settings.VAR_DIR = tmp_path / "var"
+    import_workspace(SAMPLE, "small-a")  # what setup_demo used to do
+
+    workspace = prepare_demo_workspace()
+    copy = tmp_path / "var" / "demo" / "small-a"
+    assert workspace.source_path == str(copy)
+    layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
+    current = curation.latest(layout, "memory_md")
+    curation.save_document(
+        layout,
+        "memory_md",
+        curation.text_of(current) + "\n# Task Group: curated in the demo\n",
+        user=None,
+        reason="a test",
+        based_on=current.number,
+    )
+    assert [w.path for w in write_back(layout).written] == ["memories/engineering/MEMORY.md"]
+    assert "curated in the demo" in (copy / "memories" / "engineering" / "MEMORY.md").read_text()
+    assert git_status(SAMPLE) == ""

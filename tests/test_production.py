@@ -1,0 +1,360 @@
+"""The production setup as separate processes on this machine: the commands of
+compose.yaml (migrate, gunicorn, a Celery worker, Celery beat) with DEBUG=0 on PostgreSQL
+and Redis, driven over real HTTP like a browser (login with CSRF, import, generate, review,
+approve, write back, export, a static file), and /healthz for load balancers.
+
+There is no TLS here, so the HTTPS settings are turned off (SECURE_SSL_REDIRECT=0 and the
+secure cookies); everything else is the production configuration. The database is a new
+one on the PostgreSQL server of TEST_POSTGRES_URL, the broker TEST_REDIS_URL's Redis db."""
+
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import redis
+import requests
+import yaml
+
+from generation.fake_openai import FakeOpenAI
+from memoryui.health import PATH as HEALTHZ
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def command(service: str) -> list[str]:
+    """A compose service's command, as it runs outside the image (whose PATH starts with
+    the virtualenv): this interpreter for python, gunicorn and celery."""
+    argv = list(COMPOSE["services"][service]["command"])
+    program = {"python": [sys.executable], "gunicorn": [sys.executable, "-m", "gunicorn"]}
+    program["celery"] = [sys.executable, "-m", "celery"]
+    return program[argv[0]] + argv[1:]
+
+
+def docker_engine() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    info = subprocess.run(["docker", "info"], capture_output=True, timeout=20)
+    return info.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def database():
+    """A new PostgreSQL database for the deployment, dropped afterwards."""
+    name = f"memoryui_production_{uuid.uuid4().hex[:8]}"
+    server = urlsplit(POSTGRES_URL)
+    admin = urlunsplit(server._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield urlunsplit(server._replace(path=f"/{name}"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def broker():
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+
+
+class Deployment:
+    def __init__(self, env: dict[str, str], base_url: str, logs: Path) -> None:
+        self.env, self.base_url, self.logs = env, base_url, logs
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.started = time.monotonic()
+
+    def step(self, what: str) -> None:
+        print(f"[{time.monotonic() - self.started:5.1f} s] {what}")
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            argv, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        if check:
+            assert result.returncode == 0, f"{argv}\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def start(self, name: str, argv: list[str]) -> None:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        self.processes[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes.pop(name)
+        if process.poll() is None:
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def log(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.logs.glob("*.log"))
+        )
+
+    def wait_for(self, condition, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            for name, process in self.processes.items():
+                assert process.poll() is None, f"{name} exited waiting for {what}\n{self.log()}"
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log()}")
+
+
+@pytest.fixture
+def deployment(database, broker, tmp_path):
+    port = free_port()
+    model = FakeOpenAI().start()
+    (tmp_path / "logs").mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MEMORYUI_", "DJANGO_"))},
+        "DEBUG": "0",
+        "SECRET_KEY": "production-test-" + uuid.uuid4().hex * 2,
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "DATABASE_URL": database,
+        "DATABASE_CONN_MAX_AGE": "60",
+        "CELERY_BROKER_URL": broker,
+        # No TLS on this machine: the HTTPS-only settings are off, nothing else is.
+        "SECURE_SSL_REDIRECT": "0",
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
+        "STATIC_ROOT": str(tmp_path / "static"),
+        "MEMORYUI_VAR_DIR": str(tmp_path / "var"),
+        "MEMORYUI_WORKSPACE_ROOTS": str(tmp_path / "workspaces"),
+        "MEMORYUI_SNAPSHOT_BASE_PATH": str(tmp_path / "snapshots"),
+        "MEMORYUI_BASE_URL": f"http://127.0.0.1:{port}",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "",
+        "MEMORYUI_RETRY_BASE_SECONDS": "0",
+        "MEMORYUI_HEARTBEAT_SECONDS": "1",
+        "MEMORYUI_HEARTBEAT_STALE_SECONDS": "3",
+        "WEB_CONCURRENCY": "1",
+        "CELERY_WORKER_CONCURRENCY": "2",
+    }
+    deployed = Deployment(env, f"http://127.0.0.1:{port}", tmp_path / "logs")
+    try:
+        yield deployed, port
+    finally:
+        for name in list(deployed.processes):
+            deployed.stop(name)
+        model.close()
+
+
+def csrf(session: requests.Session, url: str) -> str:
+    page = session.get(url)
+    assert page.status_code == 200, page.text[:500]
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+
+
+def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
+    deployment, fixtures_dir, tmp_path
+):
+    prod, port = deployment
+    base = prod.base_url
+
+    # The image's build step (collectstatic) and compose's one-shot migrate, side by side;
+    # then compose's services.
+    collectstatic = subprocess.Popen(
+        [sys.executable, "manage.py", "collectstatic", "--noinput"],
+        cwd=ROOT,
+        env=prod.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    prod.run(*command("migrate"))
+    assert collectstatic.wait(timeout=120) == 0, collectstatic.stdout.read()
+    web = command("web")
+    web[web.index("--bind") + 1] = f"127.0.0.1:{port}"
+    prod.start("web", web)
+    prod.start("worker", command("worker"))
+    prod.start("beat", command("beat"))
+    prod.step("services started")
+
+    # An operator's commands on the server: import a workspace, create a superuser.
+    workspace = tmp_path / "workspaces" / "small-a"
+    shutil.copytree(fixtures_dir / "small-a" / "workspace", workspace, symlinks=True)
+    for p in [workspace, *workspace.rglob("*")]:  # the fixtures are shared without write bits
+        p.chmod(p.stat().st_mode | 0o200)
+    imported = prod.run(sys.executable, "manage.py", "import_workspace", str(workspace))
+    assert imported.stdout.rstrip().endswith(f"{base}/w/small-a/")
+    layout_pk = prod.run(
+        sys.executable,
+        "manage.py",
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; from memoryui.models import Layout; "
+        "User.objects.create_superuser('admin', '', 'a-long-test-password-42'); "
+        "print(Layout.objects.get(workspace__name='small-a', "
+        "memories_dir='memories/engineering').pk)",
+    ).stdout.split()[-1]
+    prod.step("imported")
+
+    def healthz() -> requests.Response | None:
+        try:
+            return requests.get(base + HEALTHZ, timeout=5)
+        except requests.ConnectionError:
+            return None
+
+    # Healthy once gunicorn answers and a worker ran beat's heartbeat; no login needed.
+    prod.wait_for(lambda: (r := healthz()) is not None and r.status_code == 200, 60, "healthz")
+    prod.step("healthy")
+    assert healthz().json() == {
+        "status": "ok",
+        "database": True,
+        "migrations": True,
+        "broker": True,
+        "worker": True,
+    }
+
+    s = requests.Session()
+    assert s.get(base + "/").url.startswith(base + "/accounts/login/")  # login required
+    login = base + "/accounts/login/"
+    response = s.post(
+        login,
+        data={
+            "username": "admin",
+            "password": "a-long-test-password-42",
+            "csrfmiddlewaretoken": csrf(s, login),
+        },
+        headers={"Referer": login},
+    )
+    assert response.status_code == 200 and "small-a" in response.text, response.text[:500]
+    assert "HttpOnly" in str(response.history[0].headers.get("Set-Cookie", ""))
+
+    # The static file of the pages: hashed, compressed, cached for a year.
+    css = re.search(r'href="(/static/memoryui/app\.[0-9a-f]{12}\.css)"', response.text).group(1)
+    asset = s.get(base + css, headers={"Accept-Encoding": "gzip"})
+    assert asset.status_code == 200 and asset.headers["Content-Type"].startswith("text/css")
+    assert "max-age=315360000" in asset.headers["Cache-Control"]
+    assert "immutable" in asset.headers["Cache-Control"]
+    assert asset.headers.get("Content-Encoding") == "gzip"
+
+    # Generate from the dashboard: the worker runs it against the model server.
+    layout = f"{base}/w/small-a/layouts/{layout_pk}/"
+    started = s.post(
+        layout + "generation/start/",
+        data={"csrfmiddlewaretoken": csrf(s, layout + "generation/")},
+        headers={"Referer": layout + "generation/"},
+    )
+    assert re.search(r"/runs/\d+/$", started.url), started.text[:500]
+
+    def proposal_url() -> str | None:
+        found = re.search(
+            r'href="(/w/small-a/layouts/\d+/proposals/\d+/)"', s.get(started.url).text
+        )
+        return found and base + found.group(1)
+
+    review = prod.wait_for(proposal_url, 60, "the run's proposal")
+    prod.step("generated")
+    page = s.get(review)  # review: the proposal, entry by entry
+    assert page.status_code == 200 and "Approve" in page.text
+
+    approved = s.post(
+        review + "approve/",
+        data={"csrfmiddlewaretoken": csrf(s, review)},
+        headers={"Referer": review},
+    )
+    assert approved.url == layout + "memory/" and "Proposal approved" in approved.text
+
+    writeback = layout + "writeback/"
+    written = s.post(
+        writeback,
+        data={"csrfmiddlewaretoken": csrf(s, writeback), "action": "write"},
+        headers={"Referer": writeback},
+    )
+    assert written.status_code == 200 and "Wrote " in written.text, written.text[-2000:]
+    on_disk = (workspace / "memories" / "engineering" / "MEMORY.md").read_text()
+    original = fixtures_dir / "small-a" / "workspace" / "memories" / "engineering" / "MEMORY.md"
+    assert on_disk != original.read_text()
+    title = on_disk.splitlines()[0].removeprefix("# Task Group: ")
+    assert title in s.get(layout + "memory/").text
+
+    export = f"{base}/w/small-a/export/"
+    archive = s.post(
+        export,
+        data={
+            "csrfmiddlewaretoken": csrf(s, export),
+            "snapshot_id": "prod-test",
+            "destination": "download",
+        },
+        headers={"Referer": export},
+    )
+    assert archive.headers["Content-Type"] == "application/x-tar", archive.text[:500]
+    with tarfile.open(fileobj=io.BytesIO(archive.content)) as tar:
+        member = tar.extractfile("./memories/engineering/MEMORY.md")
+        assert member.read().decode() == on_disk
+
+    # The command line sees the worker that takes what it queues.
+    queued = prod.run(sys.executable, "manage.py", "generate", "small-a", "--layout", "memories")
+    assert "A worker is listening" in queued.stdout, queued.stdout + queued.stderr
+
+    # A worker gone: beat's heartbeat goes unanswered and /healthz says so, with no detail.
+    prod.stop("worker", signal.SIGKILL)
+    prod.wait_for(lambda: healthz().status_code == 503, 30, "healthz to fail")
+    prod.step("unhealthy without a worker")
+    assert healthz().json() == {
+        "status": "unavailable",
+        "database": True,
+        "migrations": True,
+        "broker": True,
+        "worker": False,
+    }
+
+    # No Docker engine here: the image and compose file are checked as text, and the
+    # commands above are compose's own.
+    if not docker_engine():
+        print(
+            "Docker is not available on this machine (no engine): compose.yaml's commands "
+            "ran as processes above; the Dockerfile and compose.yaml are checked as text."
+        )
+    assert DOCKERFILE.startswith("#") and "FROM python:3.11-slim" in DOCKERFILE
+    user = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
+    assert user and user[-1] not in ("root", "0")
+    assert "uv sync --frozen --no-default-groups" in DOCKERFILE
+    assert "manage.py collectstatic --noinput" in DOCKERFILE
+    cmd = json.loads(re.search(r"^CMD (.+)$", DOCKERFILE, re.M).group(1))
+    assert cmd == COMPOSE["services"]["web"]["command"]
+    services = COMPOSE["services"]
+    assert {"web", "worker", "beat", "db", "redis", "migrate"} <= set(services)
+    for name in ("web", "worker", "beat", "migrate"):
+        assert services[name]["environment"]["DEBUG"] == "0"
+        assert "workspaces:/app/var/workspaces" in services[name]["volumes"]
+        assert "snapshots:/app/var/snapshots" in services[name]["volumes"]
+    assert {"workspaces", "snapshots"} <= set(COMPOSE["volumes"])
