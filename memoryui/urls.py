@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import review_views, rollout_views, views
+from . import api, review_views, rollout_views, token_views, views
 
 app_name = "memoryui"
 
@@ -72,6 +72,8 @@ memoryui_patterns = [
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
     path("", include("memoryui.export_urls")),
+    path("tokens/", token_views.token_list, name="token_list"),
+    path("tokens/<int:pk>/revoke/", token_views.token_revoke, name="token_revoke"),
 ]
 
 urlpatterns = [
@@ -79,4 +81,5 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", api.urls()),
 ]
