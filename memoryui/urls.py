@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import api, review_views, rollout_views, token_views, views
+from . import api, review_views, rollout_views, token_views, views, webhook_views
 
 app_name = "memoryui"
 
@@ -74,6 +74,17 @@ memoryui_patterns = [
     path("", include("memoryui.export_urls")),
     path("tokens/", token_views.token_list, name="token_list"),
     path("tokens/<int:pk>/revoke/", token_views.token_revoke, name="token_revoke"),
+    path("w/<str:name>/webhooks/", webhook_views.webhook_list, name="webhook_list"),
+    path(
+        "w/<str:name>/webhooks/<int:pk>/delete/",
+        webhook_views.webhook_delete,
+        name="webhook_delete",
+    ),
+    path(
+        "w/<str:name>/webhooks/deliveries/<int:pk>/redeliver/",
+        webhook_views.webhook_redeliver,
+        name="webhook_redeliver",
+    ),
 ]
 
 urlpatterns = [

@@ -1,0 +1,89 @@
+"""A workspace's webhooks page (admins): receivers, the delivery log with every attempt,
+and redelivery."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from . import webhooks
+from .models import AuditEvent, Role, Webhook, WebhookDelivery, Workspace
+from .roles import require_role
+
+DELIVERIES_SHOWN = 50
+
+
+class WebhookForm(forms.Form):
+    url = forms.URLField(max_length=1000, assume_scheme="https")
+    events = forms.MultipleChoiceField(
+        choices=webhooks.EVENTS,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event.",
+    )
+
+
+def _workspace(request: HttpRequest, name: str) -> Workspace:
+    workspace = get_object_or_404(Workspace, name=name)
+    require_role(request.user, workspace, Role.ADMIN)
+    return workspace
+
+
+@require_http_methods(["GET", "POST"])
+def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
+    workspace = _workspace(request, name)
+    form = WebhookForm(request.POST or None)
+    created = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            created = Webhook.objects.create(
+                workspace=workspace,
+                url=form.cleaned_data["url"],
+                events=form.cleaned_data["events"],
+                secret=webhooks.new_secret(),
+                created_by=request.user,
+            )
+            AuditEvent.record(workspace, "webhook.create", user=request.user, target=created.url)
+            form = WebhookForm()
+        else:
+            status = 400
+    deliveries = (
+        WebhookDelivery.objects.filter(webhook__workspace=workspace)
+        .select_related("webhook")
+        .prefetch_related("attempts")[:DELIVERIES_SHOWN]
+    )
+    return render(
+        request,
+        "memoryui/webhooks.html",
+        {
+            "workspace": workspace,
+            "form": form,
+            "created": created,
+            "hooks": Webhook.objects.filter(workspace=workspace),
+            "deliveries": deliveries,
+        },
+        status=status,
+    )
+
+
+@require_POST
+def webhook_delete(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = _workspace(request, name)
+    hook = get_object_or_404(Webhook, pk=pk, workspace=workspace)
+    AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.url)
+    hook.delete()
+    messages.info(request, "Webhook removed.")
+    return redirect("memoryui:webhook_list", name=name)
+
+
+@require_POST
+def webhook_redeliver(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = _workspace(request, name)
+    delivery = get_object_or_404(WebhookDelivery, pk=pk, webhook__workspace=workspace)
+    webhooks.redeliver(delivery)
+    messages.info(request, f"Delivery {delivery.pk} ({delivery.event}) queued again.")
+    return redirect("memoryui:webhook_list", name=name)
