@@ -199,6 +199,7 @@ class ApprovedEntryAdmin(admin.ModelAdmin):
 
 from .models import (  # noqa: E402
     ApiToken,
+    SnapshotStorePolicy,
     UploadedSnapshot,
     Webhook,
     WebhookAttempt,
@@ -235,3 +236,9 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 class WebhookAttemptAdmin(admin.ModelAdmin):
     list_display = ["delivery", "number", "at", "status_code", "error"]
     raw_id_fields = ["delivery"]
+
+
+@admin.register(SnapshotStorePolicy)
+class SnapshotStorePolicyAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "generate_on_upload"]
+    raw_id_fields = ["workspace"]

@@ -856,3 +856,18 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}"
+
+
+class SnapshotStorePolicy(models.Model):
+    """What the remote snapshot store does after a workspace's upload is imported."""
+
+    workspace = models.OneToOneField(
+        Workspace, on_delete=models.CASCADE, related_name="snapshot_store_policy"
+    )
+    generate_on_upload = models.BooleanField(
+        default=False,
+        help_text="Start a generation run for every layout after each upload.",
+    )
+
+    def __str__(self) -> str:
+        return f"snapshot store policy of {self.workspace}"

@@ -16,7 +16,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,7 +27,7 @@ from generation import export, tree
 from generation.export import ExportError
 
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
-from .models import ImportRun, UploadedSnapshot, Workspace
+from .models import GenerationRun, ImportRun, SnapshotStorePolicy, UploadedSnapshot, Workspace
 from .snapshots import export_snapshot
 
 CHUNK = 1024 * 1024
@@ -44,6 +44,8 @@ class UploadRefused(Exception):
 class Upload:
     snapshot: UploadedSnapshot
     result: ImportResult
+    runs: list[GenerationRun] = field(default_factory=list)
+    not_generated: str = ""  # why the policy's runs did not start
 
 
 def store_dir() -> Path:
@@ -98,7 +100,34 @@ def receive(
                 "import_run": ImportRun.objects.filter(workspace=result.workspace).first(),
             },
         )
-    return Upload(snapshot, result)
+    upload = Upload(snapshot, result)
+    if SnapshotStorePolicy.objects.filter(
+        workspace=result.workspace, generate_on_upload=True
+    ).exists():
+        _generate(upload, user)
+    return upload
+
+
+def _generate(upload: Upload, user: Any) -> None:
+    """The workspace's policy: a generation run for every present layout (phase one
+    reuses its results for rollouts it has seen, so only new ones cost model calls)."""
+    from generation.tasks import start_generation
+
+    from . import pipeline
+
+    skipped = []
+    for layout in upload.result.workspace.layouts.present().order_by("memories_dir"):
+        try:
+            run = pipeline.start_run(layout, user)
+        except pipeline.GenerationUnavailable as exc:
+            upload.not_generated = str(exc)
+            return
+        except pipeline.RunConflict as exc:
+            skipped.append(str(exc))
+            continue
+        start_generation.delay_on_commit(run.pk)
+        upload.runs.append(run)
+    upload.not_generated = " ".join(skipped)
 
 
 def _too_large(limit: int) -> str:

@@ -81,6 +81,11 @@ memoryui_patterns = [
         name="webhook_delete",
     ),
     path(
+        "w/<str:name>/snapshot-store/",
+        webhook_views.snapshot_store_policy,
+        name="snapshot_store_policy",
+    ),
+    path(
         "w/<str:name>/webhooks/deliveries/<int:pk>/redeliver/",
         webhook_views.webhook_redeliver,
         name="webhook_redeliver",

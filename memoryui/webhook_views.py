@@ -10,7 +10,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import webhooks
-from .models import AuditEvent, Role, Webhook, WebhookDelivery, Workspace
+from .models import (
+    AuditEvent,
+    Role,
+    SnapshotStorePolicy,
+    Webhook,
+    WebhookDelivery,
+    Workspace,
+)
 from .roles import require_role
 
 DELIVERIES_SHOWN = 50
@@ -65,6 +72,7 @@ def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
             "created": created,
             "hooks": Webhook.objects.filter(workspace=workspace),
             "deliveries": deliveries,
+            "policy": SnapshotStorePolicy.objects.filter(workspace=workspace).first(),
         },
         status=status,
     )
@@ -86,4 +94,20 @@ def webhook_redeliver(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     delivery = get_object_or_404(WebhookDelivery, pk=pk, webhook__workspace=workspace)
     webhooks.redeliver(delivery)
     messages.info(request, f"Delivery {delivery.pk} ({delivery.event}) queued again.")
+    return redirect("memoryui:webhook_list", name=name)
+
+
+@require_POST
+def snapshot_store_policy(request: HttpRequest, name: str) -> HttpResponse:
+    """Turn the remote snapshot store's generate-on-upload policy on or off (admins)."""
+    workspace = _workspace(request, name)
+    on = request.POST.get("generate_on_upload") == "on"
+    SnapshotStorePolicy.objects.update_or_create(
+        workspace=workspace, defaults={"generate_on_upload": on}
+    )
+    AuditEvent.record(workspace, "snapshot_store.policy", user=request.user, generate_on_upload=on)
+    messages.info(
+        request,
+        "Uploads now start a generation run." if on else "Uploads no longer start a run.",
+    )
     return redirect("memoryui:webhook_list", name=name)

@@ -516,3 +516,23 @@ def test_the_openapi_schema_validates_and_the_docs_load_without_a_cdn():
     assert "/static/ninja/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
     assert "script-src 'self'" in docs["Content-Security-Policy"]
     assert "<script>" not in html  # no inline script for the policy to block
+
+
+def test_skills_are_listed_and_each_file_is_served_as_its_exact_bytes(layout, fixtures_dir):
+    secret = token_for(make_user("ada", staff=True))
+    on_disk = fixtures_dir / "small-a/workspace/memories/engineering/skills"
+
+    listed = Client().get(api(layout, "/skills"), **bearer(secret)).json()
+    served = Client().get(
+        api(layout, "/skills/run-plain-python-tests/files/SKILL.md"), **bearer(secret)
+    )
+    missing = Client().get(
+        api(layout, "/skills/run-plain-python-tests/files/nope.md"), **bearer(secret)
+    )
+    climbing = Client().get(api(layout, "/skills/../files/MEMORY.md"), **bearer(secret))
+
+    assert [s["name"] for s in listed] == ["run-plain-python-tests"]
+    assert listed[0]["files"][0]["path"] == "SKILL.md"
+    assert served.content == (on_disk / "run-plain-python-tests/SKILL.md").read_bytes()
+    assert missing.status_code == 404 and missing.json()["detail"] == "No such skill file."
+    assert climbing.status_code == 404

@@ -314,3 +314,35 @@ def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store
         ]
         == "s2"
     )
+
+
+@pytest.mark.django_db
+def test_with_the_generate_on_upload_policy_an_upload_starts_a_run_per_layout(
+    model, store, fixtures_dir, django_capture_on_commit_callbacks
+):
+    from memoryui.models import GenerationRun
+
+    admin = make_user("ops", staff=True)
+    secret = tokens.create_token(admin, "t", ["sandbox"]).secret
+    archive = next((fixtures_dir / "small-a" / "snapshots").glob("*.tar")).read_bytes()
+    with django_capture_on_commit_callbacks(execute=False):
+        first = put(secret, "sandbox", "s1", archive)
+    assert first.status_code == 201 and first.json()["runs"] == []
+    page = Client()
+    page.force_login(admin)
+    page.post(
+        reverse("memoryui:snapshot_store_policy", args=["sandbox"]), {"generate_on_upload": "on"}
+    )
+
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        second = put(secret, "sandbox", "s2", archive)
+
+    layouts = Layout.objects.filter(workspace__name="sandbox", missing_since__isnull=True)
+    runs = GenerationRun.objects.filter(layout__in=layouts)
+    assert second.status_code == 201
+    assert sorted(second.json()["runs"]) == sorted(runs.values_list("pk", flat=True))
+    assert runs.count() == layouts.count() > 0 and len(sent) == runs.count()
+    assert (
+        "Start a generation run"
+        in page.get(reverse("memoryui:webhook_list", args=["sandbox"])).content.decode()
+    )

@@ -26,6 +26,8 @@ class UploadOut(Schema):
     import_status: str
     layouts: list[dict]
     errors: list[dict]
+    runs: list[int]
+    not_generated: str
 
 
 class ExistsOut(Schema):
@@ -47,7 +49,8 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-u
     """Upload a sandbox workspace archive (the SDK's ``persist``), sent with a
     ``Content-Length``. It is imported as a sync of the workspace (admins, as a
     re-import; a staff member's token may create a workspace it names). 413 past the
-    size limit; 400 for an unsafe archive, with nothing stored."""
+    size limit; 400 for an unsafe archive, with nothing stored. With the workspace's
+    generate-on-upload policy, ``runs`` lists the generation runs it started."""
     name = params.name
     if Workspace.objects.filter(name=name).exists():
         workspace(request, name, Role.ADMIN)
@@ -75,6 +78,8 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-u
             "import_status": done.snapshot.import_run.status if done.snapshot.import_run else "",
             "layouts": [layout.as_dict() for layout in result.layouts],
             "errors": result.errors,
+            "runs": [run.pk for run in done.runs],
+            "not_generated": done.not_generated,
         },
     )
 
