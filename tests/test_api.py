@@ -536,3 +536,32 @@ def test_skills_are_listed_and_each_file_is_served_as_its_exact_bytes(layout, fi
     assert served.content == (on_disk / "run-plain-python-tests/SKILL.md").read_bytes()
     assert missing.status_code == 404 and missing.json()["detail"] == "No such skill file."
     assert climbing.status_code == 404
+
+
+def test_every_request_body_has_examples_and_each_example_is_accepted(model, layout):
+    schema = Client().get("/api/openapi.json").json()
+    secret = token_for(make_user("ada", staff=True))
+    proposal = proposal_for(layout)
+    real_key = _key(layout, proposal)
+    concrete = {"{name}": "a", "{layout_id}": str(layout.pk), "{proposal_id}": str(proposal.pk)}
+    exercised = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" not in content:
+                continue
+            ref = content["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+            examples = schema["components"]["schemas"][ref].get("examples", [])
+            assert examples, f"{method} {path} has no examples"
+            url = path
+            for placeholder, value in concrete.items():
+                url = url.replace(placeholder, value)
+            for example in examples:
+                body = {**example, "keys": [real_key]} if "keys" in example else example
+                response = Client().generic(
+                    method.upper(), url, json.dumps(body), "application/json", **bearer(secret)
+                )
+                assert response.status_code in (200, 201, 409), (path, example, response.content)
+                exercised.append((path, response.status_code))
+    assert len(exercised) == 6, exercised
+    assert [s for _, s in exercised].count(409) <= 1, exercised

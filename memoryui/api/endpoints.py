@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
+from pydantic import ConfigDict
 
 from generation import review, tree
 from generation.export import ExportError
@@ -576,6 +577,24 @@ def get_proposal(  # type: ignore[no-untyped-def]
 
 
 class DecisionIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "document": "memory_md",
+                    "keys": ["task_group:deploying the menus service"],
+                    "decision": "accept",
+                },
+                {
+                    "document": "memory_md",
+                    "keys": ["task_group:deploying the menus service"],
+                    "decision": "accept",
+                    "edited_text": "# Task Group: deploying the menus service\n\nscope: ...\n",
+                },
+            ]
+        }
+    )
+
     document: DocumentName
     keys: list[str] = Field(..., min_length=1, max_length=1000, description="entry keys")
     decision: Literal["accept", "reject"]
@@ -773,6 +792,15 @@ def get_run(request: HttpRequest, name: str, layout_id: int, run_id: int):  # ty
 
 
 class WritebackIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"dry_run": True},
+                {"overwrite": ["memories/engineering/MEMORY.md"], "allow_findings": []},
+            ]
+        }
+    )
+
     dry_run: bool = False
     overwrite: list[str] = Field(default_factory=list, description="conflicting paths to replace")
     allow_findings: list[str] = Field(default_factory=list, description="lint finding ids")
@@ -813,6 +841,19 @@ def writeback(request: HttpRequest, name: str, layout_id: int, body: WritebackIn
 
 
 class ExportIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"snapshot_id": "nightly-2026-12-01"},
+                {
+                    "snapshot_id": "engineering-only",
+                    "layouts": ["memories/engineering"],
+                    "session_state": True,
+                },
+            ]
+        }
+    )
+
     snapshot_id: str = Field(..., pattern=SNAPSHOT_ID_PATTERN)
     layouts: list[str] = Field(default_factory=list, description="memories dirs; none: all")
     allow_findings: list[str] = Field(default_factory=list)
