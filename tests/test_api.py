@@ -489,8 +489,8 @@ def test_a_raw_document_is_the_exact_stored_bytes_of_that_version(layout):
 
 def test_starting_a_run_without_a_model_is_a_503_and_an_active_run_a_409(model, layout, settings):
     secret = token_for(make_user("ada", staff=True))
-    started = Client().post(api(layout, "/runs"), **bearer(secret))
-    again = Client().post(api(layout, "/runs"), **bearer(secret))
+    started = Client(enforce_csrf_checks=True).post(api(layout, "/runs"), **bearer(secret))
+    again = Client(enforce_csrf_checks=True).post(api(layout, "/runs"), **bearer(secret))
     status = Client().get(api(layout, f"/runs/{started.json()['id']}"), **bearer(secret))
     GenerationRun.objects.update(status=GenerationRun.Status.CANCELLED)
     settings.OPENAI_BASE_URL = ""
@@ -498,6 +498,7 @@ def test_starting_a_run_without_a_model_is_a_503_and_an_active_run_a_409(model, 
     unavailable = Client().post(api(layout, "/runs"), **bearer(secret))
 
     assert started.status_code == 201 and started.json()["status"] == "extracting"
+    assert again.status_code == 409  # scripts send a token, no CSRF cookie or header
     assert again.status_code == 409 and "already in progress" in again.json()["detail"]
     assert status.json()["total"] == Rollout.objects.filter(layout=layout).count()
     assert (
