@@ -260,3 +260,52 @@ class ApprovedEntryAdmin(admin.ModelAdmin):
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(admin.ModelAdmin):
     list_display = ["name", "seen_at"]
+
+
+# --- the API, the remote snapshot store, webhooks ----------------------------------------
+
+from .models import (  # noqa: E402
+    ApiToken,
+    SnapshotStorePolicy,
+    UploadedSnapshot,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "created_at", "expires_at", "revoked_at"]
+    readonly_fields = ["prefix", "secret_sha256", "last_used_at"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(UploadedSnapshot)
+class UploadedSnapshotAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "snapshot_id", "size", "uploaded_at", "uploaded_by"]
+    raw_id_fields = ["workspace", "uploaded_by", "import_run"]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "url", "active", "created_at"]
+    raw_id_fields = ["workspace", "created_by"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["webhook", "event", "status", "created_at"]
+    raw_id_fields = ["webhook"]
+
+
+@admin.register(WebhookAttempt)
+class WebhookAttemptAdmin(admin.ModelAdmin):
+    list_display = ["delivery", "number", "at", "status_code", "error"]
+    raw_id_fields = ["delivery"]
+
+
+@admin.register(SnapshotStorePolicy)
+class SnapshotStorePolicyAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "generate_on_upload"]
+    raw_id_fields = ["workspace"]

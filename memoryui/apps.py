@@ -14,6 +14,7 @@ class MemoryuiConfig(AppConfig):
         # migrations and other management commands must not touch workspaces.
         from celery.signals import worker_ready
 
+        from . import webhooks  # noqa: F401  (its signal receivers and Celery task)
         from .recovery import recover_at_start
 
         worker_ready.connect(recover_at_start, weak=False, dispatch_uid="memoryui-recover")

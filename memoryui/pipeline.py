@@ -544,9 +544,13 @@ def _consolidate_claimed(run_id: int) -> None:
 
 
 def fail_run(run_id: int, reason: str) -> None:
-    GenerationRun.objects.filter(pk=run_id, status__in=GenerationRun.ACTIVE).update(
+    failed = GenerationRun.objects.filter(pk=run_id, status__in=GenerationRun.ACTIVE).update(
         status=GenerationRun.Status.FAILED, error=reason[:2000], finished_at=timezone.now()
     )
+    if failed:
+        from . import webhooks
+
+        webhooks.run_failed(run_id)
 
 
 def cancel_run(run_id: int) -> bool:

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "ninja",
     "memoryui",
 ]
 
@@ -353,6 +354,15 @@ MEMORYUI_MAX_UPLOAD_BYTES = env_int("MEMORYUI_MAX_UPLOAD_BYTES", 2 * 1024 * 1024
 MEMORYUI_HUGE_FILE_BYTES = env_int("MEMORYUI_HUGE_FILE_BYTES", 5 * 1024 * 1024)
 MEMORYUI_MAX_FILE_BYTES = env_int("MEMORYUI_MAX_FILE_BYTES", 256 * 1024 * 1024)
 MEMORYUI_MAX_IMPORT_BYTES = env_int("MEMORYUI_MAX_IMPORT_BYTES", 4 * 1024 * 1024 * 1024)
+# The remote snapshot store (/api/workspaces/<name>/snapshots/<id>): where uploads are
+# kept, and the largest upload accepted (its contents are held to the import limits).
+MEMORYUI_REMOTE_STORE_DIR = Path(
+    env_str("MEMORYUI_REMOTE_STORE_DIR", str(VAR_DIR / "remote-store"))
+)
+MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
+# Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
+MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
+MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)
 
 LOGGING = {
     "version": 1,

@@ -2,7 +2,16 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import member_views, review_views, rollout_views, views, workspace_views
+from . import (
+    api,
+    member_views,
+    review_views,
+    rollout_views,
+    token_views,
+    views,
+    webhook_views,
+    workspace_views,
+)
 
 app_name = "memoryui"
 
@@ -88,6 +97,24 @@ memoryui_patterns = [
     path(layout + "skills/", views.skill_list, name="skill_list"),
     path(layout + "skills/<str:skill>/", views.skill_detail, name="skill_detail"),
     path("", include("memoryui.export_urls")),
+    path("tokens/", token_views.token_list, name="token_list"),
+    path("tokens/<int:pk>/revoke/", token_views.token_revoke, name="token_revoke"),
+    path("w/<str:name>/webhooks/", webhook_views.webhook_list, name="webhook_list"),
+    path(
+        "w/<str:name>/webhooks/<int:pk>/delete/",
+        webhook_views.webhook_delete,
+        name="webhook_delete",
+    ),
+    path(
+        "w/<str:name>/snapshot-store/",
+        webhook_views.snapshot_store_policy,
+        name="snapshot_store_policy",
+    ),
+    path(
+        "w/<str:name>/webhooks/deliveries/<int:pk>/redeliver/",
+        webhook_views.webhook_redeliver,
+        name="webhook_redeliver",
+    ),
 ]
 
 urlpatterns = [
@@ -95,4 +122,5 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", api.urls()),
 ]

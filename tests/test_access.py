@@ -75,6 +75,10 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:skill_detail": {"GET": V},
     "memoryui:layout_writeback": {"GET": V, "POST": A},
     "memoryui:workspace_export": {"GET": V, "POST": A},
+    "memoryui:webhook_list": {"GET": A, "POST": A},
+    "memoryui:webhook_delete": {"POST": A},
+    "memoryui:webhook_redeliver": {"POST": A},
+    "memoryui:snapshot_store_policy": {"POST": A},
 }
 
 

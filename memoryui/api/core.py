@@ -1,0 +1,117 @@
+"""The API's one convention: bearer tokens, the caller's workspace role as in the
+browser, ``{"detail": ...}`` error bodies, ``limit``/``offset`` pages of
+``{"count", "items"}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from .. import tokens
+from ..models import ApiToken, Layout, Role, Workspace
+from ..roles import require_role
+
+
+class TokenAuth(HttpBearer):
+    """``Authorization: Bearer <token>``: a personal API token, active, of an active
+    person. The request then acts as that person."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
+        found = tokens.authenticate(token)
+        if found is not None:
+            request.user = found.user
+            request.api_token = found  # type: ignore[attr-defined]
+        return found
+
+
+api = NinjaAPI(
+    title="memoryui API",
+    version="1",
+    description=(
+        "Everything the dashboard does, as JSON. Authenticate with a personal API token "
+        "(created on the dashboard's API tokens page) as `Authorization: Bearer <token>`. "
+        "A token acts as its owner, with the owner's role, in the workspaces it names only.\n\n"
+        'Errors are `{"detail": "<message>"}` (422 adds `errors`: one per invalid '
+        "field). Lists take `limit` (1-200, default 50) and `offset` and answer "
+        '`{"count": <total>, "items": [...]}`.'
+    ),
+    auth=TokenAuth(),
+    urls_namespace="api",
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+
+
+def _error(request: HttpRequest, status: int, detail: str, **extra: Any) -> HttpResponse:
+    return api.create_response(request, {"detail": detail, **extra}, status=status)
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return _error(request, 404, str(exc) or "Not found.")
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return _error(request, 403, str(exc) or "Not allowed.")
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = _error(
+        request,
+        401,
+        "A valid API token is needed: Authorization: Bearer <token> "
+        "(it may have expired or been revoked).",
+    )
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = [
+        {
+            "field": ".".join(
+                str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path")
+            ),
+            "message": e.get("msg", "invalid"),
+        }
+        for e in exc.errors
+    ]
+    summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors)
+    return _error(request, 422, f"Invalid input: {summary}", errors=errors)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return _error(request, exc.status_code, exc.message)
+
+
+def workspace(request: HttpRequest, name: str, role: Role) -> Workspace:
+    """The workspace, if the token names it and its owner has ``role`` there. 404 as for
+    a page when the caller may not see it, 403 for a missing role."""
+    token = getattr(request, "api_token", None)
+    found = Workspace.objects.filter(name=name).first()
+    if found is None or not tokens.in_scope(token, name):
+        raise Http404("No such workspace (or the token does not name it).")
+    require_role(request.user, found, role)
+    return found
+
+
+def layout(request: HttpRequest, name: str, layout_id: int, role: Role) -> Layout:
+    ws = workspace(request, name, role)
+    found = get_object_or_404(
+        Layout.objects.select_related("workspace"), pk=layout_id, workspace=ws
+    )
+    return found
+
+
+def conflict(message: str) -> HttpError:
+    return HttpError(409, message)

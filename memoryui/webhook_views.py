@@ -1,0 +1,116 @@
+"""A workspace's webhooks page (admins): receivers, the delivery log with every attempt,
+and redelivery."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from . import webhooks
+from .models import (
+    AuditEvent,
+    Role,
+    SnapshotStorePolicy,
+    Webhook,
+    WebhookDelivery,
+    Workspace,
+)
+from .roles import workspace_view
+
+DELIVERIES_SHOWN = 50
+
+
+class WebhookForm(forms.Form):
+    url = forms.URLField(max_length=1000, assume_scheme="https")
+    events = forms.MultipleChoiceField(
+        choices=webhooks.EVENTS,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event.",
+    )
+
+
+def _workspace(request: HttpRequest, name: str) -> Workspace:
+    """The route's workspace, resolved (and the admin role checked) by ``workspace_view``."""
+    return request.workspace  # type: ignore[attr-defined]
+
+
+@workspace_view(Role.ADMIN)
+@require_http_methods(["GET", "POST"])
+def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
+    workspace = _workspace(request, name)
+    form = WebhookForm(request.POST or None)
+    created = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            created = Webhook.objects.create(
+                workspace=workspace,
+                url=form.cleaned_data["url"],
+                events=form.cleaned_data["events"],
+                secret=webhooks.new_secret(),
+                created_by=request.user,
+            )
+            AuditEvent.record(workspace, "webhook.create", user=request.user, target=created.url)
+            form = WebhookForm()
+        else:
+            status = 400
+    deliveries = (
+        WebhookDelivery.objects.filter(webhook__workspace=workspace)
+        .select_related("webhook")
+        .prefetch_related("attempts")[:DELIVERIES_SHOWN]
+    )
+    return render(
+        request,
+        "memoryui/webhooks.html",
+        {
+            "workspace": workspace,
+            "form": form,
+            "created": created,
+            "hooks": Webhook.objects.filter(workspace=workspace),
+            "deliveries": deliveries,
+            "policy": SnapshotStorePolicy.objects.filter(workspace=workspace).first(),
+        },
+        status=status,
+    )
+
+
+@workspace_view(Role.ADMIN)
+@require_POST
+def webhook_delete(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = _workspace(request, name)
+    hook = get_object_or_404(Webhook, pk=pk, workspace=workspace)
+    AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.url)
+    hook.delete()
+    messages.info(request, "Webhook removed.")
+    return redirect("memoryui:webhook_list", name=name)
+
+
+@workspace_view(Role.ADMIN)
+@require_POST
+def webhook_redeliver(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = _workspace(request, name)
+    delivery = get_object_or_404(WebhookDelivery, pk=pk, webhook__workspace=workspace)
+    webhooks.redeliver(delivery)
+    messages.info(request, f"Delivery {delivery.pk} ({delivery.event}) queued again.")
+    return redirect("memoryui:webhook_list", name=name)
+
+
+@workspace_view(Role.ADMIN)
+@require_POST
+def snapshot_store_policy(request: HttpRequest, name: str) -> HttpResponse:
+    """Turn the remote snapshot store's generate-on-upload policy on or off (admins)."""
+    workspace = _workspace(request, name)
+    on = request.POST.get("generate_on_upload") == "on"
+    SnapshotStorePolicy.objects.update_or_create(
+        workspace=workspace, defaults={"generate_on_upload": on}
+    )
+    AuditEvent.record(workspace, "snapshot_store.policy", user=request.user, generate_on_upload=on)
+    messages.info(
+        request,
+        "Uploads now start a generation run." if on else "Uploads no longer start a run.",
+    )
+    return redirect("memoryui:webhook_list", name=name)

@@ -1,0 +1,219 @@
+"""Webhooks: a workspace's events POSTed as JSON to the receivers its admins register,
+signed with HMAC-SHA256 over a timestamp and the body, delivered by a Celery task that
+retries a failing receiver with exponential backoff. Every attempt is logged.
+
+Events: ``proposal.ready``, ``proposal.approved``, ``proposal.rejected``,
+``writeback.done``, ``export.done``, ``run.failed``.
+
+Verifying a delivery (the receiver's side)::
+
+    import hashlib, hmac, time
+
+    def verify(secret: str, headers, body: bytes, tolerance: int = 300) -> bool:
+        timestamp = headers["X-Memoryui-Timestamp"]
+        expected = hmac.new(
+            secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256
+        ).hexdigest()
+        return hmac.compare_digest("sha256=" + expected, headers["X-Memoryui-Signature"]) and (
+            abs(time.time() - int(timestamp)) <= tolerance  # refuses replays
+        )
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+from django.utils import timezone
+
+from .models import (
+    AuditEvent,
+    GenerationRun,
+    Proposal,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+    Workspace,
+)
+
+EVENTS = [
+    ("proposal.ready", "A proposal is ready for review"),
+    ("proposal.approved", "A proposal was approved"),
+    ("proposal.rejected", "A proposal was rejected"),
+    ("writeback.done", "A write-back wrote files"),
+    ("export.done", "A snapshot was exported or downloaded"),
+    ("run.failed", "A generation run failed"),
+]
+EVENT_NAMES = [name for name, _ in EVENTS]
+TIMEOUT_SECONDS = 10
+USER_AGENT = "memoryui-webhooks/1"
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify(
+    secret: str, timestamp: str, body: bytes, signed: str, *, tolerance: int = 300, now=None
+) -> bool:
+    """The recipe receivers follow: the signature matches and the timestamp is recent."""
+    if not timestamp.isdigit():
+        return False
+    fresh = abs((now if now is not None else time.time()) - int(timestamp)) <= tolerance
+    return hmac.compare_digest(signature(secret, timestamp, body), signed) and fresh
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before the try after ``attempt`` (1-based): base, 2 base, 4 base, ..."""
+    return settings.MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+
+
+# --- sending ------------------------------------------------------------------------------
+
+
+def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[WebhookDelivery]:
+    """Queue ``event`` for every active webhook of the workspace that wants it; the
+    tasks are sent once the current transaction commits."""
+    made = []
+    for hook in Webhook.objects.filter(workspace=workspace, active=True):
+        if hook.events and event not in hook.events:
+            continue
+        delivery = WebhookDelivery.objects.create(
+            webhook=hook,
+            event=event,
+            payload={
+                "event": event,
+                "workspace": workspace.name,
+                "created_at": timezone.now().isoformat(),
+                "data": data,
+            },
+        )
+        made.append(delivery)
+        transaction.on_commit(lambda pk=delivery.pk: deliver_webhook.delay(pk))
+    return made
+
+
+def attempt(delivery_id: int) -> float | None:
+    """POST the delivery once and log the attempt. Returns the seconds to wait before
+    the next try, or None when delivered or out of tries."""
+    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+    hook = delivery.webhook
+    number = delivery.attempts.count() + 1
+    body = json.dumps(delivery.payload, sort_keys=True).encode()
+    timestamp = str(int(time.time()))
+    request = urllib.request.Request(
+        hook.url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "X-Memoryui-Event": delivery.event,
+            "X-Memoryui-Delivery": str(delivery.pk),
+            "X-Memoryui-Timestamp": timestamp,
+            "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
+        },
+    )
+    status, error = None, ""
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status, error = exc.code, f"the receiver answered {exc.code} {exc.reason}"
+        exc.close()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = f"could not reach the receiver ({getattr(exc, 'reason', exc)})"
+    ok = status is not None and 200 <= status < 300
+    retry_in = None if ok or number >= settings.MEMORYUI_WEBHOOK_MAX_ATTEMPTS else backoff(number)
+    WebhookAttempt.objects.create(
+        delivery=delivery,
+        number=number,
+        status_code=status,
+        error=error[:500],
+        retry_in=retry_in,
+    )
+    new_status = (
+        WebhookDelivery.Status.DELIVERED
+        if ok
+        else WebhookDelivery.Status.PENDING
+        if retry_in is not None
+        else WebhookDelivery.Status.FAILED
+    )
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=new_status)
+    return retry_in
+
+
+@shared_task(bind=True, acks_late=True, max_retries=None)
+def deliver_webhook(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]
+    retry_in = attempt(delivery_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+def redeliver(delivery: WebhookDelivery) -> None:
+    """Send a delivery again (a new series of attempts, logged after the old ones)."""
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.PENDING)
+    transaction.on_commit(lambda: deliver_webhook.delay(delivery.pk))
+
+
+# --- where events come from ------------------------------------------------------------------
+
+AUDIT_EVENTS = {
+    "proposal.approve": "proposal.approved",
+    "proposal.reject": "proposal.rejected",
+    "writeback.write": "writeback.done",
+    "export.snapshot": "export.done",
+    "export.download": "export.done",
+}
+
+
+@receiver(post_save, sender=Proposal, dispatch_uid="webhooks-proposal-ready")
+def _proposal_ready(sender, instance: Proposal, created: bool, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+    if created:
+        layout = instance.layout
+        emit(
+            layout.workspace,
+            "proposal.ready",
+            {"proposal": instance.pk, "layout": layout.memories_dir, "run": instance.run_id},
+        )
+
+
+@receiver(post_save, sender=AuditEvent, dispatch_uid="webhooks-audit")
+def _audited(sender, instance: AuditEvent, created: bool, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+    event = AUDIT_EVENTS.get(instance.action)
+    if created and event:
+        emit(
+            instance.workspace,
+            event,
+            {
+                "actor": instance.actor,
+                "layout": instance.layout.memories_dir if instance.layout_id else None,
+                "target": instance.target,
+                "detail": instance.detail,
+            },
+        )
+
+
+def run_failed(run_id: int) -> None:
+    run = GenerationRun.objects.select_related("layout__workspace").get(pk=run_id)
+    emit(
+        run.layout.workspace,
+        "run.failed",
+        {"run": run.pk, "layout": run.layout.memories_dir, "error": run.error},
+    )

@@ -1,0 +1,348 @@
+"""memoryui as the SDK's remote snapshot store: the whole loop with the SDK's own
+``UnixLocalSandboxClient`` and ``RemoteSnapshotSpec`` over real HTTP, hostile uploads
+refused, and the client importable without Django."""
+
+import asyncio
+import gzip
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from agents.sandbox.capabilities.memory import Memory
+from agents.sandbox.config import MemoryLayoutConfig
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.snapshot import RemoteSnapshotSpec
+from django.test import Client
+from django.urls import reverse
+
+from memoryui import curation, pipeline, tokens
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    GenerationSettings,
+    Layout,
+    Membership,
+    MemoryVersion,
+    Proposal,
+    Role,
+    Rollout,
+    UploadedSnapshot,
+    Workspace,
+)
+from memoryui_client import MemoryuiError, SnapshotClient
+from tests.factories import make_user
+
+ENGINEERING = MemoryLayoutConfig(
+    memories_dir="memories/engineering", sessions_dir="sessions/engineering"
+)
+SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
+
+
+@pytest.fixture
+def store(settings, tmp_path):
+    settings.MEMORYUI_REMOTE_STORE_DIR = tmp_path / "store"
+    return tmp_path / "store"
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def tar_of(members: list[tuple[tarfile.TarInfo, bytes | None]], *, compress: bool = False) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if compress else "w") as archive:
+        for info, data in members:
+            archive.addfile(info, io.BytesIO(data) if data is not None else None)
+    return out.getvalue()
+
+
+def member(name: str, data: bytes = b"x", **kw) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for k, v in kw.items():
+        setattr(info, k, v)
+    return info, data if info.isreg() else None
+
+
+def link(name: str, target: str, kind: bytes) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+def put(secret: str, name: str, snapshot_id: str, data: bytes):
+    return Client().put(
+        f"/api/workspaces/{name}/snapshots/{snapshot_id}",
+        data,
+        content_type="application/x-tar",
+        **bearer(secret),
+    )
+
+
+# --- the client -----------------------------------------------------------------------
+
+
+def test_the_client_imports_without_django():
+    code = (
+        "import sys, memoryui_client\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'memoryui')], "
+        "sorted(sys.modules)\n"
+        "print(memoryui_client.SnapshotClient.__name__)"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "SnapshotClient"
+
+
+# --- hostile and oversized uploads ------------------------------------------------------
+
+
+HOSTILE = {
+    "escape": ([member("../../escaped.txt", b"owned")], "climbs out of the workspace"),
+    "absolute": ([member("/tmp/absolute-escape.txt", b"owned")], "absolute path"),
+    "symlink": ([link("memories/link.md", "/etc/passwd", tarfile.SYMTYPE)], "symbolic link"),
+    "hardlink": ([link("memories/link.md", "/etc/passwd", tarfile.LNKTYPE)], "hard link"),
+    "device": ([member("dev-null", b"", type=tarfile.CHRTYPE)], "device or FIFO"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_a_hostile_archive_is_refused_whole_and_nothing_is_written(store, tmp_path, kind):
+    members, reason = HOSTILE[kind]
+    secret = tokens.create_token(make_user("ops", staff=True), "t", ["sandbox"]).secret
+    good = member("memories/MEMORY.md", b"# Task Group: fine\n")
+    data = tar_of([good, *members])
+
+    response = put(secret, "sandbox", "hostile-1", data)
+
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail.startswith("archive refused, nothing was stored") and reason in detail
+    assert not Workspace.objects.filter(name="sandbox").exists()
+    assert UploadedSnapshot.objects.count() == 0
+    assert [p for p in store.rglob("*") if p.is_file()] == []
+    assert not list(tmp_path.parent.rglob("escaped.txt"))
+    assert not Path("/tmp/absolute-escape.txt").exists()
+
+
+@pytest.mark.django_db
+def test_an_archive_that_expands_past_the_import_limit_is_refused_as_too_large(store, settings):
+    settings.MEMORYUI_MAX_IMPORT_BYTES = 1024 * 1024
+    secret = tokens.create_token(make_user("ops", staff=True), "t", ["sandbox"]).secret
+    bomb = tar_of(
+        [member(f"sessions/{i}.jsonl", b"\0" * 512 * 1024) for i in range(8)], compress=True
+    )
+    assert len(bomb) < 64 * 1024  # small on the wire, 4 MB unpacked
+
+    response = put(secret, "sandbox", "bomb", bomb)
+
+    assert response.status_code == 413
+    assert "expands past 1.0 MB" in response.json()["detail"]
+    assert [p for p in store.rglob("*") if p.is_file()] == []
+    assert not Workspace.objects.filter(name="sandbox").exists()
+
+
+@pytest.mark.django_db
+def test_an_upload_past_the_size_limit_or_not_a_tar_is_refused(store, settings):
+    settings.MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = 4096
+    secret = tokens.create_token(make_user("ops", staff=True), "t", ["sandbox"]).secret
+
+    big = put(secret, "sandbox", "big", tar_of([member("a.txt", b"a" * 10_000)]))
+    garbage = put(secret, "sandbox", "junk", gzip.compress(b"not a tar at all"))
+    bad_id = put(secret, "sandbox", "..", tar_of([member("a.txt")]))
+
+    assert (
+        big.status_code == 413 and "larger than the store accepts (4.0 KB)" in big.json()["detail"]
+    )
+    assert garbage.status_code == 400 and "archive refused" in garbage.json()["detail"]
+    assert bad_id.status_code in (404, 422)
+    assert [p for p in store.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.django_db
+def test_the_store_needs_the_roles_of_reimport_and_export(store, workspace_copy):
+    import_workspace(workspace_copy("small-b"), "b")
+    ws = Workspace.objects.get(name="b")
+    data = tar_of([member("memories/MEMORY.md", b"# Task Group: x\n")])
+    answers = {}
+    for role in (Role.VIEWER, Role.EDITOR, Role.ADMIN):
+        user = make_user(role.value)
+        Membership.objects.create(workspace=ws, user=user, role=role)
+        secret = tokens.create_token(user, "t", ["b"]).secret
+        answers[role] = (
+            put(secret, "b", f"s-{role.value}", data).status_code,
+            Client().get("/api/workspaces/b/snapshots/s-admin", **bearer(secret)).status_code,
+            Client().get("/api/workspaces/b/snapshots/s-admin/exists", **bearer(secret)).json(),
+        )
+    nobody = tokens.create_token(make_user("outsider"), "t", ["new-one"]).secret
+
+    assert answers[Role.VIEWER][:2] == (403, 403) and answers[Role.EDITOR][:2] == (403, 403)
+    assert answers[Role.ADMIN][:2] == (201, 200)
+    assert answers[Role.VIEWER][2] == {"exists": False}  # asked before the admin uploaded
+    assert answers[Role.ADMIN][2] == {"exists": True}
+    assert put(nobody, "new-one", "s1", data).status_code == 404  # only staff create
+
+
+# --- the whole loop with the SDK ---------------------------------------------------------
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memory(
+    live_server, model, store, fixtures_dir, tmp_path
+):
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    spec = RemoteSnapshotSpec(client_dependency_key="memoryui")
+    agent_tree = fixtures_dir / "small-a" / "workspace"
+    agents_summary = (agent_tree / "memories/engineering/memory_summary.md").read_text()
+
+    async def first_session() -> str:
+        client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", remote))
+        session = await client.create(snapshot=spec, manifest=Manifest(root=str(tmp_path / "one")))
+        await session.start()
+        assert not await remote_exists(session)
+        root = Path(session.state.manifest.root)
+        # What the agent's runs left in its workspace: the SDK-written memory tree.
+        for path in sorted(agent_tree.rglob("*")):
+            target = root / path.relative_to(agent_tree)
+            if path.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                await session.write(target, io.BytesIO(path.read_bytes()))
+        await session.stop()  # the SDK persists through RemoteSnapshot -> upload
+        await session.shutdown()
+        return session.state.snapshot.id
+
+    async def remote_exists(session) -> bool:
+        return await session.state.snapshot.restorable(dependencies=session.dependencies)
+
+    snapshot_id = run(first_session())
+
+    # memoryui has the upload and shows its rollouts.
+    assert UploadedSnapshot.objects.filter(workspace__name="sandbox", snapshot_id=snapshot_id)
+    assert remote.exists(snapshot_id) and not remote.exists("never-uploaded")
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    expected = len(list((agent_tree / "sessions/engineering").glob("*.jsonl")))
+    listed = (
+        Client()
+        .get(f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret))
+        .json()
+    )
+    assert listed["count"] == expected == Rollout.objects.filter(layout=layout).count() > 0
+    page = Client()
+    page.force_login(staff)
+    some_rollout = listed["items"][0]["rollout_id"]
+    assert (
+        some_rollout
+        in page.get(reverse("memoryui:rollout_list", args=["sandbox", layout.pk])).content.decode()
+    )
+
+    # A generation run, then an approval through the API.
+    GenerationSettings.objects.create(layout=layout, concurrency=1)
+    generation = pipeline.start_run(layout, staff)
+    pipeline.run_inline(generation.pk, threads=1, sleep=lambda s: None)
+    proposal = Proposal.objects.get(run=generation)
+    approved = Client().post(
+        f"/api/workspaces/sandbox/layouts/{layout.pk}/proposals/{proposal.pk}/approve",
+        **bearer(secret),
+    )
+    assert approved.status_code == 200, approved.content
+    approved_summary = curation.text_of(curation.latest(layout, SUMMARY))
+    assert approved_summary.strip() and approved_summary != agents_summary
+
+    # A new sandbox restores from memoryui; its Memory() injects the approved summary.
+    async def second_session() -> str | None:
+        client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", remote))
+        state = client.deserialize_session_state(
+            {
+                "type": "unix_local",
+                "snapshot": spec.build(snapshot_id).model_dump(),
+                "manifest": {"root": str(tmp_path / "two")},
+            }
+        )
+        session = await client.resume(state)
+        await session.start()
+        memory = Memory(layout=ENGINEERING, generate=None)
+        memory.bind(session)
+        try:
+            return await memory.instructions(session.state.manifest)
+        finally:
+            await session.shutdown()
+
+    text = run(second_session()) or ""
+    assert approved_summary.strip() in text
+    assert agents_summary.strip() not in text
+    restored = tmp_path / "two" / "memories/engineering/memory_summary.md"
+    assert restored.read_text() == approved_summary
+    session_file = next((agent_tree / "sessions/engineering").glob("*.jsonl"))
+    assert (tmp_path / "two" / "sessions/engineering" / session_file.name).read_bytes() == (
+        session_file.read_bytes()
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store):
+    secret = tokens.create_token(make_user("ops", staff=True), "t", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    hostile = tar_of([member("../../escaped.txt", b"owned")])
+
+    with pytest.raises(MemoryuiError) as refused:
+        remote.upload("s1", io.BytesIO(hostile))
+    with pytest.raises(MemoryuiError) as unknown:
+        SnapshotClient(live_server.url, "mui_wrong", workspace="sandbox").exists("s1")
+
+    assert refused.value.status == 400 and "climbs out of the workspace" in refused.value.detail
+    assert unknown.value.status == 401
+    assert (
+        json.loads(json.dumps(remote.upload("s2", io.BytesIO(tar_of([member("a.txt")])))))[
+            "snapshot_id"
+        ]
+        == "s2"
+    )
+
+
+@pytest.mark.django_db
+def test_with_the_generate_on_upload_policy_an_upload_starts_a_run_per_layout(
+    model, store, fixtures_dir, django_capture_on_commit_callbacks
+):
+    from memoryui.models import GenerationRun
+
+    admin = make_user("ops", staff=True)
+    secret = tokens.create_token(admin, "t", ["sandbox"]).secret
+    archive = next((fixtures_dir / "small-a" / "snapshots").glob("*.tar")).read_bytes()
+    with django_capture_on_commit_callbacks(execute=False):
+        first = put(secret, "sandbox", "s1", archive)
+    assert first.status_code == 201 and first.json()["runs"] == []
+    page = Client()
+    page.force_login(admin)
+    page.post(
+        reverse("memoryui:snapshot_store_policy", args=["sandbox"]), {"generate_on_upload": "on"}
+    )
+
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        second = put(secret, "sandbox", "s2", archive)
+
+    layouts = Layout.objects.filter(workspace__name="sandbox", missing_since__isnull=True)
+    runs = GenerationRun.objects.filter(layout__in=layouts)
+    assert second.status_code == 201
+    assert sorted(second.json()["runs"]) == sorted(runs.values_list("pk", flat=True))
+    assert runs.count() == layouts.count() > 0 and len(sent) == runs.count()
+    assert (
+        "Start a generation run"
+        in page.get(reverse("memoryui:webhook_list", args=["sandbox"])).content.decode()
+    )
