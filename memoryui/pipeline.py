@@ -30,7 +30,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
-from generation import llm, phase_one, phase_two, prompts, tree
+from generation import llm, phase_one, phase_two, prompts
 
 from . import curation, documents
 from .models import (
@@ -258,10 +258,9 @@ def process_job(job_id: int) -> int | None:
         _finish_job(job, result, reused=True)
         return run.pk
     data = bytes(rollout.file.blob.data) if rollout.file.blob_id else b""
-    parsed = tree.parse_rollout(data)
     try:
         extraction = phase_one.run_phase_one(
-            parsed,
+            data,  # read one segment at a time: a huge rollout is never held parsed
             call=_caller(model_config(snapshot, snapshot["phase_one_model"])),
             extra_prompt=snapshot.get("extra_prompt", ""),
         )
@@ -271,7 +270,6 @@ def process_job(job_id: int) -> int | None:
     files = phase_one.phase_one_files(
         rollout_id=rollout.rollout_id,
         result=extraction,
-        parsed=parsed,
         rollout_path=rollout.file.path,
         session_id=_session_id(run.layout, rollout.rollout_id),
     )
