@@ -723,6 +723,7 @@ def _demo_summary(memories: list[dict[str, str]]) -> str:
 # It keeps no state: each request carries the conversation, and its call ids
 # ("demo-<step>-<key>") say which steps are done.
 
+_RETAINED_CHECKED = 50  # retained rollouts whose citations the demo checks
 AGENT_TOOL_NAMES = frozenset({"read_file", "replace_in_file", "apply_patch"})
 _SELECTED_RE = re.compile(
     r"^- \[(?P<status>added|retained|removed)\] rollout_id=(?P<id>[^,\s]+), "
@@ -779,6 +780,7 @@ def _conversation(path: str, body: JSONDict) -> _Conversation:
 @dataclass
 class _Selection:
     added: list[tuple[str, str]] = field(default_factory=list)
+    retained: list[tuple[str, str]] = field(default_factory=list)
     removed: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -791,6 +793,8 @@ def _selection(prompt: str) -> _Selection:
         if match := _SELECTED_RE.match(line):
             if match.group("status") == "added":
                 found.added.append((match.group("id"), match.group("file")))
+            elif match.group("status") == "retained":
+                found.retained.append((match.group("id"), match.group("file")))
             elif match.group("status") == "removed":
                 found.removed.append((match.group("id"), match.group("file")))
         elif in_removed and (match := _REMOVED_RE.match(line)):
@@ -830,8 +834,8 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
     done = {call_id.split("-")[1] for call_id in talk.outputs if call_id.startswith("demo-")}
     out = talk.outputs
     selection = _selection(talk.prompt)
-    if not selection.added and not selection.removed:
-        return AgentTurn(text="Nothing worth saving: no rollout was added or removed.")
+    if not (selection.added or selection.removed or selection.retained):
+        return AgentTurn(text="Nothing worth saving: no rollout was selected.")
 
     if "1" not in done:
         calls = [
@@ -841,6 +845,10 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
         calls += [
             _call(1, f"r{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
             for i, (rid, _) in enumerate(selection.removed)
+        ]
+        calls += [
+            _call(1, f"t{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
+            for i, (rid, _) in enumerate(selection.retained[:_RETAINED_CHECKED])
         ]
         calls += [
             _call(1, "tail", "read_file", path="MEMORY.md", start_line=-3, end_line=None),
@@ -874,6 +882,23 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
                             path="MEMORY.md",
                             old=text + "\n",
                             new="",
+                        )
+                    )
+        # A retained rollout whose summary file was written again under another name:
+        # its citations follow the new name.
+        for i, (rid, file) in enumerate(selection.retained[:_RETAINED_CHECKED]):
+            for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-t{i}", ""))):
+                cited = re.search(r"rollout_summaries/\S+?\.md", text)
+                if f"rollout_id={rid}" in text and cited and cited.group(0) != file:
+                    new = text.replace(cited.group(0), file)
+                    calls.append(
+                        _call(
+                            2,
+                            f"t{i}x{j}",
+                            "replace_in_file",
+                            path="MEMORY.md",
+                            old=text + "\n",
+                            new=new + "\n",
                         )
                     )
         if calls:
@@ -918,10 +943,12 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
             return AgentTurn(calls)
     if "5" not in done and memories:
         return AgentTurn(_edits(groups, memories, out))
-    changed = len(memories) + len(selection.removed)
+    edits = [c for c in talk.calls.values() if c[0] not in ("search", "read_file", "list_dir")]
+    if not edits:
+        return AgentTurn(text="Nothing worth saving: the memory already holds all of it.")
     return AgentTurn(
         text=f"Memory updated: {len(memories)} new task(s) in {len(groups)} group(s), "
-        f"{len(selection.removed)} removed rollout(s) forgotten ({changed} change(s))."
+        f"{len(selection.removed)} removed rollout(s) forgotten, {len(edits)} edit(s)."
     )
 
 

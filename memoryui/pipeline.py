@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts
 
-from . import curation, documents
+from . import consolidation, curation, documents
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -98,6 +98,9 @@ def _snapshot(gs: GenerationSettings) -> dict[str, Any]:
         "extra_prompt": gs.extra_prompt,
         "max_raw_memories_for_consolidation": gs.max_raw_memories_for_consolidation,
         "concurrency": gs.concurrency,
+        "prompt_set": gs.prompt_set,
+        "phase_two_max_turns": gs.phase_two_max_turns,
+        "phase_two_token_budget": gs.phase_two_token_budget,
     }
 
 
@@ -420,56 +423,84 @@ def consolidate(run_id: int) -> bool:
         "layout__workspace", "base_memory_md", "base_memory_summary"
     ).get(pk=run_id)
     snapshot = run.settings_snapshot
+    selection_file, previous = documents.current_selection(run.layout)
     plan = phase_two.plan_phase_two(
         _raw_memory_texts(run).values(),
-        documents.current_selection(run.layout)[1],
+        previous,
         int(snapshot.get("max_raw_memories_for_consolidation", 256)),
         protected=ProtectedRawMemory.objects.filter(layout=run.layout).values_list(
             "rollout_id", flat=True
         ),
     )
-    try:
-        result = phase_two.run_phase_two(
-            plan=plan,
-            current_memory_md=curation.text_of(run.base_memory_md),
-            current_summary=curation.text_of(run.base_memory_summary),
-            pinned=curation.pinned_texts(run.layout),
-            rejected=curation.rejected_texts(run.layout),
-            extra_prompt=snapshot.get("extra_prompt", ""),
-            call=_caller(model_config(snapshot, snapshot["phase_two_model"])),
-        )
-    except llm.PermanentModelError as exc:
-        fail_run(run_id, f"Phase two failed: {exc}")
+    config = model_config(snapshot, snapshot["phase_two_model"])
+    result = consolidation.consolidate(
+        run,
+        plan,
+        base_memory_md=curation.text_of(run.base_memory_md),
+        base_summary=curation.text_of(run.base_memory_summary),
+        selection_file=selection_file,
+        pinned=curation.pinned_texts(run.layout),
+        rejected=curation.rejected_texts(run.layout),
+        client=_client(config),
+        config=config,
+        should_cancel=lambda: GenerationRun.objects.filter(
+            pk=run_id, status=GenerationRun.Status.CANCELLED
+        ).exists(),
+        on_turn=lambda turn: _phase_two_turn(run_id, turn),
+    )
+    if result.status in ("failed", "cancelled"):
+        _phase_two_turn(run_id, None, result.usage, result.turns)
+        if result.status == "failed":
+            fail_run(run_id, f"Phase two failed: {result.reason}")
         return True
-    except llm.TransientModelError:
-        GenerationRun.objects.filter(pk=run_id).update(phase_two_lease_until=None)
-        raise
     with transaction.atomic():
-        Proposal.objects.update_or_create(
-            run=run,
-            defaults={
-                "layout": run.layout,
-                "base_memory_md": run.base_memory_md,
-                "base_memory_summary": run.base_memory_summary,
-                "memory_md": result.memory_md,
-                "memory_summary": result.memory_summary,
-                "raw_memories_md": plan.raw_memories_md,
-                "selection": [item.__dict__ for item in plan.selected],
-                "retained": plan.diff.retained,
-                "added": plan.diff.added,
-                "removed": plan.diff.removed,
-                "restored_pins": result.restored_pins,
-                "reintroduced": result.reintroduced,
-            },
-        )
-        GenerationRun.objects.filter(pk=run_id).update(
+        if result.status == "changed":
+            Proposal.objects.update_or_create(
+                run=run,
+                defaults={
+                    "layout": run.layout,
+                    "base_memory_md": run.base_memory_md,
+                    "base_memory_summary": run.base_memory_summary,
+                    "memory_md": result.memory_md,
+                    "memory_summary": result.memory_summary,
+                    "raw_memories_md": plan.raw_memories_md,
+                    "selection": [item.__dict__ for item in plan.selected],
+                    "retained": plan.diff.retained,
+                    "added": plan.diff.added,
+                    "removed": plan.diff.removed,
+                    "restored_pins": result.restored_pins,
+                    "reintroduced": result.reintroduced,
+                    "skill_changes": result.skill_changes,
+                },
+            )
+        GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING).update(
             status=GenerationRun.Status.DONE,
             finished_at=timezone.now(),
             phase_two_input_tokens=result.usage.input_tokens,
             phase_two_output_tokens=result.usage.output_tokens,
+            phase_two_turns=result.turns,
+            phase_two_note="" if result.status == "changed" else result.reason,
             phase_two_lease_until=None,
         )
     return True
+
+
+def _phase_two_turn(run_id: int, turn: Any, usage: Any = None, turns: int = 0) -> None:
+    """Phase two's progress after a model call (also extends its lease: the loop is
+    alive), or its final tokens when it ended without a proposal."""
+    fields: dict[str, Any] = {}
+    if turn is not None:
+        usage, turns = turn.usage, turn.number
+        fields["phase_two_files_touched"] = turn.files_touched
+        fields["phase_two_lease_until"] = timezone.now() + timedelta(
+            seconds=settings.MEMORYUI_JOB_LEASE_SECONDS
+        )
+    GenerationRun.objects.filter(pk=run_id).update(
+        phase_two_input_tokens=usage.input_tokens,
+        phase_two_output_tokens=usage.output_tokens,
+        phase_two_turns=turns,
+        **fields,
+    )
 
 
 def fail_run(run_id: int, reason: str) -> None:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import curation, diffs
+from . import consolidation, curation, diffs
 from .models import AuditEvent, EntryDecision, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role
 from .views import HtmxHttpRequest
@@ -133,6 +133,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             "lint": _lint(proposal),
+            "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
 

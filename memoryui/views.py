@@ -14,7 +14,7 @@ from generation import tree
 from generation.summary import injected_summary
 from generation.tasks import reimport_workspace, start_generation
 
-from . import charts, diffs, documents, pipeline, search
+from . import charts, consolidation, diffs, documents, pipeline, search
 from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
 from .models import (
     GenerationRun,
@@ -523,6 +523,7 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         context["summary_diff"] = diffs.side_by_side(current_summary, proposal.memory_summary)
         context["proposal"] = proposal
         context["injection"] = injected_summary(proposal.memory_summary.encode())
+        context["skill_changes"] = consolidation.skill_diffs(proposal)
     return render(request, template, context)
 
 
