@@ -453,6 +453,8 @@ def demo_responder(path: str, body: JSONDict) -> JSONDict | AgentTurn:
     parts = request_parts(path, body)
     required = set(parts.schema.get("required") or parts.schema.get("properties") or ())
     if PHASE_ONE_KEYS <= required:
+        if f"<{prompts.ROLLOUT_TAG}>" not in parts.prompt:
+            return demo_phase_one(_render_sdk_rollout(parts.prompt))
         return demo_phase_one(parts.prompt)
     if PHASE_TWO_KEYS <= required:
         return demo_phase_two(parts.prompt)
@@ -614,6 +616,16 @@ def demo_phase_one(prompt: str) -> JSONDict:
         f'References:\n- "{_one_line(found.request, 300)}"\n'
     )
     return {"rollout_slug": slug, "rollout_summary": summary, "raw_memory": raw_memory}
+
+
+def _render_sdk_rollout(prompt: str) -> str:
+    """The SDK's phase-one prompt carries the rollout's JSONL lines: render them as
+    memoryui renders a rollout, so the demo reads either prompt set alike."""
+    from generation import phase_one
+
+    lines = [line for line in prompt.splitlines() if line.startswith('{"')]
+    rendered = phase_one.render_rollout(tree.parse_rollout("\n".join(lines).encode()))
+    return prompts.phase_one_prompt(rendered.text)
 
 
 _FRONT_MATTER_KEYS = ("description", "task", "task_group", "task_outcome", "keywords")

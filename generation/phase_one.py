@@ -335,26 +335,45 @@ class PhaseOneResult:
     facts: RolloutFacts | None = None
 
 
+def sdk_phase_one_prompts(data: bytes, extra_prompt: str = "") -> tuple[str, str]:
+    """The SDK's own phase-one instructions and user message for a rollout file, rendered
+    by the installed openai-agents package (the ``sdk`` prompt set). The SDK reads the
+    whole file and parses every line, so this does not keep memory bounded as memoryui's
+    own rendering does."""
+    from agents.sandbox.memory.phase_one import render_phase_one_prompt
+    from agents.sandbox.memory.prompts import render_rollout_extraction_prompt
+
+    try:
+        prompt = render_phase_one_prompt(rollout_contents=data.decode("utf-8", errors="replace"))
+    except ValueError as exc:  # a line the SDK cannot parse
+        reason = f"the SDK's phase-one prompt refuses this rollout: {exc}"
+        raise PermanentModelError(reason) from None
+    return render_rollout_extraction_prompt(extra_prompt=extra_prompt or None), prompt
+
+
 def run_phase_one(
     parsed: Source,
     *,
     call: ModelCall,
     extra_prompt: str = "",
     max_tokens: int = MAX_ROLLOUT_TOKENS,
+    prompt_set: str = "memoryui",
 ) -> PhaseOneResult:
     """Ask the model for the rollout's slug, summary and raw memory. All three empty
     means nothing worth remembering; raises PermanentModelError for a partly empty
-    answer or an invalid slug (the SDK's rules)."""
+    answer or an invalid slug (the SDK's rules). ``prompt_set="sdk"`` sends the SDK's
+    own prompts instead of memoryui's (``parsed`` must then be the file's bytes)."""
     facts = rollout_facts(parsed)
     if not facts.count:
         raise PermanentModelError("the rollout has no readable run segment to send")
-    rendered = _render(parsed, facts, max_tokens)
-    output, usage = call(
-        prompts.phase_one_instructions(extra_prompt),
-        prompts.phase_one_prompt(rendered.text, cut_note(rendered, max_tokens)),
-        PHASE_ONE_SCHEMA_NAME,
-        PHASE_ONE_SCHEMA,
-    )
+    if prompt_set == "sdk" and isinstance(parsed, bytes):
+        rendered = RenderedRollout("", 0, 0, False)
+        instructions, prompt = sdk_phase_one_prompts(parsed, extra_prompt)
+    else:
+        rendered = _render(parsed, facts, max_tokens)
+        instructions = prompts.phase_one_instructions(extra_prompt)
+        prompt = prompts.phase_one_prompt(rendered.text, cut_note(rendered, max_tokens))
+    output, usage = call(instructions, prompt, PHASE_ONE_SCHEMA_NAME, PHASE_ONE_SCHEMA)
     values = {field: output.get(field) for field in FIELDS}
     if any(not isinstance(v, str) for v in values.values()):
         raise PermanentModelError("the answer lacks one of " + ", ".join(FIELDS), usage=usage)

@@ -45,7 +45,8 @@ SEARCH_LINE_CHARS = 400
 LIST_MAX_ENTRIES = 500
 MAX_WRITE_BYTES = 8 * 1024 * 1024
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a file the staging copy takes at all
-TRANSIENT_RETRIES = 4
+TRANSIENT_RETRIES = 4  # a rate limit, 5xx, timeout: the same turn is asked again
+MAX_RETRY_WAIT = 120.0  # seconds, whatever Retry-After says
 
 WRITABLE_FILES = frozenset({"MEMORY.md", "memory_summary.md"})
 WRITABLE_DIRS = ("skills",)
@@ -630,6 +631,7 @@ def run_agent(
     should_cancel: Callable[[], bool] = lambda: False,
     on_turn: Callable[[Turn], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    retry_base: float = 1.0,
 ) -> AgentResult:
     """Let the model edit ``staging`` until it answers without a tool call. Never raises
     for the model's or the server's doing: a failure is a result with its reason."""
@@ -658,7 +660,8 @@ def run_agent(
             except openai.OpenAIError as exc:
                 error = llm.translate_error(exc)
                 if isinstance(error, llm.TransientModelError) and attempt < TRANSIENT_RETRIES:
-                    sleep(max(min(30.0, 2.0**attempt), error.retry_after or 0.0))
+                    backoff = min(30.0, retry_base * 2.0**attempt)
+                    sleep(min(MAX_RETRY_WAIT, max(backoff, error.retry_after or 0.0)))
                     continue
                 return failed(f"the model call of turn {turns + 1} failed: {error}")
         assert answer is not None

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from generation import llm, phase_two, phase_two_agent, prompts, tree
 
 from .models import (
@@ -204,6 +206,7 @@ def consolidate(
             limits=limits,
             should_cancel=should_cancel,
             on_turn=on_turn,
+            retry_base=settings.MEMORYUI_RETRY_BASE_SECONDS,
         )
     done = Consolidation(result.status, result.reason, usage=result.usage, turns=result.turns)
     if result.status != "changed":

@@ -207,6 +207,7 @@ def cache_key(content_sha256: str, snapshot: dict[str, Any]) -> str:
         snapshot.get("phase_one_model", ""),
         snapshot.get("reasoning_effort", ""),
         prompts.PROMPT_VERSION,
+        snapshot.get("prompt_set", "memoryui"),
         hashlib.sha256(snapshot.get("extra_prompt", "").encode()).hexdigest(),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
@@ -266,9 +267,13 @@ def process_job(job_id: int) -> int | None:
             data,  # read one segment at a time: a huge rollout is never held parsed
             call=_caller(model_config(snapshot, snapshot["phase_one_model"])),
             extra_prompt=snapshot.get("extra_prompt", ""),
+            prompt_set=snapshot.get("prompt_set", "memoryui"),
         )
     except llm.PermanentModelError as exc:
         fail_job(job.pk, str(exc))
+        return run.pk
+    except ImportError as exc:  # the sdk prompt set without openai-agents
+        fail_job(job.pk, f"the sdk prompt set needs the openai-agents package: {exc}")
         return run.pk
     files = phase_one.phase_one_files(
         rollout_id=rollout.rollout_id,

@@ -223,6 +223,26 @@ def test_the_sdk_prompt_set_sends_the_prompt_the_installed_sdk_renders(model, la
     assert run.status == GenerationRun.Status.DONE
 
 
+def test_the_sdk_prompt_set_sends_the_sdks_own_phase_one_prompts(model, layout):
+    from agents.sandbox.memory.phase_one import render_phase_one_prompt
+    from agents.sandbox.memory.prompts import render_rollout_extraction_prompt
+
+    GenerationSettings.objects.filter(layout=layout).update(prompt_set="sdk", extra_prompt="Terse.")
+    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
+
+    sessions = Path(layout.tree, layout.sessions_dir)
+    expected = {
+        render_phase_one_prompt(rollout_contents=p.read_text()) for p in sessions.glob("*.jsonl")
+    }
+    sent = [r for r in model.requests if "tools" not in r]
+    assert {r["input"] for r in sent} == expected and len(sent) == 3
+    assert {r["instructions"] for r in sent} == {
+        render_rollout_extraction_prompt(extra_prompt="Terse.")
+    }
+    assert run.status == GenerationRun.Status.DONE
+    assert run.jobs.filter(status="done").count() == 3
+
+
 def test_both_prompt_sets_render_and_the_memoryui_one_is_our_own(model, layout):
     run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
 
