@@ -14,7 +14,7 @@ from generation import tree
 from generation.summary import injected_summary
 from generation.tasks import reimport_workspace, start_generation
 
-from . import charts, consolidation, diffs, documents, pipeline, search
+from . import charts, consolidation, diffs, documents, pipeline, search, writeback
 from .forms import GenerationSettingsForm, RolloutFilterForm, approx_tokens
 from .models import (
     GenerationRun,
@@ -392,10 +392,17 @@ def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
         skill = tree.skill_name(file.path.removeprefix(prefix))
         if skill:
             skills.setdefault(skill, []).append(file)
+    approved = writeback.proposal_to_write(layout)  # approved, not yet written back
     return render(
         request,
         "memoryui/skill_list.html",
-        {"layout": layout, "workspace": layout.workspace, "skills": sorted(skills.items())},
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "skills": sorted(skills.items()),
+            "approved": approved if approved and approved.skill_changes else None,
+            "approved_skills": consolidation.skill_diffs(approved) if approved else [],
+        },
     )
 
 

@@ -110,7 +110,11 @@ def test_a_skill_from_the_loop_is_reviewed_approved_and_written_back_for_the_sdk
     assert "skills/deploy-canary/SKILL.md" in page and "Promote a canary" in page
     assert "skills/deploy-canary/SKILL.md" in client.get(url("run_detail", layout, run.pk)).text
     curation.approve(proposal, user=make_user("ada"))
+    skills_page = client.get(url("skill_list", layout)).content.decode()
+    assert "Approved, not yet written back" in skills_page
+    assert "skills/deploy-canary/SKILL.md" in skills_page
     result = writeback.write_back(layout)
+    assert "Approved, not yet written back" not in client.get(url("skill_list", layout)).text
 
     written = layout.tree / "memories/engineering/skills/deploy-canary/SKILL.md"
     assert f"{layout.memories_dir}/skills/deploy-canary/SKILL.md" in [
@@ -310,3 +314,24 @@ def test_the_sdk_prompt_set_without_the_sdk_installed_fails_the_run_saying_why(
     assert run.status == GenerationRun.Status.FAILED
     assert "the sdk prompt set needs the openai-agents package" in run.error
     assert agent_requests(model) == []
+
+
+def test_the_snapshot_export_carries_an_approved_skill(model, layout, tmp_path):
+    import tarfile
+
+    from memoryui import snapshots
+
+    run = to_phase_two(layout)
+    model.script(
+        Reply.tools(("write_file", {"path": "skills/deploy-canary/SKILL.md", "content": SKILL})),
+        Reply(raw_text="Wrote a skill."),
+    )
+    pipeline.consolidate(run.pk)
+    curation.approve(Proposal.objects.get(run=run), user=make_user("ada"))
+
+    result = snapshots.export_snapshot(layout.workspace, snapshot_id="skills", base_path=tmp_path)
+
+    with tarfile.open(result.snapshot.path) as archive:
+        names = {m.name.removeprefix("./"): m for m in archive.getmembers()}
+        member = names["memories/engineering/skills/deploy-canary/SKILL.md"]
+        assert archive.extractfile(member).read().decode() == SKILL
