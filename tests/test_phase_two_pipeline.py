@@ -335,3 +335,17 @@ def test_the_snapshot_export_carries_an_approved_skill(model, layout, tmp_path):
         names = {m.name.removeprefix("./"): m for m in archive.getmembers()}
         member = names["memories/engineering/skills/deploy-canary/SKILL.md"]
         assert archive.extractfile(member).read().decode() == SKILL
+
+
+def test_the_generate_command_says_when_phase_two_found_nothing_worth_saving(model, layout):
+    import io
+
+    from django.core.management import call_command
+
+    call_command("generate", "a", "--layout", layout.memories_dir, "--wait", stdout=io.StringIO())
+    out = io.StringIO()
+    model.script(Reply(raw_text="Nothing new."))  # phase one is reused: this is phase two
+    call_command("generate", "a", "--layout", layout.memories_dir, "--wait", stdout=out)
+
+    assert "phase two ended without a proposal: nothing worth saving" in out.getvalue()
+    assert "proposal #" not in out.getvalue()
