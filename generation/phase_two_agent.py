@@ -487,6 +487,9 @@ def execute(staging: Staging, name: str, arguments: str) -> str:
 class Limits:
     max_turns: int = DEFAULT_MAX_TURNS
     token_budget: int | None = None  # input + output tokens over the whole loop
+    # Tokens one answer may have; llama.cpp's server needs it (unbounded, it writes until
+    # its context is full), so Chat Completions with json_object gets llm.CHAT_MAX_TOKENS.
+    max_answer_tokens: int | None = None
 
 
 @dataclass
@@ -528,8 +531,21 @@ class _Answer:
 class _Conversation:
     """The history of one loop in the chosen API's shape."""
 
-    def __init__(self, config: llm.ModelConfig, instructions: str, prompt: str) -> None:
+    def __init__(
+        self,
+        config: llm.ModelConfig,
+        instructions: str,
+        prompt: str,
+        max_answer_tokens: int | None = None,
+    ) -> None:
         self.config = config
+        self.max_answer_tokens = max_answer_tokens
+        if (
+            max_answer_tokens is None
+            and config.api == "chat"
+            and config.chat_format == "json_object"
+        ):
+            self.max_answer_tokens = llm.CHAT_MAX_TOKENS
         self.instructions = instructions
         self.items: list[JSONDict] = []
         if config.api == "chat":
@@ -554,6 +570,8 @@ class _Conversation:
         if self.config.reasoning_effort:
             kwargs["reasoning"] = {"effort": self.config.reasoning_effort}
             kwargs["include"] = ["reasoning.encrypted_content"]
+        if self.max_answer_tokens:
+            kwargs["max_output_tokens"] = self.max_answer_tokens
         response = client.responses.create(**kwargs)
         usage = llm._usage(getattr(response, "usage", None), "input_tokens", "output_tokens")
         calls, texts, replay = [], [], []
@@ -587,6 +605,8 @@ class _Conversation:
         }
         if self.config.reasoning_effort:
             kwargs["reasoning_effort"] = self.config.reasoning_effort
+        if self.max_answer_tokens:
+            kwargs["max_tokens"] = self.max_answer_tokens
         response = client.chat.completions.create(**kwargs)
         usage = llm._usage(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
         choices = getattr(response, "choices", None) or []
@@ -635,7 +655,7 @@ def run_agent(
 ) -> AgentResult:
     """Let the model edit ``staging`` until it answers without a tool call. Never raises
     for the model's or the server's doing: a failure is a result with its reason."""
-    conversation = _Conversation(config, instructions, prompt)
+    conversation = _Conversation(config, instructions, prompt, limits.max_answer_tokens)
     usage = llm.Usage()
     turns = 0
 
