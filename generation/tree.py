@@ -716,13 +716,40 @@ def parse_rollout(data: bytes) -> ParsedRollout:
     if not data.strip():
         result.problems.append("empty file: no run segments")
         return result
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for found in iter_segments(data):
+        if isinstance(found, Segment):
+            result.segments.append(found)
+        else:
+            result.problems.append(found)
+    if not result.segments and not result.problems:
+        result.problems.append("empty file: no run segments")
+    return result
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of ``data``, one copied at a time (``split`` would copy the
+    whole file at once)."""
+    start, number = 0, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        number += 1
+        yield number, data[start:end]
+        start = end + 1
+
+
+def iter_segments(data: bytes) -> Iterator[Segment | str]:
+    """The run segments of a rollout, one at a time, and a problem (a string) for each
+    bad line: a segment is parsed only when it is reached, so that a caller that keeps
+    none of them holds one segment in memory at most."""
+    for number, raw in _lines(data):
         if not raw.strip():
             continue
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            result.problems.append(
+            yield (
                 f"line {number}: not valid UTF-8 (bad byte at column {exc.start + 1}); "
                 "segment skipped"
             )
@@ -730,44 +757,39 @@ def parse_rollout(data: bytes) -> ParsedRollout:
         try:
             value = json.loads(line)
         except RecursionError:
-            result.problems.append(f"line {number}: JSON nested absurdly deep; segment skipped")
+            yield f"line {number}: JSON nested absurdly deep; segment skipped"
             continue
         except ValueError as exc:
             msg = getattr(exc, "msg", str(exc))
             col = getattr(exc, "colno", None)
             where = f" at column {col}" if col else ""
-            result.problems.append(f"line {number}: not valid JSON ({msg}{where}); segment skipped")
+            yield f"line {number}: not valid JSON ({msg}{where}); segment skipped"
             continue
+        del line
         if not isinstance(value, dict):
-            result.problems.append(
-                f"line {number}: a JSON {_json_type(value)}, not an object; segment skipped"
-            )
+            yield f"line {number}: a JSON {_json_type(value)}, not an object; segment skipped"
             continue
         # Nesting can only pass the limit with more brackets than the limit.
         if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
-            result.problems.append(
+            yield (
                 f"line {number}: JSON nested more than {MAX_JSON_DEPTH} levels deep; "
                 "segment skipped"
             )
             continue
+        del raw
         terminal = value.get("terminal_metadata")
         interruptions = value.get("interruptions")
-        result.segments.append(
-            Segment(
-                line=number,
-                updated_at=str(value.get("updated_at") or ""),
-                rollout_id=str(value.get("rollout_id") or ""),
-                input=_as_list(value.get("input")),
-                generated_items=_as_list(value.get("generated_items")),
-                interruptions=interruptions if isinstance(interruptions, list) else None,
-                terminal_metadata=terminal if isinstance(terminal, dict) else {},
-                final_output=value.get("final_output"),
-                has_final_output_key="final_output" in value,
-            )
+        yield Segment(
+            line=number,
+            updated_at=str(value.get("updated_at") or ""),
+            rollout_id=str(value.get("rollout_id") or ""),
+            input=_as_list(value.get("input")),
+            generated_items=_as_list(value.get("generated_items")),
+            interruptions=interruptions if isinstance(interruptions, list) else None,
+            terminal_metadata=terminal if isinstance(terminal, dict) else {},
+            final_output=value.get("final_output"),
+            has_final_output_key="final_output" in value,
         )
-    if not result.segments and not result.problems:
-        result.problems.append("empty file: no run segments")
-    return result
 
 
 # --- raw memories, summaries, selection ------------------------------------------------

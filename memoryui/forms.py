@@ -44,8 +44,23 @@ class GenerationSettingsForm(forms.ModelForm):
             "max_raw_memories_for_consolidation",
             "concurrency",
             "extra_prompt",
+            "prompt_set",
+            "phase_two_max_turns",
+            "phase_two_token_budget",
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        # Left out of a post (an older form, a script): keep what the layout has.
+        for name in ("prompt_set", "phase_two_max_turns"):
+            self.fields[name].required = False
+
+    def clean_prompt_set(self) -> str:
+        return self.cleaned_data.get("prompt_set") or self.instance.prompt_set
+
+    def clean_phase_two_max_turns(self) -> int:
+        return self.cleaned_data.get("phase_two_max_turns") or self.instance.phase_two_max_turns
 
     def clean_extra_prompt(self) -> str:
         text = self.cleaned_data["extra_prompt"]

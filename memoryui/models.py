@@ -412,6 +412,25 @@ class GenerationSettings(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(64)],
         help_text="Phase-one model calls running at once for this layout.",
     )
+
+    class PromptSet(models.TextChoices):
+        MEMORYUI = "memoryui", "memoryui's own prompts"
+        SDK = "sdk", "the installed openai-agents SDK's prompts"
+
+    prompt_set = models.CharField(
+        max_length=16, choices=PromptSet.choices, default=PromptSet.MEMORYUI
+    )
+    phase_two_max_turns = models.PositiveIntegerField(
+        default=500,  # the SDK's MemoryGenerateConfig.phase_two_max_turns
+        validators=[MinValueValidator(1), MaxValueValidator(5000)],
+        help_text="Model calls phase two's agent may make before the run fails.",
+    )
+    phase_two_token_budget = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Tokens (sent and received) phase two may use before the run fails; "
+        "empty for no limit.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -456,6 +475,12 @@ class GenerationRun(models.Model):
     phase_two_input_tokens = models.PositiveIntegerField(default=0)
     phase_two_output_tokens = models.PositiveIntegerField(default=0)
     phase_two_lease_until = models.DateTimeField(null=True, blank=True)
+    # Phase two's agent, live: model calls so far and the files it has changed.
+    phase_two_turns = models.PositiveIntegerField(default=0)
+    phase_two_files_touched = models.JSONField(default=list, blank=True)
+    phase_two_note = models.CharField(
+        max_length=500, blank=True, help_text="How phase two ended without a proposal."
+    )
     phase_two_dispatched_at = models.DateTimeField(null=True, blank=True)
     base_memory_md = models.ForeignKey(
         MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -566,6 +591,9 @@ class Proposal(models.Model):
     removed = models.JSONField(default=list)
     restored_pins = models.JSONField(default=list)
     reintroduced = models.JSONField(default=list)
+    # Skill files phase two's agent added, changed or deleted, relative to the memories
+    # dir: {"skills/<name>/SKILL.md": {"old": text or null, "new": text or null}}.
+    skill_changes = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

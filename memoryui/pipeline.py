@@ -35,9 +35,9 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from generation import llm, phase_one, phase_two, prompts, tree
+from generation import llm, phase_one, phase_two, prompts
 
-from . import curation, documents
+from . import consolidation, curation, documents
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -118,6 +118,9 @@ def _snapshot(gs: GenerationSettings) -> dict[str, Any]:
         "extra_prompt": gs.extra_prompt,
         "max_raw_memories_for_consolidation": gs.max_raw_memories_for_consolidation,
         "concurrency": gs.concurrency,
+        "prompt_set": gs.prompt_set,
+        "phase_two_max_turns": gs.phase_two_max_turns,
+        "phase_two_token_budget": gs.phase_two_token_budget,
     }
 
 
@@ -258,6 +261,7 @@ def cache_key(content_sha256: str, snapshot: dict[str, Any]) -> str:
         snapshot.get("phase_one_model", ""),
         snapshot.get("reasoning_effort", ""),
         prompts.PROMPT_VERSION,
+        snapshot.get("prompt_set", "memoryui"),
         hashlib.sha256(snapshot.get("extra_prompt", "").encode()).hexdigest(),
     ]
     if snapshot.get("offline_demo"):
@@ -320,20 +324,22 @@ def _process_claimed_job(job_id: int) -> int:
         _finish_job(job, result, reused=True)
         return run.pk
     data = bytes(rollout.file.blob.data) if rollout.file.blob_id else b""
-    parsed = tree.parse_rollout(data)
     try:
         extraction = phase_one.run_phase_one(
-            parsed,
+            data,  # read one segment at a time: a huge rollout is never held parsed
             call=_model_call(snapshot, "phase_one_model"),
             extra_prompt=snapshot.get("extra_prompt", ""),
+            prompt_set=snapshot.get("prompt_set", "memoryui"),
         )
     except llm.PermanentModelError as exc:
         fail_job(job.pk, str(exc))
         return run.pk
+    except ImportError as exc:  # the sdk prompt set without openai-agents
+        fail_job(job.pk, f"the sdk prompt set needs the openai-agents package: {exc}")
+        return run.pk
     files = phase_one.phase_one_files(
         rollout_id=rollout.rollout_id,
         result=extraction,
-        parsed=parsed,
         rollout_path=rollout.file.path,
         session_id=_session_id(run.layout, rollout.rollout_id),
     )
@@ -492,55 +498,80 @@ def _consolidate_claimed(run_id: int) -> None:
         "layout__workspace", "base_memory_md", "base_memory_summary"
     ).get(pk=run_id)
     snapshot = run.settings_snapshot
+    selection_file, previous = documents.current_selection(run.layout)
     plan = phase_two.plan_phase_two(
         _raw_memory_texts(run).values(),
-        documents.current_selection(run.layout)[1],
+        previous,
         int(snapshot.get("max_raw_memories_for_consolidation", 256)),
         protected=ProtectedRawMemory.objects.filter(layout=run.layout).values_list(
             "rollout_id", flat=True
         ),
     )
-    try:
-        result = phase_two.run_phase_two(
-            plan=plan,
-            current_memory_md=curation.text_of(run.base_memory_md),
-            current_summary=curation.text_of(run.base_memory_summary),
-            pinned=curation.pinned_texts(run.layout, curation.text_of(run.base_memory_md)),
-            rejected=curation.rejected_texts(run.layout),
-            extra_prompt=snapshot.get("extra_prompt", ""),
-            call=_model_call(snapshot, "phase_two_model"),
-        )
-    except llm.PermanentModelError as exc:
-        fail_run(run_id, f"Phase two failed: {exc}")
+    config = model_config(snapshot, snapshot["phase_two_model"])
+    result = consolidation.consolidate(
+        run,
+        plan,
+        base_memory_md=curation.text_of(run.base_memory_md),
+        base_summary=curation.text_of(run.base_memory_summary),
+        selection_file=selection_file,
+        pinned=curation.pinned_texts(run.layout, curation.text_of(run.base_memory_md)),
+        rejected=curation.rejected_texts(run.layout),
+        client=_client(config),
+        config=config,
+        should_cancel=lambda: GenerationRun.objects.filter(
+            pk=run_id, status=GenerationRun.Status.CANCELLED
+        ).exists(),
+        on_turn=lambda turn: _phase_two_turn(run_id, turn),
+    )
+    if result.status in ("failed", "cancelled"):
+        _phase_two_turn(run_id, None, result.usage, result.turns)
+        if result.status == "failed":
+            fail_run(run_id, f"Phase two failed: {result.reason}")
         return
-    except llm.TransientModelError:
-        GenerationRun.objects.filter(pk=run_id).update(phase_two_lease_until=None)
-        raise
     with transaction.atomic():
-        Proposal.objects.update_or_create(
-            run=run,
-            defaults={
-                "layout": run.layout,
-                "base_memory_md": run.base_memory_md,
-                "base_memory_summary": run.base_memory_summary,
-                "memory_md": result.memory_md,
-                "memory_summary": result.memory_summary,
-                "raw_memories_md": plan.raw_memories_md,
-                "selection": [item.__dict__ for item in plan.selected],
-                "retained": plan.diff.retained,
-                "added": plan.diff.added,
-                "removed": plan.diff.removed,
-                "restored_pins": result.restored_pins,
-                "reintroduced": result.reintroduced,
-            },
-        )
-        GenerationRun.objects.filter(pk=run_id).update(
+        if result.status == "changed":
+            Proposal.objects.update_or_create(
+                run=run,
+                defaults={
+                    "layout": run.layout,
+                    "base_memory_md": run.base_memory_md,
+                    "base_memory_summary": run.base_memory_summary,
+                    "memory_md": result.memory_md,
+                    "memory_summary": result.memory_summary,
+                    "raw_memories_md": plan.raw_memories_md,
+                    "selection": [item.__dict__ for item in plan.selected],
+                    "retained": plan.diff.retained,
+                    "added": plan.diff.added,
+                    "removed": plan.diff.removed,
+                    "restored_pins": result.restored_pins,
+                    "reintroduced": result.reintroduced,
+                    "skill_changes": result.skill_changes,
+                },
+            )
+        GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING).update(
             status=GenerationRun.Status.DONE,
             finished_at=timezone.now(),
             phase_two_input_tokens=result.usage.input_tokens,
             phase_two_output_tokens=result.usage.output_tokens,
+            phase_two_turns=result.turns,
+            phase_two_note="" if result.status == "changed" else result.reason,
             phase_two_lease_until=None,
         )
+
+
+def _phase_two_turn(run_id: int, turn: Any, usage: Any = None, turns: int = 0) -> None:
+    """Phase two's progress after a model call, or its final tokens when it ended
+    without a proposal. (Its lease is renewed by ``renewing`` meanwhile.)"""
+    fields: dict[str, Any] = {}
+    if turn is not None:
+        usage, turns = turn.usage, turn.number
+        fields["phase_two_files_touched"] = turn.files_touched
+    GenerationRun.objects.filter(pk=run_id).update(
+        phase_two_input_tokens=usage.input_tokens,
+        phase_two_output_tokens=usage.output_tokens,
+        phase_two_turns=turns,
+        **fields,
+    )
 
 
 def fail_run(run_id: int, reason: str) -> None:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import curation, diffs, forms
+from . import consolidation, curation, diffs, forms
 from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role, workspace_view
 from .views import HtmxHttpRequest, bad_request
@@ -134,6 +134,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             "lint": _lint(proposal),
+            "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
 

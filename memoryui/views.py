@@ -15,7 +15,7 @@ from generation import tree
 from generation.summary import injected_summary
 from memoryui.tasks import reimport_workspace, start_generation
 
-from . import charts, diffs, documents, pipeline, search, workspaces
+from . import charts, consolidation, diffs, documents, pipeline, search, workspaces, writeback
 from .forms import (
     GenerationSettingsForm,
     RolloutFilterForm,
@@ -436,10 +436,17 @@ def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
         skill = tree.skill_name(file.path.removeprefix(prefix))
         if skill:
             skills.setdefault(skill, []).append(file)
+    approved = writeback.proposal_to_write(layout)  # approved, not yet written back
     return render(
         request,
         "memoryui/skill_list.html",
-        {"layout": layout, "workspace": layout.workspace, "skills": sorted(skills.items())},
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "skills": sorted(skills.items()),
+            "approved": approved if approved and approved.skill_changes else None,
+            "approved_skills": consolidation.skill_diffs(approved) if approved else [],
+        },
     )
 
 
@@ -568,6 +575,7 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         context["summary_diff"] = diffs.side_by_side(current_summary, proposal.memory_summary)
         context["proposal"] = proposal
         context["injection"] = injected_summary(proposal.memory_summary.encode())
+        context["skill_changes"] = consolidation.skill_diffs(proposal)
     return render(request, template, context)
 
 

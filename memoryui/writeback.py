@@ -364,7 +364,23 @@ def _proposal_files(
                 FileKind.RAW_MEMORY if rel.startswith("raw_memories/") else FileKind.ROLLOUT_SUMMARY
             )
             files.append((path, str(text).encode("utf-8"), f"{label}, phase one", kind))
+    for rel, change in sorted((proposal.skill_changes or {}).items()):
+        problem = _skill_path_problem(str(rel))
+        if problem or not isinstance(change, dict):
+            refused.append(Refusal(str(rel), problem or "not a skill change"))
+        elif change.get("new") is None:
+            refused.append(Refusal(str(rel), "deleted by phase two: delete it by hand if wanted"))
+        else:
+            data = str(change["new"]).encode("utf-8")
+            files.append((f"{base}/{rel}", data, f"{label}, phase two", FileKind.SKILL))
     return files, refused
+
+
+def _skill_path_problem(rel: str) -> str:
+    parts = rel.split("/")
+    if parts[0] != "skills" or len(parts) < 2 or any(p in ("", ".", "..") for p in parts):
+        return "not a path under skills/"
+    return ""
 
 
 def _selection_item(raw: dict[str, Any]) -> tree.SelectionItem:

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from generation import review
+from generation import prompts, review
 from generation.fake_openai import Reply
 from memoryui import curation, pipeline
 from memoryui.importer import import_workspace
@@ -54,6 +54,15 @@ def login(user) -> Client:
 
 def url(name: str, layout: Layout, *args) -> str:
     return reverse(f"memoryui:{name}", args=[layout.workspace.name, layout.pk, *args])
+
+
+def append_to_memory_md(text: str) -> list[Reply]:
+    """Phase two's agent appending ``text`` to MEMORY.md, then saying it is done."""
+    lines = "".join(f"+{line}\n" for line in ["", *text.rstrip("\n").split("\n")])
+    patch = (
+        f"*** Begin Patch\n*** Update File: MEMORY.md\n@@\n{lines}*** End of File\n*** End Patch"
+    )
+    return [Reply.tools(("apply_patch", {"patch": patch})), Reply(raw_text="Appended.")]
 
 
 def proposal_for(layout: Layout) -> Proposal:
@@ -210,13 +219,14 @@ def test_a_rejected_entry_that_the_model_proposes_again_is_flagged(model, layout
     curation.decide(first, MD, added.key, "reject", user=reviewer)
     curation.approve(first, user=reviewer)
 
+    # A model that ignores the rejection and writes the entry again ...
+    model.script(*append_to_memory_md(added.proposed))
     second = proposal_for(layout)
-    # Phase two was told about the rejection ...
-    assert added.proposed.strip()[:60] in model.requests[-1]["input"]
-    # ... and a model that ignores it anyway is caught.
-    if not review.contains_entry(second.memory_md, added.proposed):
-        second.memory_md = review.join([second.memory_md, added.proposed])
-        second.save(update_fields=["memory_md"])
+    # ... was told about it, and is caught.
+    told = [r for r in model.requests if "tools" in r][-1]["input"][0]["content"]
+    rejected = [r.strip() for r in prompts.extract_tagged(prompts.REJECTED_TAG, told)]
+    assert added.proposed.strip() in rejected
+    assert review.contains_entry(second.memory_md, added.proposed)
 
     page = login(reviewer).get(url("proposal_review", layout, second.pk)).content.decode()
     assert "brings back entries people rejected" in page
@@ -233,13 +243,12 @@ def test_a_pin_survives_a_consolidation_whose_model_drops_it(model, layout):
         for job_id in pipeline.claim_window(run.pk):
             pipeline.process_job(job_id)
     assert pipeline.finish_phase_one(run.pk)
-    model.script(
-        Reply(
-            json={
-                "memory_md": "# Task Group: something else\n\nscope: x\n",
-                "memory_summary": "## User Profile\n\nx\n",
-            }
-        )
+    model.script(  # a model that rewrites MEMORY.md and drops the pinned entry
+        Reply.tools(
+            ("delete_file", {"path": "MEMORY.md"}),
+            ("write_file", {"path": "MEMORY.md", "content": "# Task Group: else\n\nscope: x\n"}),
+        ),
+        Reply(raw_text="Rewrote it."),
     )
 
     pipeline.consolidate(run.pk)
@@ -522,6 +531,7 @@ def test_approvals_stick_while_the_text_is_unchanged_and_come_back_outdated(mode
     curation.approve(first, user=reviewer)
     approved = review.entries(first.memory_md)
 
+    model.script(*append_to_memory_md("# Task Group: later\n\nscope: later work\n"))
     second = proposal_for(layout)
     kept, changed = approved[0], approved[1]
     second.memory_md = second.memory_md.replace(

@@ -94,6 +94,7 @@ def test_phase_one_through_llama_cpp_writes_files_in_the_sdks_format(
     parsed = tree.parse_rollout(path.read_bytes())
     config = llm.ModelConfig(
         model=llama_server.model,
+        api_key=llama_server.api_key,
         base_url=llama_server.base_url,
         api="chat",
         chat_format="json_object",
@@ -140,3 +141,39 @@ def test_phase_one_through_llama_cpp_writes_files_in_the_sdks_format(
         "terminal_state: completed\n\n"
     )
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
+def test_phase_two_agent_through_llama_cpp_ends_with_a_result_and_a_reason(llama_server):
+    """A 270M model may not call tools well: the loop must still end with a status and a
+    reason a person can read, never an exception, and change only what it may."""
+    from generation.llm import ModelConfig, make_client
+    from generation.phase_two_agent import Limits, Staging, run_agent
+
+    config = ModelConfig(
+        model=llama_server.model,
+        api_key=llama_server.api_key,
+        base_url=llama_server.base_url,
+        api="chat",
+        chat_format="json_object",
+    )
+    folder = {
+        "MEMORY.md": b"# Task Group: tests\n\nscope: parser tests\n",
+        "memory_summary.md": b"## User Profile\n\nWrites parsers.\n",
+        "raw_memories.md": b"rollout_id: r1\nupdated_at: 2026-11-30\n\nparse('') now returns []\n",
+    }
+    with Staging(folder) as staging:
+        result = run_agent(
+            client=make_client(config),
+            config=config,
+            instructions="Update MEMORY.md with the new raw memory using your tools.",
+            prompt="Consolidate raw_memories.md into MEMORY.md.",
+            staging=staging,
+            limits=Limits(max_turns=3, max_answer_tokens=200),
+            sleep=lambda seconds: None,
+        )
+
+    assert result.status in ("changed", "nothing", "failed")
+    assert result.turns >= 1 or result.reason
+    if result.status == "failed":
+        assert result.reason and result.changes == {}
+    assert set(result.changes) <= {"MEMORY.md", "memory_summary.md"}

@@ -132,33 +132,83 @@ def test_a_rollout_within_budget_is_rendered_whole():
 
     assert not rendered.truncated
     assert rendered.original_tokens == rendered.kept_tokens == count_tokens(rendered.text)
-    assert "cut here" not in rendered.text
+    assert "tokens truncated" not in rendered.text
 
 
-def test_truncation_keeps_head_and_tail_and_states_both_sizes_within_budget():
-    lines = "\n".join(f"line {i:05d} of the long tool output" for i in range(4000))
-    parsed = rollout(
+def long_rollout(lines=4000):
+    text = "of the long tool output \u00e9\u6f22\U0001f600"  # 1- to 4-byte characters
+    output = "\n".join(f"line {i:05d} {text}" for i in range(lines))
+    return rollout(
         segment(
             user("HEAD-REQUEST: summarise the log"),
-            {"type": "function_call_output", "call_id": "c", "output": lines},
+            {"type": "function_call_output", "call_id": "c", "output": output},
             {"role": "assistant", "content": "TAIL-ANSWER: all good"},
             state="max_turns_exceeded",
             final=None,
         )
     )
 
-    rendered = render_rollout(parsed, max_tokens=2000)
+
+def test_truncation_keeps_head_and_tail_and_counts_4_bytes_a_token_as_the_sdk():
+    rendered = render_rollout(long_rollout(), max_tokens=2000)
 
     assert rendered.truncated
-    assert rendered.original_tokens > 20_000
-    assert count_tokens(rendered.text) == rendered.kept_tokens <= 2000
-    assert rendered.kept_tokens > 1900  # the budget is used, not wasted
+    whole = render_rollout(long_rollout(), max_tokens=10**9).text
+    assert rendered.original_tokens == -(-len(whole.encode()) // 4) > 20_000
+    assert len(rendered.text.encode()) <= 2000 * 4
+    assert count_tokens(rendered.text) == rendered.kept_tokens > 1990  # the budget is used
     assert "HEAD-REQUEST" in rendered.text and "TAIL-ANSWER" in rendered.text
     assert '"terminal_state": "max_turns_exceeded"' in rendered.text
-    assert f"original_tokens={rendered.original_tokens}" in rendered.text
-    assert f"kept_tokens={rendered.kept_tokens}" in rendered.text
     assert "line 00000" in rendered.text and "line 03999" in rendered.text
     assert "line 02000" not in rendered.text
+
+
+@pytest.mark.parametrize("max_tokens", [150_000, 2000, 1001, 7])
+def test_the_cut_is_exactly_the_sdks_truncation_of_the_same_transcript(max_tokens):
+    from agents.sandbox.util.token_truncation import TruncationPolicy, truncate_text
+
+    parsed = long_rollout(lines=40_000)  # ~2.6 MB: past the SDK's 150,000 tokens
+    whole = render_rollout(parsed, max_tokens=10**9).text
+    assert len(whole.encode()) > 150_000 * 4
+
+    rendered = render_rollout(parsed, max_tokens=max_tokens)
+
+    # Byte for byte what the SDK's phase one does to rollout text past its budget
+    # (agents/sandbox/memory/phase_one.py: truncate_text(..., TruncationPolicy.tokens)).
+    # The deliberate difference is what is cut: the SDK cuts the raw JSONL, memoryui the
+    # transcript it renders from it (only the items the SDK keeps, metadata first).
+    assert rendered.text == truncate_text(whole, TruncationPolicy.tokens(max_tokens))
+    assert rendered.truncated
+
+
+def test_a_cut_rollout_comes_with_a_note_in_the_prompt_a_whole_one_without():
+    long_call = answer({"rollout_slug": "", "rollout_summary": "", "raw_memory": ""})
+    run_phase_one(long_rollout(), call=long_call, max_tokens=2000)
+    short_call = answer({"rollout_slug": "", "rollout_summary": "", "raw_memory": ""})
+    run_phase_one(rollout(segment(user("hi"))), call=short_call)
+
+    long_prompt, short_prompt = long_call.seen[1], short_call.seen[1]
+    assert "The transcript below is cut" in long_prompt
+    assert long_prompt.index("The transcript below is cut") < long_prompt.index("<rollout>")
+    assert "tokens truncated\u2026" in long_prompt
+    assert "cut" not in short_prompt.split("<rollout>")[0]
+
+
+def test_rendering_from_bytes_equals_rendering_the_parsed_rollout():
+    parsed_text = "\n".join(
+        [
+            segment(user("first"), state="interrupted", final=None),
+            "not json",
+            segment(user("second \u00e9"), state="completed"),
+        ]
+    )
+    data = parsed_text.encode()
+
+    assert render_rollout(data).text == render_rollout(tree.parse_rollout(data)).text
+    assert (
+        render_rollout(data, max_tokens=40).text
+        == render_rollout(tree.parse_rollout(data), max_tokens=40).text
+    )
 
 
 def test_all_empty_answer_means_nothing_to_remember_and_no_files():
@@ -356,3 +406,61 @@ def test_demo_phase_one_on_every_fixture_rollout_writes_files_the_sdk_reads(fixt
                 "counts"
             ].values()
         )
+
+
+# --- a huge rollout ------------------------------------------------------------------
+
+_MEASURE = """
+import resource, sys
+from generation import llm, phase_one
+data = open(sys.argv[1], "rb").read()
+call = llm.make_call(llm.ModelConfig(model="demo", base_url=sys.argv[2]))
+result = phase_one.run_phase_one(data, call=call)
+print(result.status, result.rendered.original_tokens, result.rendered.kept_tokens,
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def write_huge_rollout(path: Path, size: int) -> None:
+    """One run segment of ``size`` bytes on one JSONL line (the worst case: a segment is
+    the unit that is parsed), mostly long tool outputs, as a long agent run writes."""
+    with path.open("w") as out:
+        out.write('{"updated_at":"2026-11-29T10:00:00+00:00","rollout_id":"huge","input":')
+        out.write(json.dumps([user("Please triage these logs and fix the failing job")]))
+        out.write(',"generated_items":[')
+        written = n = 0
+        while written < size:
+            lines = (f"{n:08d} worker log line with words \u00e9 and more text" for _ in range(200))
+            item = json.dumps(
+                {"type": "function_call_output", "call_id": f"c{n}", "output": "\n".join(lines)}
+            )
+            out.write(("," if n else "") + item)
+            written, n = written + len(item) + 1, n + 1
+        out.write('],"terminal_metadata":{"terminal_state":"completed"},"final_output":"done"}\n')
+
+
+def test_phase_one_of_a_60_mb_rollout_stays_under_500_mb_and_sends_the_sdks_budget(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "huge.jsonl"
+    write_huge_rollout(path, 60_000_000)
+    with FakeOpenAI() as server:
+        done = subprocess.run(
+            [sys.executable, "-c", _MEASURE, str(path), server.base_url],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+            timeout=300,
+            check=True,
+        )
+        prompt = server.requests[-1]["input"]
+
+    status, original, kept, peak = done.stdout.split()
+    assert status == "memory"
+    assert int(original) > 13_000_000  # ~55 MB of transcript at 4 bytes a token
+    assert int(kept) <= 150_000
+    assert len(prompt.encode()) < 150_000 * 4 + 5_000  # the transcript cut, plus our words
+    assert "worker log line" in prompt and "tokens truncated" in prompt
+    print(f"peak RSS of phase one on a 60 MB rollout: {int(peak) / 2**20:.0f} MiB")
+    assert int(peak) < 500 * 2**20

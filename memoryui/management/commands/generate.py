@@ -111,6 +111,10 @@ class Command(BaseCommand):
             self.stdout.write(f"  failed {job.rollout.rollout_id}: {job.error}")
         if run.error:
             self.stdout.write(self.style.ERROR(f"  {run.error}"))
+        if run.phase_two_turns:
+            self.stdout.write(f"  phase two: {run.phase_two_turns} turn(s)")
+        if run.phase_two_note:
+            self.stdout.write(f"  phase two ended without a proposal: {run.phase_two_note}")
         proposal = getattr(run, "proposal", None)
         if proposal is not None:
             self.stdout.write(
