@@ -31,6 +31,19 @@ def workspace_copy(tmp_path: Path, fixtures_dir: Path):
     return copy
 
 
+@pytest.fixture
+def layout(db, workspace_copy):
+    """small-a imported as workspace "a": its memories/engineering layout, generating one
+    rollout at a time. (Some modules define a ``layout`` of their own.)"""
+    from memoryui.importer import import_workspace
+    from memoryui.models import GenerationSettings, Layout
+
+    import_workspace(workspace_copy("small-a"), "a")
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=layout, concurrency=1)
+    return layout
+
+
 @pytest.fixture(scope="session")
 def llama_server():
     """llama.cpp's OpenAI-compatible server with Gemma 3 270M, for the whole test session."""

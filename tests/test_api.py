@@ -494,7 +494,7 @@ def test_starting_a_run_without_a_model_is_a_503_and_an_active_run_a_409(model, 
     status = Client().get(api(layout, f"/runs/{started.json()['id']}"), **bearer(secret))
     GenerationRun.objects.update(status=GenerationRun.Status.CANCELLED)
     settings.OPENAI_BASE_URL = ""
-    settings.MEMORYUI_OFFLINE_DEMO = False
+    settings.MEMORYUI_DEMO_MODEL = "off"
     unavailable = Client().post(api(layout, "/runs"), **bearer(secret))
 
     assert started.status_code == 201 and started.json()["status"] == "extracting"

@@ -30,15 +30,6 @@ from tests.factories import make_user
 MD = MemoryVersion.Document.MEMORY_MD
 
 
-@pytest.fixture
-def layout(db, workspace_copy):
-    ws = workspace_copy("small-a")
-    import_workspace(ws, "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
-    return layout
-
-
 def member(role: Role | None, layout: Layout, name: str | None = None):
     user = make_user(name or (role.value if role else "outsider"))
     if role:

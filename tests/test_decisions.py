@@ -12,10 +12,8 @@ from django.test import Client
 from generation import review
 from generation.fake_openai import Reply
 from memoryui import curation, pipeline
-from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
-    GenerationSettings,
     Layout,
     MemoryVersion,
     Pin,
@@ -26,15 +24,6 @@ from memoryui.models import (
 from tests.test_curation import MD, current_text, first_key, member, proposal_for, url
 
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def layout(db, workspace_copy):
-    ws = workspace_copy("small-a")
-    import_workspace(ws, "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
-    return layout
 
 
 def login(user) -> Client:
@@ -327,13 +316,21 @@ def test_protect_clicked_twice_at_once_protects_once(layout):
 
 
 def consolidate_with(model, layout: Layout, memory_md: str) -> Proposal:
-    """Run a consolidation whose model answers ``memory_md``."""
+    """Run a consolidation whose agent rewrites MEMORY.md as ``memory_md``."""
     run = pipeline.start_run(layout)
     for _ in range(3):
         for job_id in pipeline.claim_window(run.pk):
             pipeline.process_job(job_id)
     assert pipeline.finish_phase_one(run.pk)
-    model.script(Reply(json={"memory_md": memory_md, "memory_summary": "## User Profile\n\nx\n"}))
+    model.script(
+        Reply.tools(
+            ("delete_file", {"path": "MEMORY.md"}),
+            ("write_file", {"path": "MEMORY.md", "content": memory_md}),
+            ("delete_file", {"path": "memory_summary.md"}),
+            ("write_file", {"path": "memory_summary.md", "content": "## User Profile\n\nx\n"}),
+        ),
+        Reply(raw_text="Rewrote them."),
+    )
     pipeline.consolidate(run.pk)
     return Proposal.objects.get(run=run)
 

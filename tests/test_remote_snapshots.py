@@ -21,6 +21,7 @@ from agents.sandbox.snapshot import RemoteSnapshotSpec
 from django.test import Client
 from django.urls import reverse
 
+from generation.fake_openai import Reply
 from memoryui import curation, pipeline, tokens
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -200,6 +201,9 @@ def run(coro):
     return asyncio.run(coro)
 
 
+APPROVED_SUMMARY = "## User Profile\n\nReviewed in memoryui: deploys go through the runbook.\n"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memory(
     live_server, model, store, fixtures_dir, tmp_path
@@ -252,10 +256,21 @@ def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memo
         in page.get(reverse("memoryui:rollout_list", args=["sandbox", layout.pk])).content.decode()
     )
 
-    # A generation run, then an approval through the API.
+    # A generation run whose phase two rewrites the summary, then an approval through the
+    # API.
     GenerationSettings.objects.create(layout=layout, concurrency=1)
     generation = pipeline.start_run(layout, staff)
-    pipeline.run_inline(generation.pk, threads=1, sleep=lambda s: None)
+    while not pipeline.finish_phase_one(generation.pk):
+        for job_id in pipeline.claim_window(generation.pk):
+            pipeline.process_job(job_id)
+    model.script(
+        Reply.tools(
+            ("delete_file", {"path": "memory_summary.md"}),
+            ("write_file", {"path": "memory_summary.md", "content": APPROVED_SUMMARY}),
+        ),
+        Reply(raw_text="Rewrote the summary."),
+    )
+    pipeline.consolidate(generation.pk)
     proposal = Proposal.objects.get(run=generation)
     approved = Client().post(
         f"/api/workspaces/sandbox/layouts/{layout.pk}/proposals/{proposal.pk}/approve",
@@ -263,7 +278,7 @@ def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memo
     )
     assert approved.status_code == 200, approved.content
     approved_summary = curation.text_of(curation.latest(layout, SUMMARY))
-    assert approved_summary.strip() and approved_summary != agents_summary
+    assert approved_summary == APPROVED_SUMMARY != agents_summary
 
     # A new sandbox restores from memoryui; its Memory() injects the approved summary.
     async def second_session() -> str | None:

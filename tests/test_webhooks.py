@@ -18,7 +18,6 @@ from memoryui import curation, pipeline, webhooks, writeback
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
-    GenerationSettings,
     Layout,
     Membership,
     MemoryVersion,
@@ -30,6 +29,7 @@ from memoryui.models import (
 from memoryui.snapshots import export_snapshot
 from tests.factories import make_user
 from tests.test_celery_worker import REDIS_URL, start_worker, stop, wait_for
+from tests.test_curation import append_to_memory_md
 
 
 class Receiver:
@@ -101,14 +101,6 @@ def eager():
     app.conf.task_always_eager = before
 
 
-@pytest.fixture
-def layout(db, workspace_copy):
-    import_workspace(workspace_copy("small-a"), "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
-    return layout
-
-
 def hook(layout, url, events=()) -> Webhook:
     return Webhook.objects.create(
         workspace=layout.workspace, url=url, events=list(events), secret=webhooks.new_secret()
@@ -153,6 +145,8 @@ def test_the_workspaces_events_are_queued_for_the_hooks_that_want_them(
         pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
         curation.approve(Proposal.objects.get(run=run), user=admin)
         second = pipeline.start_run(layout)
+        # Phase one reuses every result: the script is phase two's.
+        model.script(*append_to_memory_md("# Task Group: second\n\nscope: a second look\n"))
         pipeline.run_inline(second.pk, threads=1, sleep=lambda s: None)
         curation.reject_proposal(Proposal.objects.get(run=second), user=admin)
         writeback.write_back(layout, user=admin)
