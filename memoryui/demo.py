@@ -17,11 +17,11 @@ DEMO_NAME = "small-a"
 
 
 def demo_workspace_dir() -> Path:
-    return Path(settings.VAR_DIR) / "demo" / DEMO_NAME
+    return Path(settings.VAR_DIR) / "workspaces" / DEMO_NAME  # under the default workspace roots
 
 
 def prepare_demo_workspace(progress: Progress | None = None) -> Workspace:
-    """Copy the sample to ``var/demo/small-a`` (once; later write-backs land there) and
+    """Copy the sample to ``var/workspaces/small-a`` (once; later write-backs land there) and
     import it as the workspace ``small-a``, unless it already is imported from there. A
     demo database from before the copy existed is re-pointed at the copy."""
     target = demo_workspace_dir()

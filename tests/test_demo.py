@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryui import curation, pipeline
+from memoryui import curation, pipeline, workspaces
 from memoryui.demo import SAMPLE, prepare_demo_workspace
 from memoryui.models import ImportRun, Layout, Proposal
 from memoryui.writeback import write_back
@@ -33,9 +33,13 @@ def test_the_demo_writes_back_into_its_copy_never_into_the_tracked_sample(settin
     settings.MEMORYUI_DEMO_MODEL = "offline"  # what bin/start uses without a model
     assert git_status(SAMPLE) == ""
 
+    settings.MEMORYUI_WORKSPACE_ROOTS = [(tmp_path / "var" / "workspaces").resolve()]  # default
+
     workspace = prepare_demo_workspace()
-    copy = tmp_path / "var" / "demo" / "small-a"
+    copy = tmp_path / "var" / "workspaces" / "small-a"
     assert workspace.source_path == str(copy)
+    # Under the workspace roots: the dashboard may re-import and sync it.
+    assert workspaces.resolve_source(workspace.source_path) == copy.resolve()
     layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
     run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1)
     curation.approve(Proposal.objects.get(run=run), user=make_user("demo", staff=True))
@@ -59,7 +63,7 @@ def test_a_demo_database_from_before_the_copy_is_moved_onto_the_copy(settings, t
     import_workspace(SAMPLE, "small-a")  # what setup_demo used to do
 
     workspace = prepare_demo_workspace()
-    copy = tmp_path / "var" / "demo" / "small-a"
+    copy = tmp_path / "var" / "workspaces" / "small-a"
     assert workspace.source_path == str(copy)
     layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
     current = curation.latest(layout, "memory_md")

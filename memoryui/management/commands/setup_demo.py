@@ -12,7 +12,7 @@ from memoryui.models import WorkspaceFile
 
 class Command(BaseCommand):
     help = (
-        "For the local demo: import a copy of the bundled sample workspace (under var/demo, "
+        "For the local demo: import a copy of the bundled sample workspace (under var/workspaces, "
         "so write-backs never touch the repository) and (re)set the demo login's password "
         "to a fresh random one, printed once."
     )
