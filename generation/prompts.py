@@ -253,15 +253,9 @@ def phase_two_agent_instructions(extra_prompt: str = "") -> str:
     return _with_extra(PHASE_TWO_AGENT_INSTRUCTIONS, extra_prompt)
 
 
-def phase_two_agent_prompt(
-    *, selection_lines: str, pinned: Iterable[str], rejected: Iterable[str]
-) -> str:
-    parts = [
-        "Consolidate the memory folder: update MEMORY.md and memory_summary.md (and skills "
-        "when a procedure repeats) from the raw memories in raw_memories.md.",
-        "Selection of raw memories for this consolidation (newest first):\n"
-        + tagged(SELECTION_TAG, selection_lines),
-    ]
+def _pins_and_rejections(pinned: Iterable[str], rejected: Iterable[str]) -> list[str]:
+    """What people decided that phase two must respect, as prompt parts."""
+    parts = []
     pinned = [p for p in pinned if p.strip()]
     if pinned:
         parts.append(
@@ -274,6 +268,19 @@ def phase_two_agent_prompt(
             "Rejected entries: people removed these; do not write them again in any form.\n"
             + "\n".join(tagged(REJECTED_TAG, r, n=str(i)) for i, r in enumerate(rejected, 1))
         )
+    return parts
+
+
+def phase_two_agent_prompt(
+    *, selection_lines: str, pinned: Iterable[str], rejected: Iterable[str]
+) -> str:
+    parts = [
+        "Consolidate the memory folder: update MEMORY.md and memory_summary.md (and skills "
+        "when a procedure repeats) from the raw memories in raw_memories.md.",
+        "Selection of raw memories for this consolidation (newest first):\n"
+        + tagged(SELECTION_TAG, selection_lines),
+    ]
+    parts += _pins_and_rejections(pinned, rejected)
     parts.append("Edit the files with your tools, then say briefly what you changed.")
     return "\n\n".join(parts)
 
@@ -310,18 +317,7 @@ def phase_two_prompt(
         "Current memory_summary.md (empty when there is none yet):\n"
         + tagged(CURRENT_SUMMARY_TAG, current_summary),
     ]
-    pinned = [p for p in pinned if p.strip()]
-    if pinned:
-        parts.append(
-            "Pinned entries: keep each one in MEMORY.md exactly as written.\n"
-            + "\n".join(tagged(PINNED_TAG, p, n=str(i)) for i, p in enumerate(pinned, 1))
-        )
-    rejected = [r for r in rejected if r.strip()]
-    if rejected:
-        parts.append(
-            "Rejected entries: people removed these; do not write them again in any form.\n"
-            + "\n".join(tagged(REJECTED_TAG, r, n=str(i)) for i, r in enumerate(rejected, 1))
-        )
+    parts += _pins_and_rejections(pinned, rejected)
     parts.append("Return the JSON object with memory_md and memory_summary.")
     return "\n\n".join(parts)
 

@@ -24,7 +24,14 @@ DELIVERIES_SHOWN = 50
 
 
 class WebhookForm(forms.Form):
-    url = forms.URLField(max_length=1000, assume_scheme="https")
+    url = forms.URLField(
+        label="Receiver URL",
+        max_length=1000,
+        assume_scheme="https",
+        widget=forms.URLInput(
+            attrs={"placeholder": "https://ci.example.com/memoryui-hook", "size": 60}
+        ),
+    )
     events = forms.MultipleChoiceField(
         choices=webhooks.EVENTS,
         required=False,

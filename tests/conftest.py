@@ -44,6 +44,21 @@ def layout(db, workspace_copy):
     return layout
 
 
+# The Redis database the tests with real Celery workers use as their broker (emptied
+# around each test).
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+@pytest.fixture
+def broker():
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+
+
 @pytest.fixture(scope="session")
 def llama_server():
     """llama.cpp's OpenAI-compatible server with Gemma 3 270M, for the whole test session."""

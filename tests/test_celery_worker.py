@@ -31,7 +31,6 @@ from memoryui.models import GenerationRun, GenerationSettings, Layout, PhaseOneJ
 from memoryui.tasks import start_generation
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 DEFAULT_LEASES = os.environ.get("MEMORYUI_TEST_DEFAULT_LEASES") == "1"
 LEASE, RENEW, RECOVERY = (60, 15, 30) if DEFAULT_LEASES else (3, 1, 1)
 
@@ -43,14 +42,6 @@ def database_url() -> str:
     if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-import redis
 import requests
 import yaml
 
@@ -33,7 +32,6 @@ from memoryui.health import PATH as HEALTHZ
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -71,14 +69,6 @@ def database():
     yield urlunsplit(server._replace(path=f"/{name}"))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
 
 
 class Deployment:

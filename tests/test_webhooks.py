@@ -10,7 +10,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import redis
 from django.test import Client
 from django.urls import reverse
 
@@ -28,7 +27,7 @@ from memoryui.models import (
 )
 from memoryui.snapshots import export_snapshot
 from tests.factories import make_user
-from tests.test_celery_worker import REDIS_URL, start_worker, stop, wait_for
+from tests.test_celery_worker import start_worker, stop, wait_for
 from tests.test_curation import append_to_memory_md
 
 
@@ -83,14 +82,6 @@ def documented_verify(secret: str, headers, body: bytes, tolerance: int = 300) -
     return hmac.compare_digest(
         "sha256=" + expected.hexdigest(), headers["X-Memoryui-Signature"]
     ) and (abs(time.time() - int(timestamp)) <= tolerance)
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
 
 
 @pytest.fixture
