@@ -340,10 +340,19 @@ def test_the_api_allows_exactly_what_the_page_allows_for_every_role(
             assert "detail" in from_api.json()
 
 
+def signed_in() -> Client:
+    from django.contrib.auth import get_user_model
+
+    client = Client()
+    reader = get_user_model().objects.filter(username="reader").first()
+    client.force_login(reader or make_user("reader"))
+    return client
+
+
 def test_every_endpoint_in_the_schema_is_in_the_permission_table(model, layout):
     import re
 
-    schema = Client().get("/api/openapi.json").json()
+    schema = signed_in().get("/api/openapi.json").json()
     proposal = proposal_for(layout)
     run = GenerationRun.objects.get(pk=proposal.run_id)
     tested = [api_call(layout, proposal, run)[:2] for _, _, api_call, _ in ENDPOINTS]
@@ -507,8 +516,8 @@ def test_starting_a_run_without_a_model_is_a_503_and_an_active_run_a_409(model, 
 
 
 def test_the_openapi_schema_validates_and_the_docs_load_without_a_cdn():
-    schema = Client().get("/api/openapi.json")
-    docs = Client().get("/api/docs")
+    schema = signed_in().get("/api/openapi.json")
+    docs = signed_in().get("/api/docs")
 
     validate(schema.json())
     assert schema.json()["components"]["securitySchemes"]["TokenAuth"]["scheme"] == "bearer"
@@ -517,6 +526,25 @@ def test_the_openapi_schema_validates_and_the_docs_load_without_a_cdn():
     assert "/static/ninja/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
     assert "script-src 'self'" in docs["Content-Security-Policy"]
     assert "<script>" not in html  # no inline script for the policy to block
+
+
+def test_the_schema_and_docs_need_a_signed_in_person_or_a_valid_token():
+    revoked = tokens.create_token(make_user("gone"), "old", [])
+    tokens.revoke(revoked.token, user=revoked.token.user)
+    valid = token_for(make_user("bot"))
+
+    anonymous_schema = Client().get("/api/openapi.json")
+    anonymous_docs = Client().get("/api/docs")
+    revoked_schema = Client().get("/api/openapi.json", **bearer(revoked.secret))
+
+    assert anonymous_schema.status_code == 401 == revoked_schema.status_code
+    assert "Bearer <token>" in anonymous_schema.json()["detail"]
+    assert anonymous_docs.status_code == 302
+    assert anonymous_docs["Location"].startswith("/accounts/login/?next=/api/docs")
+    assert Client().get("/api/openapi.json", **bearer(valid)).json()["info"]["title"] == (
+        "memoryui API"
+    )
+    assert signed_in().get("/api/docs").status_code == 200
 
 
 def test_skills_are_listed_and_each_file_is_served_as_its_exact_bytes(layout, fixtures_dir):
@@ -540,8 +568,8 @@ def test_skills_are_listed_and_each_file_is_served_as_its_exact_bytes(layout, fi
 
 
 def test_every_request_body_has_examples_and_each_example_is_accepted(model, layout):
-    schema = Client().get("/api/openapi.json").json()
     secret = token_for(make_user("ada", staff=True))
+    schema = Client().get("/api/openapi.json", **bearer(secret)).json()
     proposal = proposal_for(layout)
     real_key = _key(layout, proposal)
     concrete = {"{name}": "a", "{layout_id}": str(layout.pk), "{proposal_id}": str(proposal.pk)}

@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import io
 import json
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -31,7 +32,6 @@ from memoryui.models import (
     MemoryVersion,
     Proposal,
     Role,
-    Rollout,
     UploadedSnapshot,
     Workspace,
 )
@@ -204,57 +204,133 @@ def run(coro):
 APPROVED_SUMMARY = "## User Profile\n\nReviewed in memoryui: deploys go through the runbook.\n"
 
 
+@pytest.fixture
+def no_tracing():
+    """The SDK's tracing would try to export to OpenAI's servers: off for these tests."""
+    from agents import set_tracing_disabled
+    from agents.tracing import get_trace_provider
+
+    provider = get_trace_provider()
+    before = getattr(provider, "_disabled", False)
+    set_tracing_disabled(True)
+    yield
+    set_tracing_disabled(before)
+
+
+AGENTS_SUMMARY = "## User Profile\n\nUnreviewed: the agent wrote this about itself.\n"
+AGENTS_MEMORY = "# Task Group: deploys\n\nDeploys follow the runbook.\n"
+
+
+def sdk_model(server):
+    """The SDK's own Responses model, pointed at the local test server."""
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+    return OpenAIResponsesModel(model="test-model", openai_client=client)
+
+
+def memory_agent(server):
+    """A sandbox agent with the SDK's ``Memory()``: every run is recorded as a rollout,
+    and when the session closes the SDK's phase one and phase two write its memory."""
+    from agents.sandbox import SandboxAgent
+    from agents.sandbox.capabilities.capabilities import Capabilities
+    from agents.sandbox.config import MemoryGenerateConfig
+
+    generate = MemoryGenerateConfig(
+        phase_one_model=sdk_model(server),
+        phase_two_model=sdk_model(server),
+        phase_one_model_settings=None,
+        phase_two_model_settings=None,
+    )
+    return SandboxAgent(
+        name="deployer",
+        instructions="Deploy services when asked.",
+        model=sdk_model(server),
+        capabilities=[
+            *Capabilities.default(),
+            Memory(layout=ENGINEERING, read=None, generate=generate),
+        ],
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memory(
-    live_server, model, store, fixtures_dir, tmp_path
+    live_server, model, store, tmp_path, no_tracing
 ):
+    from agents import RunConfig, Runner
+    from agents.run_config import SandboxRunConfig
+
     staff = make_user("ops", staff=True)
     secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
     remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
     spec = RemoteSnapshotSpec(client_dependency_key="memoryui")
-    agent_tree = fixtures_dir / "small-a" / "workspace"
-    agents_summary = (agent_tree / "memories/engineering/memory_summary.md").read_text()
+    agents_summary = AGENTS_SUMMARY
+    write_memory = (
+        f"printf %s {shlex.quote(AGENTS_SUMMARY)} > memories/engineering/memory_summary.md"
+        f" && printf %s {shlex.quote(AGENTS_MEMORY)} > memories/engineering/MEMORY.md"
+    )
+    # The SDK's calls, in order: the agent's run, phase one of its rollout, then phase
+    # two as an agent that edits the memory folder with the sandbox's shell.
+    model.script(
+        Reply(raw_text="Deployed billing with the runbook."),
+        Reply(
+            json={
+                "rollout_slug": "deploy-billing",
+                "rollout_summary": "# Deploy billing\n\nFollowed the runbook; it worked.\n",
+                "raw_memory": "---\ndescription: deploy billing\ntask: deploy\n---\n"
+                "Deploys follow the runbook.\n",
+            }
+        ),
+        Reply.tools(("exec_command", {"cmd": write_memory})),
+        Reply(raw_text="Consolidated the memory."),
+    )
 
     async def first_session() -> str:
         client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", remote))
         session = await client.create(snapshot=spec, manifest=Manifest(root=str(tmp_path / "one")))
         await session.start()
         assert not await remote_exists(session)
-        root = Path(session.state.manifest.root)
-        # What the agent's runs left in its workspace: the SDK-written memory tree.
-        for path in sorted(agent_tree.rglob("*")):
-            target = root / path.relative_to(agent_tree)
-            if path.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-            else:
-                await session.write(target, io.BytesIO(path.read_bytes()))
-        await session.stop()  # the SDK persists through RemoteSnapshot -> upload
-        await session.shutdown()
+        result = await Runner.run(
+            memory_agent(model),
+            "Deploy the billing service.",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+        assert result.final_output == "Deployed billing with the runbook."
+        # Closing runs the SDK's memory generation, then persists the workspace through
+        # RemoteSnapshot -> memoryui's upload.
+        await session.aclose()
         return session.state.snapshot.id
 
     async def remote_exists(session) -> bool:
         return await session.state.snapshot.restorable(dependencies=session.dependencies)
 
     snapshot_id = run(first_session())
+    agent_tree = tmp_path / "one"
+    assert (agent_tree / "memories/engineering/memory_summary.md").read_text() == AGENTS_SUMMARY
 
-    # memoryui has the upload and shows its rollouts.
+    # memoryui has the upload and shows the agent's rollout, and the memory the SDK
+    # generated for it, as the agent's (unreviewed) versions.
     assert UploadedSnapshot.objects.filter(workspace__name="sandbox", snapshot_id=snapshot_id)
     assert remote.exists(snapshot_id) and not remote.exists("never-uploaded")
     layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
-    expected = len(list((agent_tree / "sessions/engineering").glob("*.jsonl")))
+    (rollout_file,) = (agent_tree / "sessions/engineering").glob("*.jsonl")
     listed = (
         Client()
         .get(f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret))
         .json()
     )
-    assert listed["count"] == expected == Rollout.objects.filter(layout=layout).count() > 0
+    assert [r["rollout_id"] for r in listed["items"]] == [rollout_file.stem]
     page = Client()
     page.force_login(staff)
-    some_rollout = listed["items"][0]["rollout_id"]
-    assert (
-        some_rollout
-        in page.get(reverse("memoryui:rollout_list", args=["sandbox", layout.pk])).content.decode()
-    )
+    rollout_page = page.get(
+        reverse("memoryui:rollout_detail", args=["sandbox", layout.pk, rollout_file.stem])
+    ).content.decode()
+    assert "Deploy the billing service." in rollout_page
+    assert "Deployed billing with the runbook." in rollout_page
+    imported_summary = curation.latest(layout, SUMMARY)
+    assert curation.text_of(imported_summary) == AGENTS_SUMMARY
+    assert imported_summary.author_kind == MemoryVersion.Author.AGENT
 
     # A generation run whose phase two rewrites the summary, then an approval through the
     # API.

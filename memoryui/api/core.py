@@ -4,10 +4,12 @@ browser, ``{"detail": ...}`` error bodies, ``limit``/``offset`` pages of
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -30,6 +32,30 @@ class TokenAuth(HttpBearer):
         return found
 
 
+def signed_in_or_token(view: Any) -> Any:
+    """The schema and the docs, like every page, only for people signed in to the
+    dashboard or callers with a valid API token: the browser is sent to the login page,
+    anything else gets the API's 401."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+        if request.user.is_authenticated or (
+            scheme.lower() == "bearer" and tokens.authenticate(secret.strip()) is not None
+        ):
+            return view(request, *args, **kwargs)
+        if request.path.endswith("/openapi.json"):
+            response = JsonResponse(
+                {"detail": "Sign in to the dashboard or send Authorization: Bearer <token>."},
+                status=401,
+            )
+            response["WWW-Authenticate"] = "Bearer"
+            return response
+        return redirect_to_login(request.get_full_path())
+
+    return wrapper
+
+
 api = NinjaAPI(
     title="memoryui API",
     version="1",
@@ -45,6 +71,7 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_url="/docs",
     openapi_url="/openapi.json",
+    docs_decorator=signed_in_or_token,
 )
 
 
