@@ -218,7 +218,10 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
                 "summaries": kinds.get(WorkspaceFile.Kind.ROLLOUT_SUMMARY, 0),
                 "skills": kinds.get(WorkspaceFile.Kind.SKILL, 0),
             },
-            "chart": charts.terminal_states_per_day(per_day),
+            "chart": charts.terminal_states_per_day(
+                per_day,
+                state_url=reverse("memoryui:rollout_list", args=[layout.workspace.name, layout.pk]),
+            ),
             "versions": _current_versions(layout),
             "selection_file": selection_file,
             "selection": selection,
