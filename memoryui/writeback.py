@@ -335,6 +335,28 @@ def proposal_to_write(layout: Layout) -> Proposal | None:
     return None if written else proposal
 
 
+def files_pending_write_back(layout: Layout) -> set[str]:
+    """The phase-one files (``rollout_summaries/<file>.md`` ...) that the approved
+    proposal waiting for its write-back brings: right after an approval, MEMORY.md cites
+    rollout summaries that only its write-back puts on disk. Three queries."""
+    proposal = proposal_to_write(layout)
+    if proposal is None:
+        return set()
+    pending: set[str] = set()
+    for files in _phase_one_results(proposal):
+        pending.update(str(rel) for rel in files or {})
+    return pending
+
+
+def _phase_one_results(proposal: Proposal) -> Any:
+    return PhaseOneResult.objects.filter(
+        pk__in=PhaseOneJob.objects.filter(
+            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
+        ).values("result_id"),
+        outcome=PhaseOneResult.Outcome.MEMORY,
+    ).values_list("files", flat=True)
+
+
 def _proposal_files(
     layout: Layout, proposal: Proposal, dirs: list[LayoutDirs], now: datetime
 ) -> tuple[list[tuple[str, bytes, str, FileKind]], list[Refusal]]:
@@ -352,13 +374,7 @@ def _proposal_files(
         ),
     ]
     refused: list[Refusal] = []
-    results = PhaseOneResult.objects.filter(
-        pk__in=PhaseOneJob.objects.filter(
-            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
-        ).values("result_id"),
-        outcome=PhaseOneResult.Outcome.MEMORY,
-    ).values_list("files", flat=True)
-    for result_files in results:
+    for result_files in _phase_one_results(proposal):
         for rel, text in sorted((result_files or {}).items()):
             path = f"{base}/{rel}"
             problem = _phase_one_path_problem(str(rel), path, layout, dirs)
