@@ -4,9 +4,13 @@ as "key: value" (lists joined, file lists counted), never a Python repr."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from .lint_allowances import ALLOW_ACTION
 from .models import AuditEvent
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _VERBS = {
     "proposal.approve": "approved",
@@ -34,6 +38,8 @@ def _value(value: Any) -> str:
         return ", ".join(_value(v) for v in value)
     if isinstance(value, dict):
         return "; ".join(f"{k} {_value(v)}" for k, v in value.items())
+    if isinstance(value, str) and _SHA256.fullmatch(value):
+        return value[:12] + "…"  # the JSON (CSV) keeps it whole
     return str(value)
 
 
@@ -49,7 +55,7 @@ def detail_items(detail: Any) -> list[tuple[str, str]]:
 
 
 def describe(event: AuditEvent) -> str:
-    """One readable sentence for the event's details."""
+    """One readable sentence for the actions that have one, else ""."""
     detail = event.detail if isinstance(event.detail, dict) else {}
     action = event.action
     if action == "proposal.approve":
@@ -85,7 +91,20 @@ def describe(event: AuditEvent) -> str:
                 else ""
             )
         )
-    return "; ".join(f"{k}: {v}" for k, v in detail_items(detail))
+    if action == "version.create":
+        reason = f": {detail['reason']}" if detail.get("reason") else ""
+        return f"version {detail.get('version', '?')} saved{reason}"
+    if action == ALLOW_ACTION:
+        return (
+            f"let {detail.get('kind', 'a')} finding {detail.get('finding', '')} through "
+            f"in {event.target} until its content changes"
+        )
+    return ""
+
+
+def readable(event: AuditEvent) -> str:
+    """The sentence, or each detail as "key: value" for the actions without one."""
+    return describe(event) or "; ".join(f"{k}: {v}" for k, v in detail_items(event.detail))
 
 
 def as_json(detail: Any) -> str:

@@ -564,7 +564,7 @@ def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore
                     _csv_safe(e.action),
                     _csv_safe(e.layout.memories_dir if e.layout else ""),
                     _csv_safe(e.target),
-                    _csv_safe(audit.describe(e)),
+                    _csv_safe(audit.readable(e)),
                     _csv_safe(audit.as_json(e.detail)),
                 ]
             )
