@@ -331,3 +331,15 @@ def test_memory_md_queries_do_not_grow_with_pending_citations(layout, ws):
             assert viewer.get(url).status_code == 200
         counts.append(len(captured))
     assert counts[0] == counts[1]
+
+
+def test_audit_page_queries_do_not_grow_with_events(layout, django_assert_max_num_queries):
+    admin = member(layout, Role.ADMIN, "adele")
+    for i in range(60):
+        AuditEvent.record(
+            layout.workspace, "entry.pin", layout=layout, target=f"k{i}", files=[{"path": "x"}]
+        )
+
+    with django_assert_max_num_queries(12):
+        html = admin.get(reverse("memoryui:audit_log", args=["a"])).content.decode()
+    assert html.count("<dt>files</dt><dd>1 file: x</dd>") == 60
