@@ -13,6 +13,7 @@ from .models import (
     ImportJob,
     ImportRun,
     Layout,
+    LintAllowance,
     Membership,
     MemoryVersion,
     PhaseOneJob,
@@ -309,3 +310,10 @@ class WebhookAttemptAdmin(admin.ModelAdmin):
 class SnapshotStorePolicyAdmin(admin.ModelAdmin):
     list_display = ["workspace", "generate_on_upload"]
     raw_id_fields = ["workspace"]
+
+
+@admin.register(LintAllowance)
+class LintAllowanceAdmin(admin.ModelAdmin):
+    list_display = ["workspace", "finding_id", "kind", "path", "actor", "created_at"]
+    list_filter = ["kind"]
+    raw_id_fields = ["workspace", "allowed_by"]

@@ -406,6 +406,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
     the model's text, reject: the people's). Raises ``DecisionRefused`` when the
     proposal was decided meanwhile or another reviewer holds it."""
     created = []
+    counts = {EntryDecision.Decision.ACCEPT: 0, EntryDecision.Decision.REJECT: 0}
     with transaction.atomic():
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
@@ -423,6 +424,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                         parts[conflict.key] = conflict.model
                 final = review.join(t for t in parts.values() if t)
             for key, decision in doc.decisions.items():
+                counts[decision.decision] = counts.get(decision.decision, 0) + 1
                 if decision.decision == EntryDecision.Decision.REJECT:
                     change = next((c for c in doc.changes if c.key == key), None)
                     if change is not None and change.proposed and change.status != "unchanged":
@@ -458,6 +460,8 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
             versions=[v.number for v in created],
+            accepted=counts[EntryDecision.Decision.ACCEPT],
+            rejected=counts[EntryDecision.Decision.REJECT],
         )
     return created
 

@@ -108,6 +108,8 @@ class Citation:
     exists: bool
     url: str
     rollout_id: str = ""
+    # Not imported yet, but an approved proposal brings it with its write-back.
+    pending: bool = False
 
 
 def resolve_citations(layout: Layout, cited: set[str]) -> dict[str, Citation]:
@@ -165,7 +167,11 @@ class EntryView:
 
     @property
     def missing_citations(self) -> list[Citation]:
-        return [c for c in self.citations if not c.exists]
+        return [c for c in self.citations if not c.exists and not c.pending]
+
+    @property
+    def pending_citations(self) -> list[Citation]:
+        return [c for c in self.citations if c.pending]
 
     @classmethod
     def build(

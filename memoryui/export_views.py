@@ -17,7 +17,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from generation.export import SNAPSHOT_ID_RE, ExportError
+from generation.lint import Finding
 
+from . import lint_allowances
 from .models import Layout, Role, Workspace
 from .roles import has_role, workspace_view
 from .snapshots import export_snapshot, plan_export, snapshot_base_path
@@ -89,11 +91,22 @@ def _writeback_page(
     status: int = 200,
 ) -> HttpResponse:
     workspace = layout.workspace
+    pending = plan.pending
     context: dict[str, Any] = {
+        **_lint_context(request, workspace, plan.findings, plan.sha256_of()),
         "layout": layout,
         "workspace": workspace,
         "plan": plan,
         "changed": plan.changed,
+        "file_counts": _file_counts(plan),
+        "fold_files": len(plan.changed) > FOLD_FILES_OVER,
+        "to_write": {
+            "total": len(pending),
+            "new": sum(1 for f in pending if f.is_new),
+            "replaced": sum(1 for f in pending if not f.is_new),
+            "directory": f"{workspace.source_path.rstrip('/')}/{layout.memories_dir}",
+            "conflicts": len(plan.conflicts),
+        },
         "conflicts": [(c, c.rows()) for c in plan.conflicts],
         "result": result,
         "error": error,
@@ -103,9 +116,45 @@ def _writeback_page(
         "on_disk_paths": {f.path for f in plan.on_disk},
         "conflict_paths": plan.conflict_paths(),
         "overwrite": set(request.POST.getlist("overwrite")),
-        "allowed": set(request.POST.getlist("allow_finding")),
     }
     return render(request, "memoryui/writeback.html", context, status=status)
+
+
+# Longer file tables are folded under their counts, so that findings and buttons stay near.
+FOLD_FILES_OVER = 15
+
+
+def _file_counts(plan: Plan) -> list[tuple[str, int]]:
+    """How many changed files are in each state, as the table labels them."""
+    conflicts, on_disk = plan.conflict_paths(), {f.path for f in plan.on_disk}
+    counts: dict[str, int] = {}
+    for f in plan.changed:
+        if f.path in conflicts:
+            label = "changed on disk"
+        elif f.path in on_disk:
+            label = "already on disk"
+        elif f.is_new:
+            label = "new"
+        else:
+            label = "to replace" if plan.disk_checked else "changed"
+        counts[label] = counts.get(label, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def _lint_context(
+    request: HtmxHttpRequest,
+    workspace: Workspace,
+    findings: list[Finding],
+    sha256_of: dict[str, str],
+) -> dict[str, Any]:
+    """The findings that block (no allowance holds for the file as it is now) and the
+    allowances that still hold, for the findings' table and the list of blockers."""
+    held = lint_allowances.standing(workspace, findings, sha256_of)
+    return {
+        "held": held,
+        "blockers": [f for f in findings if f.id not in held],
+        "allowed": set(request.POST.getlist("allow_finding")),
+    }
 
 
 # --- export -------------------------------------------------------------------------------
@@ -205,6 +254,7 @@ def _export_page(
     except ExportError as exc:
         plan, error = plan_export(workspace, layouts=layouts), error or str(exc)
     context = {
+        **_lint_context(request, workspace, plan.findings, plan.sha256_of()),
         "workspace": workspace,
         "form": form,
         "plan": plan,
@@ -214,6 +264,5 @@ def _export_page(
         "base_path": snapshot_base_path(),
         "layouts": layouts,
         "is_directory": workspace.source_kind == Workspace.SourceKind.DIRECTORY,
-        "allowed": set(request.POST.getlist("allow_finding")),
     }
     return render(request, "memoryui/export.html", context, status=status)

@@ -971,3 +971,29 @@ class SnapshotStorePolicy(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot store policy of {self.workspace}"
+
+
+class LintAllowance(models.Model):
+    """An admin let a lint finding through for one content of its file: write-back and
+    export honor it until the file's content changes (then the finding asks again)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    finding_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    path = models.CharField(max_length=1024, help_text="relative to the workspace")
+    sha256 = models.CharField(max_length=64, help_text="the file's content it was given for")
+    allowed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "finding_id", "sha256"], name="lint_allowance_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.finding_id} in {self.path} ({self.sha256[:12]})"

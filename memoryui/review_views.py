@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import consolidation, curation, diffs, forms
+from . import audit, consolidation, curation, diffs, forms
 from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role, workspace_view
 from .views import HtmxHttpRequest, bad_request
@@ -534,6 +534,7 @@ def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponse:
         {
             "workspace": workspace,
             "page": page,
+            "rows": [(e, audit.describe(e), audit.detail_items(e.detail)) for e in page],
             "action": action,
             "actor": actor,
             "actions": AuditEvent.objects.filter(workspace=workspace)
@@ -551,7 +552,7 @@ class _Echo:
 
 def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
     writer = csv.writer(_Echo())
-    header = ["time", "actor", "action", "layout", "target", "detail"]
+    header = ["time", "actor", "action", "layout", "target", "detail", "detail_json"]
 
     def rows():  # type: ignore[no-untyped-def]
         yield writer.writerow(header)
@@ -560,10 +561,11 @@ def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore
                 [
                     e.created_at.isoformat(),
                     _csv_safe(e.actor),
-                    e.action,
-                    e.layout.memories_dir if e.layout else "",
+                    _csv_safe(e.action),
+                    _csv_safe(e.layout.memories_dir if e.layout else ""),
                     _csv_safe(e.target),
-                    _csv_safe(str(e.detail)),
+                    _csv_safe(audit.readable(e)),
+                    _csv_safe(audit.as_json(e.detail)),
                 ]
             )
 

@@ -31,6 +31,7 @@ from generation.export import ExportError, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
+from . import lint_allowances
 from .models import AuditEvent, Layout, Workspace, WorkspaceFile
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
@@ -60,6 +61,9 @@ class ExportPlan:
         """The curated files whose bytes differ from the imported ones."""
         return {f.path: f for f in self.curated if f.changed}
 
+    def sha256_of(self) -> dict[str, str]:
+        return {f.path: f.sha256 for f in self.curated}
+
 
 @dataclass
 class ExportResult:
@@ -69,6 +73,7 @@ class ExportResult:
     session_state_source: str = ""
     allowed_findings: list[str] = field(default_factory=list)
     event: AuditEvent | None = None
+    newly_allowed: list[str] = field(default_factory=list)  # recorded with the audit event
 
 
 def choose_layouts(
@@ -146,10 +151,12 @@ def export_snapshot(
     if session_state and base_path is None:
         raise ExportError("a session state is written beside an archive on the server only")
     plan = plan_export(workspace, memories_dirs)
-    blocking = [f for f in plan.findings if f.id not in set(allow_findings)]
+    held = set(lint_allowances.standing(workspace, plan.findings, plan.sha256_of()))
+    allowed_ids = held | ({f.id for f in plan.findings} & set(allow_findings))
+    blocking = [f for f in plan.findings if f.id not in allowed_ids]
     if blocking or plan.refused:
         raise Refused(blocking, refused=plan.refused, what="export")
-    allowed = sorted({f.id for f in plan.findings} & set(allow_findings))
+    allowed = sorted(allowed_ids)
     if base_path is None:
         assert fileobj is not None
         members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
@@ -157,7 +164,9 @@ def export_snapshot(
             info = export.write_snapshot_to(
                 fileobj, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
             )
-        result = ExportResult(plan, info, allowed_findings=allowed)
+        result = ExportResult(
+            plan, info, allowed_findings=allowed, newly_allowed=sorted(allowed_ids - held)
+        )
         result.event = _audit(workspace, snapshot_id, result, user)
         return result
     base_path = Path(os.path.abspath(base_path))
@@ -165,7 +174,12 @@ def export_snapshot(
     export.check_new(target)
     files = [(export.temp_beside(target), target)]
     state = b""
-    result = ExportResult(plan, SnapshotInfo(target, 0, "", 0), allowed_findings=allowed)
+    result = ExportResult(
+        plan,
+        SnapshotInfo(target, 0, "", 0),
+        allowed_findings=allowed,
+        newly_allowed=sorted(allowed_ids - held),
+    )
     if session_state:
         result.session_state = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
         export.check_new(result.session_state)
@@ -469,11 +483,20 @@ def _audit(
     journal_id: str | None = None,
 ) -> AuditEvent:
     info = result.snapshot
+    actor = "" if getattr(user, "pk", None) else "command line"
+    lint_allowances.record(
+        workspace,
+        result.plan.findings,
+        result.plan.sha256_of(),
+        result.newly_allowed,
+        user=user,
+        actor=actor,
+    )
     return AuditEvent.record(
         workspace,
         EXPORT_SNAPSHOT_ACTION if info.path else EXPORT_DOWNLOAD_ACTION,
         user=user,
-        actor="" if getattr(user, "pk", None) else "command line",
+        actor=actor,
         target=str(info.path or f"{snapshot_id}.tar (download)"),
         snapshot_id=snapshot_id,
         sha256=info.sha256,

@@ -218,7 +218,10 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
                 "summaries": kinds.get(WorkspaceFile.Kind.ROLLOUT_SUMMARY, 0),
                 "skills": kinds.get(WorkspaceFile.Kind.SKILL, 0),
             },
-            "chart": charts.terminal_states_per_day(per_day),
+            "chart": charts.terminal_states_per_day(
+                per_day,
+                state_url=reverse("memoryui:rollout_list", args=[layout.workspace.name, layout.pk]),
+            ),
             "versions": _current_versions(layout),
             "selection_file": selection_file,
             "selection": selection,
@@ -329,6 +332,10 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
     page = Paginator(top, ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
     cited = {c for _, block in page.object_list for c in block.citations}
     links = documents.resolve_citations(layout, cited)
+    if any(not c.exists for c in links.values()):
+        pending = writeback.files_pending_write_back(layout)
+        for citation in links.values():
+            citation.pending = not citation.exists and citation.path in pending
     return render(
         request,
         "memoryui/memory_md.html",

@@ -41,7 +41,7 @@ from generation.export import ExportError, WrittenFile
 from generation.lint import LINT_VERSION, Finding, lint_file
 from generation.tree import FileKind, LayoutDirs
 
-from . import diffs, importer
+from . import diffs, importer, lint_allowances
 from .models import (
     AuditEvent,
     Blob,
@@ -192,6 +192,9 @@ class Plan:
     def conflict_paths(self) -> set[str]:
         return {c.path for c in self.conflicts}
 
+    def sha256_of(self) -> dict[str, str]:
+        return {f.path: f.sha256 for f in self.files}
+
 
 @dataclass
 class WritebackResult:
@@ -204,6 +207,8 @@ class WritebackResult:
     event: AuditEvent | None = None
     blocking_conflicts: list[Conflict] = field(default_factory=list)
     blocking_findings: list[Finding] = field(default_factory=list)
+    # Allowed this time, not by an allowance that still holds: recorded after the write.
+    newly_allowed: list[str] = field(default_factory=list)
 
     @property
     def would_write(self) -> list[PlannedFile]:
@@ -330,6 +335,28 @@ def proposal_to_write(layout: Layout) -> Proposal | None:
     return None if written else proposal
 
 
+def files_pending_write_back(layout: Layout) -> set[str]:
+    """The phase-one files (``rollout_summaries/<file>.md`` ...) that the approved
+    proposal waiting for its write-back brings: right after an approval, MEMORY.md cites
+    rollout summaries that only its write-back puts on disk. Three queries."""
+    proposal = proposal_to_write(layout)
+    if proposal is None:
+        return set()
+    pending: set[str] = set()
+    for files in _phase_one_results(proposal):
+        pending.update(str(rel) for rel in files or {})
+    return pending
+
+
+def _phase_one_results(proposal: Proposal) -> Any:
+    return PhaseOneResult.objects.filter(
+        pk__in=PhaseOneJob.objects.filter(
+            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
+        ).values("result_id"),
+        outcome=PhaseOneResult.Outcome.MEMORY,
+    ).values_list("files", flat=True)
+
+
 def _proposal_files(
     layout: Layout, proposal: Proposal, dirs: list[LayoutDirs], now: datetime
 ) -> tuple[list[tuple[str, bytes, str, FileKind]], list[Refusal]]:
@@ -347,13 +374,7 @@ def _proposal_files(
         ),
     ]
     refused: list[Refusal] = []
-    results = PhaseOneResult.objects.filter(
-        pk__in=PhaseOneJob.objects.filter(
-            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
-        ).values("result_id"),
-        outcome=PhaseOneResult.Outcome.MEMORY,
-    ).values_list("files", flat=True)
-    for result_files in results:
+    for result_files in _phase_one_results(proposal):
         for rel, text in sorted((result_files or {}).items()):
             path = f"{base}/{rel}"
             problem = _phase_one_path_problem(str(rel), path, layout, dirs)
@@ -562,6 +583,15 @@ def write_back(
                     _counting(on_written, progress, len(to_write)),
                 )
             if failure is None:
+                lint_allowances.record(
+                    layout.workspace,
+                    plan.findings,
+                    plan.sha256_of(),
+                    result.newly_allowed,
+                    user=user,
+                    actor=meta["actor"],
+                    layout=layout,
+                )
                 record_written(layout, plan, result.written, root, user)
                 if result.written or result.skipped_on_disk or plan.proposal:
                     result.event = _audit(layout, record, meta, result.written, user)
@@ -604,15 +634,19 @@ def _prepare(
 ) -> WritebackResult:
     plan = plan_layout(layout)
     check_disk(plan, root)
+    found = {f.id for f in plan.findings}
+    held = set(lint_allowances.standing(layout.workspace, plan.findings, plan.sha256_of()))
+    allowed = held | (found & set(allow_findings))
     return WritebackResult(
         plan,
         dry_run,
         written=[],
         skipped_on_disk=[f.path for f in plan.on_disk],
         overwritten=sorted(plan.conflict_paths() & set(overwrite)),
-        allowed_findings=sorted({f.id for f in plan.findings} & set(allow_findings)),
+        allowed_findings=sorted(allowed),
         blocking_conflicts=[c for c in plan.conflicts if c.path not in overwrite],
-        blocking_findings=[f for f in plan.findings if f.id not in allow_findings],
+        blocking_findings=[f for f in plan.findings if f.id not in allowed],
+        newly_allowed=sorted(allowed - held),
     )
 
 

@@ -245,3 +245,62 @@ def test_uploaded_snapshot_shows_live_progress_then_its_report(
     page.wait_for_url("**/w/team-a/imports/**", timeout=10_000)
     page.wait_for_selector("text=Every file was read as it is.")
     assert "memories/engineering" in page.inner_text("main")
+
+
+def test_a_diff_on_a_phone_is_one_readable_column_without_sideways_scrolling(
+    browser, live_server, fixtures_dir
+):
+    from memoryui import curation
+    from memoryui.models import Layout, MemoryVersion
+
+    import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
+    make_user("ada")
+    layout = Layout.objects.get(workspace__name="small-a", memories_dir="memories/engineering")
+    md = MemoryVersion.Document.MEMORY_MD
+    text = curation.text_of(curation.latest(layout, md))
+    changed = text.replace(
+        "auth-proxy canary is 25% for 30 min in sa-east-1",
+        "auth-proxy canary is now 10% for 45 minutes in sa-east-1, then 50% for an hour",
+    )
+    assert changed != text
+    curation.save_document(
+        layout,
+        md,
+        changed + "- a line added at the end\n",
+        user=None,
+        reason="phone test",
+        based_on=1,
+    )
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+
+    log_in(page, live_server)
+    page.goto(
+        f"{live_server.url}/w/small-a/layouts/{layout.pk}/documents/memory_md/versions/?a=1&b=2"
+    )
+    page.wait_for_selector("table.diff tr.changed")
+    widths = page.evaluate(
+        """() => {
+        const probe = document.createElement('span');
+        probe.textContent = '0'.repeat(40);
+        const cell = document.querySelector('table.diff td.l');
+        probe.style.font = getComputedStyle(cell).font;
+        document.body.appendChild(probe);
+        const ch = probe.getBoundingClientRect().width / 40;
+        const cells = [...document.querySelectorAll('table.diff td.l, table.diff td.r')]
+            .filter(td => td.offsetParent !== null && td.getClientRects().length);
+        return {
+            scroll: document.documentElement.scrollWidth,
+            client: document.documentElement.clientWidth,
+            chars: cells.map(td => Math.floor(td.clientWidth / ch)),
+            changed: [...document.querySelectorAll('table.diff tr.changed td')]
+                .filter(td => td.getClientRects().length).map(td => td.className),
+        };
+    }"""
+    )
+    context.close()
+
+    assert widths["scroll"] <= widths["client"]
+    assert widths["chars"] and min(widths["chars"]) > 30
+    # A changed line shows as its old line, then its new one, each with its number.
+    assert widths["changed"] == ["no", "l", "no", "r"]

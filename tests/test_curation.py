@@ -422,7 +422,7 @@ def test_audit_log_lists_and_exports_every_change(layout):
 
     table = page[page.index('<table class="list" id="audit">') :]
     assert "entry.pin" in table and "version.create" not in table
-    assert rows[0] == ["time", "actor", "action", "layout", "target", "detail"]
+    assert rows[0] == ["time", "actor", "action", "layout", "target", "detail", "detail_json"]
     assert {r[2] for r in rows[1:]} >= {"entry.pin", "version.create"}
     assert all(r[1] == "editor" for r in rows[1:])
 
