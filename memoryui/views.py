@@ -389,6 +389,7 @@ def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpR
             "injection": documents.injection(version.blob_id) if version else None,
             "sections": documents.rendered_sections(version.blob_id) if version else (),
             "problem": documents.decode_problem(version.blob_id) if version else None,
+            "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
         },
     )
 
