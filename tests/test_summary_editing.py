@@ -18,6 +18,7 @@ from generation.summary import MAX_TOKENS, approx_tokens, injected_summary
 from memoryui import curation
 from memoryui.models import AuditEvent, Layout, Membership, MemoryVersion, Role
 from tests.factories import make_user
+from tests.test_browser import browser, log_in  # noqa: F401 - browser: the fixture
 
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 pytestmark = pytest.mark.django_db
@@ -392,3 +393,60 @@ def test_the_pages_and_the_preview_make_a_fixed_number_of_queries(
             preview_url(layout), {"key": tips.key, "text": BIG, "based_on": number}, **HTMX
         )
         assert response.status_code == 200
+
+
+# --- in a real browser ------------------------------------------------------------------
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
+    browser, live_server, fixtures_dir  # noqa: F811 - the fixture imported above
+):
+    from memoryui.importer import import_workspace
+
+    import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
+    layout = Layout.objects.get(workspace__name="small-a", memories_dir="memories/engineering")
+    user = make_user("ada")
+    Membership.objects.create(workspace=layout.workspace, user=user, role=Role.EDITOR)
+    number, before = current(layout)
+    tips = section(layout, "General Tips")
+    expected = injected_summary(before.replace(tips.text, BIG).encode())
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        log_in(page, live_server)
+        page.goto(live_server.url + page_url(layout))
+        page.click('a.section-edit[aria-label="Edit “General Tips”"]')
+        page.wait_for_selector("#id_text")
+        assert page.input_value("#id_text").strip() == tips.text.strip()
+        assert page.inner_text("#fits") == "The whole file would be injected."
+        page.evaluate("window.notReloaded = true")
+
+        page.fill("#id_text", BIG[:-10])
+        page.locator("#id_text").press_sequentially(BIG[-10:])  # typed, key by key
+
+        page.wait_for_selector("#cut-warning")
+        page.wait_for_function(
+            "n => document.querySelector('#meter-tokens').textContent === n",
+            arg=f"{expected.tokens:,}",
+        )
+        assert page.evaluate("window.notReloaded") is True  # updated in place, no reload
+        assert f"about {expected.cut_tokens:,} tokens" in page.inner_text("#cut-warning")
+        assert expected.marker in page.inner_text("#cut-preview pre.around-marker")
+        assert page.inner_text("#cut-preview pre.cut").strip() == expected.cut.strip()
+        assert "step 1449" in page.inner_text("#rendered-preview")
+
+        page.check("input[name=confirm_cut]")
+        page.click("button:text('Save as a new version')")
+        page.wait_for_selector("#summary-version")
+        assert page.inner_text("#summary-version").startswith(f"Version {number + 1} ")
+        assert f"Saved as version {number + 1}." in page.inner_text("ul.messages")
+        assert page.inner_text("#token-budget").startswith(f"{expected.tokens:,} of 15,000")
+        assert not problems, problems  # no CSP violation, no script error
+    finally:
+        context.close()
+    assert current(layout) == (number + 1, before.replace(tips.text, BIG))
