@@ -401,7 +401,9 @@ def test_the_pages_and_the_preview_make_a_fixed_number_of_queries(
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
-    browser, live_server, fixtures_dir  # noqa: F811 - the fixture imported above
+    browser,
+    live_server,
+    fixtures_dir,  # noqa: F811 - the fixture imported above
 ):
     from memoryui.importer import import_workspace
 
