@@ -31,7 +31,7 @@ from .views import HtmxHttpRequest, bad_request
 
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 # Characters of the kept text shown on either side of the marker in the cut preview.
-AROUND_MARKER = 600
+AROUND_MARKER = 300
 
 
 class Refused(Exception):
@@ -100,12 +100,30 @@ def _meter(draft: Draft, *, confirm_cut: bool = False) -> dict[str, Any]:
         "rendered": render_markdown(draft.text) if size <= limit else None,
         "head_tokens": approx_tokens(injection.head),
         "tail_tokens": approx_tokens(injection.tail),
-        "head_end": injection.head[-AROUND_MARKER:],
+        "head_end": _last_lines(injection.head, AROUND_MARKER),
         "head_elided": len(injection.head) > AROUND_MARKER,
-        "tail_start": injection.tail[:AROUND_MARKER],
+        "tail_start": _first_lines(injection.tail, AROUND_MARKER),
         "tail_elided": len(injection.tail) > AROUND_MARKER,
         "confirm_cut": confirm_cut,
     }
+
+
+def _last_lines(text: str, limit: int) -> str:
+    """The end of ``text``, about ``limit`` characters, from the start of a line."""
+    if len(text) <= limit:
+        return text
+    end = text[-limit:]
+    newline = end.find("\n")
+    return end[newline + 1 :] if 0 <= newline < len(end) - 1 else end
+
+
+def _first_lines(text: str, limit: int) -> str:
+    """The start of ``text``, about ``limit`` characters, up to the end of a line."""
+    if len(text) <= limit:
+        return text
+    start = text[:limit]
+    newline = start.rfind("\n")
+    return start[: newline + 1] if newline > 0 else start
 
 
 def _editor(

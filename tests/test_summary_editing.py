@@ -17,12 +17,14 @@ from generation import review
 from generation.summary import MAX_TOKENS, approx_tokens, injected_summary
 from memoryui import curation
 from memoryui.models import AuditEvent, Layout, Membership, MemoryVersion, Role
+from tests import test_browser
 from tests.factories import make_user
-from tests.test_browser import browser, log_in  # noqa: F401 - browser: the fixture
+from tests.test_browser import log_in
 
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
+browser = test_browser.browser  # the module-wide headless Chromium fixture
 # A section of about 15,500 tokens: with the rest of the file, over the 15,000 cap.
 BIG = "## Runbook\n\n" + "".join(
     f"- step {i}: check the canary, then promote\n" for i in range(1450)
@@ -158,6 +160,18 @@ def test_adding_a_section_appends_it_to_the_file(layout, editor):
     after = current(layout)[1]
     assert after == before.rstrip("\n") + "\n\n## Team notes\n\nShip on Tuesdays.\n"
     assert review.entries(after)[-1].title == "Team notes"
+    assert curation.latest(layout, SUMMARY).reason == "added an entry"
+
+
+def test_emptying_a_section_deletes_it(layout, editor):
+    number, before = current(layout)
+    tips = section(layout, "General Tips")
+
+    response = editor.post(edit_url(layout), {"key": tips.key, "text": "", "based_on": number})
+
+    assert response.status_code == 302
+    assert current(layout) == (number + 1, before.replace(tips.text, ""))
+    assert "General Tips" not in [e.title for e in review.entries(current(layout)[1])]
 
 
 def test_adding_an_empty_section_saves_nothing(layout, editor):
@@ -221,6 +235,23 @@ def test_a_stale_save_is_refused_and_shows_theirs_and_yours(layout, editor):
     assert again.status_code == 302 and "Mine" in current(layout)[1]
 
 
+def test_a_section_deleted_meanwhile_comes_back_as_a_new_section_after_a_stale_save(layout, editor):
+    number, before = current(layout)
+    tips = section(layout, "General Tips")
+    curation.edit_entry(layout, SUMMARY, tips.key, "", based_on=number, user=None)
+    mine = "## General Tips\n\n- Mine.\n"
+
+    response = editor.post(edit_url(layout), {"key": tips.key, "text": mine, "based_on": number})
+
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert 'name="add" value="1"' in page and 'name="key" value=""' in page
+    assert html.escape(mine).replace("&#x27;", "'") in page  # still in the editor
+    again = editor.post(edit_url(layout), {"add": "1", "text": mine, "based_on": number + 1})
+    assert again.status_code == 302
+    assert current(layout)[1].endswith(mine)
+
+
 def test_a_stale_whole_file_save_keeps_both_texts(layout, editor):
     number, text = current(layout)
     curation.save_document(
@@ -282,8 +313,8 @@ def test_the_preview_gives_the_token_count_and_cut_that_agents_will_get(layout, 
     assert f"agents would not see about <b>{injection.cut_tokens:,}</b> tokens" in page
     assert f'<pre class="cut">{injection.cut}</pre>' in page
     assert injection.marker in page
-    around = f'{injection.head[-600:]}<mark class="marker">{injection.marker}</mark>'
-    assert around + injection.tail[:600] in page  # the kept text either side of the cut
+    around = f'{injection.head[-200:]}<mark class="marker">{injection.marker}</mark>'
+    assert around + injection.tail[:200] in page  # the kept text either side of the cut
     assert 'name="confirm_cut"' in body
     assert not MemoryVersion.objects.filter(layout=layout, number=number + 1).exists()
 
@@ -382,17 +413,21 @@ def test_the_pages_and_the_preview_make_a_fixed_number_of_queries(
     tips = section(layout, "General Tips")
     viewer = client_with(layout, Role.VIEWER, "vic")
     editor.get(page_url(layout))  # warm the per-process caches of the content
-    with django_assert_max_num_queries(8):
+    # session, user, layout, memberships, then the page's own: the edit links add none
+    with django_assert_max_num_queries(6):
         assert editor.get(page_url(layout)).status_code == 200
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(6):
         assert viewer.get(page_url(layout)).status_code == 200
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(5):
         assert editor.get(edit_url(layout), {"key": tips.key}).status_code == 200
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(5):
         response = editor.post(
             preview_url(layout), {"key": tips.key, "text": BIG, "based_on": number}, **HTMX
         )
         assert response.status_code == 200
+    new = {"key": tips.key, "text": "## General Tips\n\n- x\n", "based_on": number}
+    with django_assert_max_num_queries(17):  # with the lock, the version, the audit event
+        assert editor.post(edit_url(layout), new).status_code == 302
 
 
 # --- in a real browser ------------------------------------------------------------------
@@ -403,7 +438,7 @@ def test_the_pages_and_the_preview_make_a_fixed_number_of_queries(
 def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
     browser,
     live_server,
-    fixtures_dir,  # noqa: F811 - the fixture imported above
+    fixtures_dir,
 ):
     from memoryui.importer import import_workspace
 
