@@ -183,8 +183,13 @@ def add_entry(
 
 
 def with_entry_replaced(document_text: str, key: str, new_text: str) -> str:
-    """The document ``edit_entry`` saves: one entry replaced (removed when empty)."""
-    if new_text and not new_text.endswith("\n"):
+    """The document ``edit_entry`` saves: one entry replaced (removed when empty). The
+    edited entry keeps the blank lines that separated the old one from the next, so an
+    edit trimmed in a text box does not glue the next heading to it."""
+    old = next((e.text for e in review.entries(document_text) if e.key == key), None)
+    if new_text and old is not None:
+        new_text = new_text.rstrip("\n") + (old[len(old.rstrip("\n")) :] or "\n")
+    elif new_text and not new_text.endswith("\n"):
         new_text += "\n"
     return review.replace_entry(document_text, key, new_text)
 

@@ -135,6 +135,7 @@ def _editor(
     current: MemoryVersion | None,
     status: int = 200,
     template: str = "memoryui/summary_edit.html",
+    confirm_cut: bool = False,
     **extra: Any,
 ) -> HttpResponse:
     context = {
@@ -143,7 +144,7 @@ def _editor(
         "based_on": based_on or "",
         "current_number": current.number if current else None,
         "newer": (current.number if current else None) != based_on,
-        **_meter(draft, confirm_cut=extra.pop("confirm_cut", False)),
+        **_meter(draft, confirm_cut=confirm_cut),
         **extra,
     }
     return render(request, template, context, status=status)

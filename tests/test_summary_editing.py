@@ -133,7 +133,8 @@ def test_editing_one_section_saves_the_whole_file_with_that_section_replaced(lay
     assert response.status_code == 302 and response["Location"] == page_url(layout)
     after_number, after = current(layout)
     assert after_number == number + 1
-    assert after == before.replace(tips.text, new)
+    assert tips.text.endswith("back.\n\n")  # the blank line before the next section stays
+    assert after == before.replace(tips.text, new + "\n")
     assert "Saved as version" in shown(editor.get(page_url(layout)))
 
 
@@ -271,7 +272,7 @@ def test_a_stale_whole_file_save_keeps_both_texts(layout, editor):
 def test_a_save_over_the_cap_needs_confirmation_and_says_how_much_is_cut(layout, editor):
     number, before = current(layout)
     tips = section(layout, "General Tips")
-    result = before.replace(tips.text, BIG)
+    result = before.replace(tips.text, BIG + "\n")
     injection = injected_summary(result.encode())
     assert injection.truncated
     data = {"key": tips.key, "text": BIG, "based_on": number}
@@ -322,7 +323,7 @@ def test_the_preview_gives_the_token_count_and_cut_that_agents_will_get(layout, 
 def test_the_preview_of_a_section_counts_the_whole_file_with_it_replaced(layout, editor):
     number, before = current(layout)
     tips = section(layout, "General Tips")
-    result = before.replace(tips.text, BIG)
+    result = before.replace(tips.text, BIG + "\n")
 
     response = editor.post(
         preview_url(layout), {"key": tips.key, "text": BIG, "based_on": number}, **HTMX
@@ -448,7 +449,7 @@ def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
     Membership.objects.create(workspace=layout.workspace, user=user, role=Role.EDITOR)
     number, before = current(layout)
     tips = section(layout, "General Tips")
-    expected = injected_summary(before.replace(tips.text, BIG).encode())
+    expected = injected_summary(before.replace(tips.text, BIG + "\n").encode())
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     problems: list[str] = []
@@ -486,4 +487,4 @@ def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
         assert not problems, problems  # no CSP violation, no script error
     finally:
         context.close()
-    assert current(layout) == (number + 1, before.replace(tips.text, BIG))
+    assert current(layout) == (number + 1, before.replace(tips.text, BIG + "\n"))
