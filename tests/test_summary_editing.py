@@ -164,6 +164,17 @@ def test_adding_a_section_appends_it_to_the_file(layout, editor):
     assert curation.latest(layout, SUMMARY).reason == "added an entry"
 
 
+def test_the_first_section_of_a_layout_without_a_summary_is_the_whole_file(layout, editor):
+    MemoryVersion.objects.filter(layout=layout, document=SUMMARY).delete()
+    page = editor.get(page_url(layout)).content.decode()
+    assert "has no memory_summary.md yet" in page and f"{edit_url(layout)}?add=1" in page
+
+    response = editor.post(edit_url(layout), {"add": "1", "text": "## Team notes\n\n- a\n"})
+
+    assert response.status_code == 302
+    assert current(layout) == (1, "## Team notes\n\n- a\n")
+
+
 def test_emptying_a_section_deletes_it(layout, editor):
     number, before = current(layout)
     tips = section(layout, "General Tips")
