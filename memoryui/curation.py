@@ -153,7 +153,7 @@ def edit_entry(
         raise StaleVersion(current)
     if new_text and not new_text.endswith("\n"):
         new_text += "\n"
-    text = review.replace_entry(text_of(current), key, new_text)
+    text = with_entry_replaced(text_of(current), key, new_text)
     # The edited entry starts where the old one was: the entries before it are unchanged.
     index = [e.key for e in review.entries(text_of(current))].index(key)
     after = review.entries(text)
@@ -176,10 +176,28 @@ def add_entry(
     current = latest(layout, document)
     if (current.number if current else None) != based_on:
         raise StaleVersion(current)
-    new = review.join([text_of(current), text if text.endswith("\n") else text + "\n"])
+    new = with_entry_added(text_of(current), text)
     return save_document(
         layout, document, new, user=user, reason="added an entry", based_on=based_on
     )
+
+
+def with_entry_replaced(document_text: str, key: str, new_text: str) -> str:
+    """The document ``edit_entry`` saves: one entry replaced (removed when empty). The
+    edited entry keeps the blank lines that separated the old one from the next, so an
+    edit trimmed in a text box does not glue the next heading to it."""
+    old = next((e.text for e in review.entries(document_text) if e.key == key), None)
+    if new_text and old is not None:
+        new_text = new_text.rstrip("\n") + (old[len(old.rstrip("\n")) :] or "\n")
+    elif new_text and not new_text.endswith("\n"):
+        new_text += "\n"
+    return review.replace_entry(document_text, key, new_text)
+
+
+def with_entry_added(document_text: str, text: str) -> str:
+    """The document ``add_entry`` saves: ``text`` appended as a new entry."""
+    added = text if text.endswith("\n") else text + "\n"
+    return review.join([document_text, added] if document_text else [added])
 
 
 def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryVersion:

@@ -48,12 +48,27 @@ def injection(sha256: str) -> Injection:
     return injected_summary(content(sha256))
 
 
+@dataclass(frozen=True)
+class Section:
+    """A top-level entry of memory_summary.md as its page shows it; ``key`` is its
+    review key (generation.review), which its editor takes."""
+
+    key: str
+    title: str
+    html: SafeString
+
+
 @lru_cache(maxsize=16)
-def rendered_sections(sha256: str) -> tuple[tuple[str, SafeString], ...]:
+def rendered_sections(sha256: str) -> tuple[Section, ...]:
+    """Every top-level entry, text before the first heading included (blank ones aside)."""
+    from generation import review
+
     return tuple(
-        (block.title, render_markdown(block.dump()))
-        for block in parsed(sha256).children
-        if block.level
+        Section(
+            e.key, e.title or memory_md.KIND_LABELS.get(e.kind, e.kind), render_markdown(e.text)
+        )
+        for e in review.entries(content(sha256).decode("utf-8", "replace"))
+        if e.text.strip()
     )
 
 

@@ -89,7 +89,8 @@ def _size_validator(setting: str, what: str):  # type: ignore[no-untyped-def]
         if size > limit:
             raise forms.ValidationError(
                 f"{what} is {size:,} bytes; the limit is {limit:,} bytes "
-                f"({limit / 1024:g} KiB, {setting}). Nothing was saved."
+                f"({limit / 1024:g} KiB, {setting}). Nothing was saved.",
+                code="too_long",
             )
 
     return validate
@@ -97,6 +98,7 @@ def _size_validator(setting: str, what: str):  # type: ignore[no-untyped-def]
 
 entry_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This entry")
 comment_size = _size_validator("MEMORYUI_MAX_COMMENT_BYTES", "This comment")
+summary_text_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This text")
 KEY_LENGTH = 600  # EntryDecision.key, Pin.key, Comment.key
 
 
@@ -159,6 +161,34 @@ class EntryForm(forms.Form):
     based_on = forms.IntegerField(required=False, min_value=1)
     text = forms.CharField(required=False, strip=False, validators=[entry_size])
     preview = forms.BooleanField(required=False)
+
+
+class SummaryEditForm(forms.Form):
+    """memory_summary.md's editor: one section (``key``), a new section (``add``) or
+    the whole file (neither). ``preview`` asks for the meter and previews only;
+    ``confirm_cut`` accepts that agents will not see part of a file over the cap."""
+
+    key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
+    add = forms.BooleanField(required=False)
+    based_on = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
+    text = forms.CharField(required=False, strip=False, validators=[summary_text_size])
+    preview = forms.BooleanField(required=False)
+    confirm_cut = forms.BooleanField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("key") and data.get("add"):
+            raise forms.ValidationError("Edit a section or add one, not both.")
+        if "text" in data:
+            data["text"] = data["text"].replace("\r\n", "\n")
+        return data
+
+    @property
+    def too_long(self) -> bool:
+        """Invalid only because the text is over the size limit (the editor shows it
+        again, with the text, instead of a bare 400)."""
+        problems = self.errors.as_data()
+        return set(problems) == {"text"} and all(e.code == "too_long" for e in problems["text"])
 
 
 class PinForm(forms.Form):

@@ -392,10 +392,11 @@ def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpR
             "layout": layout,
             "workspace": layout.workspace,
             "version": version,
-            "versions": _versions(layout, document),
+            "versions": list(_versions(layout, document)),  # read again by the edit links
             "injection": documents.injection(version.blob_id) if version else None,
             "sections": documents.rendered_sections(version.blob_id) if version else (),
             "problem": documents.decode_problem(version.blob_id) if version else None,
+            "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
         },
     )
 

@@ -49,6 +49,8 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:rollout_item": {"GET": V},
     "memoryui:memory_md": {"GET": V},
     "memoryui:memory_summary": {"GET": V},
+    "memoryui:summary_edit": {"GET": E, "POST": E},
+    "memoryui:summary_preview": {"POST": E},
     "memoryui:citation": {"GET": V},
     "memoryui:generation": {"GET": V, "POST": A},
     "memoryui:generation_start": {"POST": A},
