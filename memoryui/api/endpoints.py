@@ -615,7 +615,7 @@ def decide(  # type: ignore[no-untyped-def]
     if body.edited_text and len(body.keys) != 1:
         raise conflict_422("edited_text goes with exactly one key")
     doc = next(d for d in curation.document_reviews(p) if d.document == body.document)
-    known = {c.key for c in doc.changes}
+    known = {c.key for c in doc.changes} | {k for c in doc.changes for k in c.previous}
     unknown = [k for k in body.keys if k not in known]
     if unknown:
         raise conflict_422(f"no such entry in the proposal's {body.document}: {', '.join(unknown)}")
