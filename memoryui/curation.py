@@ -195,6 +195,40 @@ def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryV
     )
 
 
+@dataclass(frozen=True)
+class PinImpact:
+    pin: Pin
+    what: str  # "dropped", "altered", "renamed", "merged", "split"
+    into: str = ""  # the title it has after the change, for a paired entry
+
+
+def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> list[PinImpact]:
+    """The pinned entries that replacing ``before`` by ``after`` drops or alters (a
+    renamed, merged or split one says what it becomes)."""
+    pins = list(Pin.objects.filter(layout=layout, document=document).order_by("pk"))
+    if not pins:
+        return []
+    after_entries = {e.key: e for e in review.entries(after)}
+    paired = {
+        old_key: change
+        for change in review.compare(before, after)
+        if change.paired
+        for old_key in change.previous
+    }
+    impacts = []
+    for pin in pins:
+        entry = after_entries.get(pin.key)
+        if entry is not None:
+            if not review.same_text(entry.text, pin.text):
+                impacts.append(PinImpact(pin, "altered"))
+        elif pin.key in paired:
+            change = paired[pin.key]
+            impacts.append(PinImpact(pin, change.pairing, change.title))
+        else:
+            impacts.append(PinImpact(pin, "dropped"))
+    return impacts
+
+
 def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | None:
     """Pin the entry, or unpin it; returns the pin (None when unpinned)."""
     pinned = Pin.objects.filter(layout=layout, document=document, key=key).exists()
