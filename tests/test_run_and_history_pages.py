@@ -153,7 +153,7 @@ def test_history_compares_previous_with_current_entry_by_entry_by_default(
     assert 'data-pairing="renamed"' in changes and "<q>Deploy the api service</q>" in changes
     assert "1 unchanged entry not shown" in changes
     assert changes.count('<table class="diff">') == 2  # small diffs of the two changed ones
-    assert "conftest<ins>" in changes  # the word-level highlight of the edit
+    assert "conftest.<ins>py.</ins>" in changes  # the word-level highlight of the edit
 
 
 @pytest.mark.django_db
