@@ -188,7 +188,7 @@ def test_restore_asks_first_naming_the_pinned_entries_it_drops_or_alters(layout)
     assert "<q>Configure the linter</q> would be dropped" in pins
     assert "<q>Fix flaky payment tests</q> would be altered" in pins
     assert "Write release notes" not in pins  # the same text in both
-    assert '<button type="submit" class="primary">Restore v' in confirm
+    assert '<button type="submit" class="primary inline">Restore v' in confirm
     assert 'data-pairing="renamed"' in confirm  # what changes, entry by entry
 
     response = client.post(restore_url)
