@@ -150,7 +150,14 @@ def _paired(slots: list[Change]) -> list[Change]:
     added = [c for c in slots if c.status == "added"]
     if not removed or not added:
         return slots
-    groups = pair([(c.key, c.current) for c in removed], [(c.key, c.proposed) for c in added])
+    groups = [
+        group
+        for kind in sorted({c.kind for c in added} & {c.kind for c in removed})
+        for group in pair(
+            [(c.key, c.current) for c in removed if c.kind == kind],
+            [(c.key, c.proposed) for c in added if c.kind == kind],
+        )
+    ]  # a task group pairs with a task group, a section with a section
     if not groups:
         return slots
     by_key_old = {c.key: c for c in removed}

@@ -344,3 +344,33 @@ def test_approving_a_merge_untouched_takes_it_and_merges_with_edits_made_during_
         "Write release notes",
     ]
     assert "towncrier (v23)" in text
+
+
+@pytest.mark.django_db
+def test_the_api_lists_a_pair_once_with_what_it_replaces_and_decides_it_by_its_key(layout):
+    from django.test import Client
+
+    from memoryui.models import Membership, Role
+    from tests.test_api import api, bearer, token_for
+
+    renamed = DEPLOY.replace("Deploy the api service", "Deploying the API")
+    proposal = proposal_with(layout, review.join([FLAKY, NOTES, renamed]))
+    reviewer = make_user("rev")
+    Membership.objects.create(workspace=layout.workspace, user=reviewer, role=Role.REVIEWER)
+    secret = token_for(reviewer)
+
+    detail = Client().get(api(layout, f"/proposals/{proposal.pk}"), **bearer(secret)).json()
+
+    [change] = [c for c in detail["changes"] if c["document"] == MD]
+    assert (change["status"], change["pairing"]) == ("changed", "renamed")
+    assert change["previous"] == ["task_group:deploy the api service"]
+    assert "-# Task Group: Deploy the api service" in change["diff"]
+    decided = Client().post(
+        api(layout, f"/proposals/{proposal.pk}/decisions"),
+        {"document": MD, "keys": [change["key"]], "decision": "reject"},
+        content_type="application/json",
+        **bearer(secret),
+    )
+    assert decided.status_code == 200, decided.content
+    curation.approve(proposal, user=reviewer)
+    assert same(curation.text_of(curation.latest(layout, MD)), BASE)

@@ -463,6 +463,12 @@ class ChangeOut(Schema):
     document: str
     key: str
     status: str
+    pairing: str = Field(
+        "", description='"renamed", "merged", "split" or "rewritten" for a paired change'
+    )
+    previous: list[str] = Field(
+        default_factory=list, description="keys of the removed entries a paired change replaces"
+    )
     kind: str
     title: str
     current: str
@@ -565,6 +571,8 @@ def get_proposal(  # type: ignore[no-untyped-def]
                     "document": doc.document,
                     "key": c.key,
                     "status": c.status,
+                    "pairing": c.pairing,
+                    "previous": list(c.previous),
                     "kind": c.kind,
                     "title": c.title,
                     "current": c.current,
