@@ -374,3 +374,21 @@ def test_the_api_lists_a_pair_once_with_what_it_replaces_and_decides_it_by_its_k
     assert decided.status_code == 200, decided.content
     curation.approve(proposal, user=reviewer)
     assert same(curation.text_of(curation.latest(layout, MD)), BASE)
+
+
+def test_the_thresholds_separate_the_same_entry_from_different_ones():
+    """The numbers behind PAIR_RATIO: unrelated task groups of one project stay well
+    below it, a renamed or moved-and-edited one well above."""
+    samples = [DEPLOY, FLAKY, NOTES, LINT]
+    words = [review._words(t) for t in samples]
+    for i, a in enumerate(words):
+        for b in words[i + 1 :]:
+            ratio = review.difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+            assert ratio < review.PAIR_RATIO - 0.3, ratio
+    edited = DEPLOY.replace("Deploy the api service", "Rolling out the api").replace(
+        "one at a time", "two at a time"
+    )
+    ratio = review.difflib.SequenceMatcher(
+        None, review._words(DEPLOY), review._words(edited), autojunk=False
+    ).ratio()
+    assert ratio > review.PAIR_RATIO + 0.25, ratio
