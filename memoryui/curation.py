@@ -495,7 +495,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     author_kind=MemoryVersion.Author.PIPELINE,
                     reason=f"approved proposal #{proposal.pk}",
                     based_on=current.number if current else None,
-                    moved={k: v for k, v in renamed.items() if v in final_keys(final)},
+                    moved=_kept(renamed, final),
                 )
             )
         _decided(proposal, Proposal.Status.APPROVED, user)
@@ -510,8 +510,10 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
     return created
 
 
-def final_keys(text: str) -> set[str]:
-    return {e.key for e in review.entries(text)}
+def _kept(renamed: dict[str, str], final: str) -> dict[str, str | None]:
+    """The renames whose new entry is in the approved text."""
+    keys = {e.key for e in review.entries(final)} if renamed else set()
+    return {old: new for old, new in renamed.items() if new in keys}
 
 
 def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
