@@ -69,6 +69,7 @@ def pages() -> list[tuple[str, str]]:
     rollout = Rollout.objects.filter(layout=layout).order_by("-segment_count").first()
     with_memory = RawMemory.objects.filter(layout=layout).values_list("rollout_id", flat=True)[0]
     assert rollout is not None
+    history = history_url(layout)  # first: the proposal is based on the version it adds
     return [
         ("workspaces", reverse("memoryui:workspace_list")),
         ("workspace", reverse("memoryui:workspace_detail", args=[name])),
@@ -93,7 +94,52 @@ def pages() -> list[tuple[str, str]]:
             + "?all=1&page_memory_md=20",
         ),
         ("skills", reverse("memoryui:skill_list", args=args)),
+        ("run, finished", reverse("memoryui:run_detail", args=[*args, finished_run_pk(layout)])),
+        ("history, v1 -> v2 entries", history),
     ]
+
+
+def finished_run_pk(layout) -> int:  # type: ignore[no-untyped-def]
+    """The finished run of the benchmark's proposal (its page summarises ~2,000 entries)."""
+    from memoryui.models import Proposal
+
+    return Proposal.objects.get(pk=proposal_pk(layout)).run_id
+
+
+def history_url(layout) -> str:  # type: ignore[no-untyped-def]
+    """The history page, comparing entry by entry (by default) the imported MEMORY.md
+    with a second version that renames one task group in forty and rewords one in
+    twenty, as a consolidation would."""
+    from django.urls import reverse
+
+    from memoryui import curation
+    from memoryui.models import MemoryVersion
+
+    md = curation.latest(layout, MemoryVersion.Document.MEMORY_MD)
+    if md.number == 1:
+        lines = curation.text_of(md).split("\n")
+        groups = 0
+        out = []
+        for i, line in enumerate(lines):
+            if line.startswith("# Task Group: "):
+                groups += 1
+                if groups % 40 == 0:
+                    line = line.replace("# Task Group: ", "# Task Group: Renamed: ", 1)
+            elif line.startswith("scope:") and i % 20 == 0:
+                line += " (reworded)"
+            out.append(line)
+        curation.save_document(
+            layout,
+            MemoryVersion.Document.MEMORY_MD,
+            "\n".join(out),
+            user=None,
+            reason="bench: a consolidation",
+            based_on=md.number,
+        )
+    return reverse(
+        "memoryui:versions",
+        args=[layout.workspace.name, layout.pk, MemoryVersion.Document.MEMORY_MD],
+    )
 
 
 def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]

@@ -213,6 +213,40 @@ def restore(layout: Layout, document: str, number: int, *, user: Any) -> MemoryV
     )
 
 
+@dataclass(frozen=True)
+class PinImpact:
+    pin: Pin
+    what: str  # "dropped", "altered", "renamed", "merged", "split"
+    into: str = ""  # the title it has after the change, for a paired entry
+
+
+def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> list[PinImpact]:
+    """The pinned entries that replacing ``before`` by ``after`` drops or alters (a
+    renamed, merged or split one says what it becomes)."""
+    pins = list(Pin.objects.filter(layout=layout, document=document).order_by("pk"))
+    if not pins:
+        return []
+    after_entries = {e.key: e for e in review.entries(after)}
+    paired = {
+        old_key: change
+        for change in review.compare(before, after)
+        if change.paired
+        for old_key in change.previous
+    }
+    impacts = []
+    for pin in pins:
+        entry = after_entries.get(pin.key)
+        if entry is not None:
+            if not review.same_text(entry.text, pin.text):
+                impacts.append(PinImpact(pin, "altered"))
+        elif pin.key in paired:
+            change = paired[pin.key]
+            impacts.append(PinImpact(pin, change.pairing, change.title))
+        else:
+            impacts.append(PinImpact(pin, "dropped"))
+    return impacts
+
+
 def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | None:
     """Pin the entry, or unpin it; returns the pin (None when unpinned)."""
     pinned = Pin.objects.filter(layout=layout, document=document, key=key).exists()
@@ -441,21 +475,34 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
                         parts[conflict.key] = conflict.model
                 final = review.join(t for t in parts.values() if t)
+            by_key = {c.key: c for c in doc.changes}
             for key, decision in doc.decisions.items():
                 counts[decision.decision] = counts.get(decision.decision, 0) + 1
                 if decision.decision == EntryDecision.Decision.REJECT:
-                    change = next((c for c in doc.changes if c.key == key), None)
+                    change = by_key.get(key)
                     if change is not None and change.proposed and change.status != "unchanged":
-                        RejectedEntry.objects.create(
-                            layout=proposal.layout,
-                            document=doc.document,
-                            key=key,
-                            title=change.title[:500],
-                            text=change.proposed,
-                            proposal=proposal,
-                            rejected_by=user if getattr(user, "pk", None) else None,
-                        )
+                        for part_key, title, text in _proposed_parts(change):
+                            RejectedEntry.objects.create(
+                                layout=proposal.layout,
+                                document=doc.document,
+                                key=part_key,
+                                title=title[:500],
+                                text=text,
+                                proposal=proposal,
+                                rejected_by=user if getattr(user, "pk", None) else None,
+                            )
             _record_approvals(proposal, doc, user)
+            # Pins follow the entries an accepted pair renamed, merged or split.
+            renamed = {
+                old_key: change.key
+                for change in doc.changes
+                if change.paired
+                and (
+                    change.key not in doc.decisions
+                    or doc.decisions[change.key].decision == EntryDecision.Decision.ACCEPT
+                )
+                for old_key in change.previous
+            }
             current = latest(proposal.layout, doc.document)
             if current is not None and text_of(current) == final:
                 continue
@@ -468,6 +515,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     author_kind=MemoryVersion.Author.PIPELINE,
                     reason=f"approved proposal #{proposal.pk}",
                     based_on=current.number if current else None,
+                    moved=_kept(renamed, final),
                 )
             )
         _decided(proposal, Proposal.Status.APPROVED, user)
@@ -484,6 +532,25 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
     return created
 
 
+def _kept(renamed: dict[str, str], final: str) -> dict[str, str | None]:
+    """The renames whose new entry is in the approved text."""
+    keys = {e.key for e in review.entries(final)} if renamed else set()
+    return {old: new for old, new in renamed.items() if new in keys}
+
+
+def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
+    """(key, title, text) of each proposed entry of a change: one, or every entry of
+    a split."""
+    if not change.pieces:
+        return [(change.key, change.title, change.proposed)]
+    out = []
+    for _, side, key, text in change.pieces:
+        if side == "new":
+            first = review.entries(text)
+            out.append((key, first[0].title if first else change.title, text))
+    return out
+
+
 def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
     """Remember the text of every entry this approval accepts (explicitly or by
     approving the proposal as it stands)."""
@@ -491,18 +558,22 @@ def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> Non
         decision = doc.decisions.get(change.key)
         if not change.proposed or (decision and decision.decision == EntryDecision.Decision.REJECT):
             continue
-        text = decision.edited_text if decision and decision.edited_text else change.proposed
-        ApprovedEntry.objects.update_or_create(
-            layout=proposal.layout,
-            document=doc.document,
-            key=change.key,
-            defaults={
-                "text": text,
-                "proposal": proposal,
-                "approved_by": user if getattr(user, "pk", None) else None,
-                "approved_at": timezone.now(),
-            },
-        )
+        if decision and decision.edited_text:
+            parts = [(change.key, decision.edited_text)]
+        else:
+            parts = [(key, text) for key, _, text in _proposed_parts(change)]
+        for key, text in parts:
+            ApprovedEntry.objects.update_or_create(
+                layout=proposal.layout,
+                document=doc.document,
+                key=key,
+                defaults={
+                    "text": text,
+                    "proposal": proposal,
+                    "approved_by": user if getattr(user, "pk", None) else None,
+                    "approved_at": timezone.now(),
+                },
+            )
 
 
 def approval_states(proposal: Proposal, document: str) -> dict[str, str]:

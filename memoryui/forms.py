@@ -146,6 +146,7 @@ class VersionForm(forms.Form):
 class CompareForm(forms.Form):
     a = forms.IntegerField(required=False, min_value=1)
     b = forms.IntegerField(required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
 
 
 class AuditFilterForm(forms.Form):

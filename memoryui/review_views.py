@@ -456,9 +456,15 @@ def entry_pin(request: HtmxHttpRequest, name: str, layout_pk: int, document: str
 # --- versions --------------------------------------------------------------------
 
 
+HISTORY_PAGE_SIZE = 50
+
+
 @workspace_view(Role.VIEWER)
 @require_GET
 def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str) -> HttpResponse:
+    """The versions of a document and an entry-level comparison of two of them (by
+    default the previous version and the current one): each changed, added, removed,
+    renamed, merged or split entry with a small diff; unchanged entries only counted."""
     layout = _layout(request, name, layout_pk, Role.VIEWER)
     document = _document(document)
     all_versions = list(
@@ -471,11 +477,21 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
     if not form.is_valid():
         return bad_request(request, form, workspace=layout.workspace)
     a, b = form.cleaned_data["a"], form.cleaned_data["b"]
-    rows = None
+    if a is None and b is None and len(all_versions) >= 2:
+        a, b = all_versions[1].number, all_versions[0].number
+    elif a is None and b is not None:
+        a = max((n for n in by_number if n < b), default=b)
+    elif b is None and a is not None:
+        b = all_versions[0].number if all_versions else a
+    comparison = None
     if a is not None and b is not None:
         if a not in by_number or b not in by_number:
             raise Http404("No such version.")
-        rows = diffs.side_by_side(curation.text_of(by_number[a]), curation.text_of(by_number[b]))
+        comparison = _entry_diff(
+            curation.text_of(by_number[a]),
+            curation.text_of(by_number[b]),
+            form.cleaned_data.get("page") or 1,
+        )
     return render(
         request,
         "memoryui/versions.html",
@@ -487,7 +503,7 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
             "versions": all_versions,
             "a": a,
             "b": b,
-            "rows": rows,
+            "comparison": comparison,
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "can_review": has_role(request.user, layout.workspace, Role.REVIEWER),
             "agent_changes": [v for v in all_versions if v.needs_review],
@@ -495,18 +511,67 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
     )
 
 
+def _entry_diff(old: str, new: str, page: int = 1) -> dict[str, object]:
+    """Entry-level changes from ``old`` to ``new``, a page of them with small diffs."""
+    changes = review.compare(old, new)
+    shown = [c for c in changes if c.status != "unchanged"]
+    counts: dict[str, int] = {}
+    for change in shown:
+        counts[change.status] = counts.get(change.status, 0) + 1
+    paired = sum(1 for c in shown if c.paired)
+    listing = Paginator(shown, HISTORY_PAGE_SIZE).get_page(page)
+    rows = [
+        {
+            "change": change,
+            "diff": diffs.side_by_side(change.current, change.proposed, context=2)
+            if change.status == "changed"
+            else None,
+            "id": f"change-{_slug(change.key)}",
+        }
+        for change in listing.object_list
+    ]
+    return {
+        "rows": rows,
+        "page": listing,
+        "counts": sorted(counts.items()),
+        "paired": paired,
+        "unchanged": len(changes) - len(shown),
+        "total": len(shown),
+    }
+
+
 @workspace_view(Role.EDITOR)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def version_restore(
     request: HtmxHttpRequest, name: str, layout_pk: int, document: str, number: int
 ) -> HttpResponse:
+    """GET: what restoring version ``number`` would change, entry by entry, naming the
+    pinned entries it would drop or alter; POST: restore it (as a new version)."""
     layout = _layout(request, name, layout_pk, Role.EDITOR)
     document = _document(document)
-    if not MemoryVersion.objects.filter(layout=layout, document=document, number=number).exists():
+    old = MemoryVersion.objects.filter(layout=layout, document=document, number=number).first()
+    if old is None:
         raise Http404("No such version.")
-    version = curation.restore(layout, document, number, user=request.user)
-    messages.success(request, f"Version {number} restored as version {version.number}.")
-    return redirect("memoryui:versions", name=name, layout_pk=layout_pk, document=document)
+    if request.method == "POST":
+        version = curation.restore(layout, document, number, user=request.user)
+        messages.success(request, f"Version {number} restored as version {version.number}.")
+        return redirect("memoryui:versions", name=name, layout_pk=layout_pk, document=document)
+    current = curation.latest(layout, document)
+    current_text, restored_text = curation.text_of(current), curation.text_of(old)
+    return render(
+        request,
+        "memoryui/version_restore.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "document": document,
+            "document_label": MemoryVersion.Document(document).label,
+            "version": old,
+            "current": current,
+            "comparison": _entry_diff(current_text, restored_text),
+            "pins": curation.pins_affected_by(layout, document, current_text, restored_text),
+        },
+    )
 
 
 # --- audit ---------------------------------------------------------------------------

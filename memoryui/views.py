@@ -1,3 +1,5 @@
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -11,11 +13,20 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from generation import tree
+from generation import review, tree
 from generation.summary import injected_summary
 from memoryui.tasks import reimport_workspace, start_generation
 
-from . import charts, consolidation, diffs, documents, pipeline, search, workspaces, writeback
+from . import (
+    charts,
+    consolidation,
+    curation,
+    documents,
+    pipeline,
+    search,
+    workspaces,
+    writeback,
+)
 from .forms import (
     GenerationSettingsForm,
     RolloutFilterForm,
@@ -30,6 +41,7 @@ from .models import (
     MemoryVersion,
     PhaseOneJob,
     Pin,
+    Proposal,
     RawMemory,
     Role,
     Rollout,
@@ -545,6 +557,9 @@ def _run(request: HtmxHttpRequest, run_pk: int) -> GenerationRun:
 @workspace_view(Role.VIEWER)
 @require_GET
 def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int) -> HttpResponse:
+    """A run's progress and, once done, a short summary of its proposal with a link to
+    the review page (the proposal's text is never shown here: it can be megabytes).
+    While the run is active the page polls its ``run-progress`` partial."""
     run = _run(request, run_pk)
     failures = list(
         run.jobs.filter(status=PhaseOneJob.Status.FAILED)
@@ -552,6 +567,14 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         .order_by("pk")[:100]
     )
     progress = pipeline.progress(run)
+    proposal = (
+        Proposal.objects.filter(run=run)
+        .select_related("base_memory_md", "base_memory_summary")
+        .defer("raw_memories_md")
+        .first()
+        if not run.is_active
+        else None
+    )
     context = {
         "run": run,
         "layout": run.layout,
@@ -563,28 +586,47 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         "elapsed": (
             (run.finished_at or timezone.now()) - (run.started_at or run.created_at)
         ).total_seconds(),
+        "can_cancel": run.is_active and has_role(request.user, run.layout.workspace, Role.ADMIN),
+        "proposal": proposal,
+        "summary": _proposal_summary(proposal) if proposal is not None else None,
     }
     template = "memoryui/run_detail.html"
     if request.htmx and not request.htmx.history_restore_request:
         return render(request, template + "#run-progress", context)
-    proposal = getattr(run, "proposal", None)
-    if proposal is not None:
-        current_md = (
-            documents.content(proposal.base_memory_md.blob_id).decode("utf-8", "replace")
-            if proposal.base_memory_md
-            else ""
-        )
-        current_summary = (
-            documents.content(proposal.base_memory_summary.blob_id).decode("utf-8", "replace")
-            if proposal.base_memory_summary
-            else ""
-        )
-        context["memory_md_diff"] = diffs.side_by_side(current_md, proposal.memory_md)
-        context["summary_diff"] = diffs.side_by_side(current_summary, proposal.memory_summary)
-        context["proposal"] = proposal
-        context["injection"] = injected_summary(proposal.memory_summary.encode())
-        context["skill_changes"] = consolidation.skill_diffs(proposal)
     return render(request, template, context)
+
+
+def _proposal_summary(proposal: Proposal) -> dict[str, Any]:
+    """Per document: entries changed, added, removed (a renamed, merged or split entry
+    counts once, as changed); skill files touched; the injection size."""
+    docs = []
+    for label, base, proposed in (
+        ("MEMORY.md", proposal.base_memory_md, proposal.memory_md),
+        ("memory_summary.md", proposal.base_memory_summary, proposal.memory_summary),
+    ):
+        counts = {"changed": 0, "added": 0, "removed": 0, "moved": 0, "paired": 0}
+        for change in review.compare(curation.text_of(base), proposed):
+            if change.status in counts:
+                counts[change.status] += 1
+            if change.paired:
+                counts["paired"] += 1
+        docs.append({"label": label, "base": base, **counts})
+    skills = [
+        {
+            "path": rel,
+            "status": "added"
+            if change.get("old") is None
+            else "deleted"
+            if change.get("new") is None
+            else "changed",
+        }
+        for rel, change in sorted((proposal.skill_changes or {}).items())
+    ]
+    return {
+        "documents": docs,
+        "skills": skills,
+        "injection": injected_summary(proposal.memory_summary.encode()),
+    }
 
 
 @workspace_view(Role.ADMIN)

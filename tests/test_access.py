@@ -67,7 +67,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:entry_edit": {"GET": E, "POST": E},
     "memoryui:entry_pin": {"POST": E},
     "memoryui:versions": {"GET": V},
-    "memoryui:version_restore": {"POST": E},
+    "memoryui:version_restore": {"GET": E, "POST": E},
     "memoryui:agent_change": {"POST": R},
     "memoryui:protect": {"POST": E},
     "memoryui:audit_log": {"GET": V},

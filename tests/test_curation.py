@@ -390,7 +390,8 @@ def test_an_old_version_can_be_diffed_and_restored(layout):
     )
     client = login(editor)
     diff = client.get(url("versions", layout, MD) + "?a=1&b=2").content.decode()
-    assert 'class="diff"' in diff and "removed" in diff
+    # Entry by entry: the deleted entry is one removed change.
+    assert "status-removed" in diff and "1 removed" in diff
 
     response = client.post(url("version_restore", layout, MD, 1))
 

@@ -326,7 +326,8 @@ def test_staff_start_a_run_and_watch_it(client, model, layout, django_capture_on
     fragment = client.get(response["Location"], headers={"HX-Request": "true"}).content.decode()
 
     assert "Done" in page and "3 / 3" in page
-    assert 'class="diff"' in page and "Proposal" in page
+    # A summary and a link to the review page; never the proposal's whole diff.
+    assert 'class="diff"' not in page and "Review the proposal →" in page
     assert fragment.lstrip().startswith('<section id="run-progress"') and "<html" not in fragment
 
 

@@ -463,6 +463,12 @@ class ChangeOut(Schema):
     document: str
     key: str
     status: str
+    pairing: str = Field(
+        "", description='"renamed", "merged", "split" or "rewritten" for a paired change'
+    )
+    previous: list[str] = Field(
+        default_factory=list, description="keys of the removed entries a paired change replaces"
+    )
     kind: str
     title: str
     current: str
@@ -565,6 +571,8 @@ def get_proposal(  # type: ignore[no-untyped-def]
                     "document": doc.document,
                     "key": c.key,
                     "status": c.status,
+                    "pairing": c.pairing,
+                    "previous": list(c.previous),
                     "kind": c.kind,
                     "title": c.title,
                     "current": c.current,
@@ -615,7 +623,7 @@ def decide(  # type: ignore[no-untyped-def]
     if body.edited_text and len(body.keys) != 1:
         raise conflict_422("edited_text goes with exactly one key")
     doc = next(d for d in curation.document_reviews(p) if d.document == body.document)
-    known = {c.key for c in doc.changes}
+    known = {c.key for c in doc.changes} | {k for c in doc.changes for k in c.previous}
     unknown = [k for k in body.keys if k not in known]
     if unknown:
         raise conflict_422(f"no such entry in the proposal's {body.document}: {', '.join(unknown)}")
