@@ -450,6 +450,10 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     based_on=current.number if current else None,
                 )
             )
+        # Skill files: the changes people did not reject become current versions.
+        from . import skills
+
+        skill_versions = skills.approve_changes(proposal, user=user)
         _decided(proposal, Proposal.Status.APPROVED, user)
         AuditEvent.record(
             proposal.layout.workspace,
@@ -458,6 +462,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
             versions=[v.number for v in created],
+            **({"skill_files": [v.path for v in skill_versions]} if skill_versions else {}),
         )
     return created
 
