@@ -373,6 +373,7 @@ def skill_file_delete(
         skill=skill,
         current=current,
         text=skills.text_of(current)[:SHOWN_BYTES],
+        on_disk=rel in skills.disk_state(layout),
         action=_file_url("skill_file_delete", layout, rel),
         cancel=_detail_url(layout, skill, file_anchor(rel)),
     )
