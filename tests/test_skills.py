@@ -152,6 +152,9 @@ def test_the_skill_list_shows_descriptions_in_a_bounded_number_of_queries(
     html = page.content.decode()
     assert "Run this workspace&#x27;s script-style tests without pytest." in html
     assert "Extra skill 5." in html
+    with django_assert_max_num_queries(8):
+        detail = client.get(url("skill_detail", layout, "extra-5"))
+    assert "<code>extra-5</code>" in detail.text
     assert html.count("not written back") >= 6  # added here, not yet on disk
 
 
@@ -199,6 +202,8 @@ def test_an_editor_adds_a_skill_file_at_a_checked_path(layout):
         "skills/x": "skills/&lt;name&gt;/&lt;file&gt;",
         "MEMORY.md": "skills/&lt;name&gt;/&lt;file&gt;",
         "skills/bad name/SKILL.md": "skills/&lt;name&gt;/&lt;file&gt;",
+        "skills/a/one/two/three/x.md": "at most two folders below the skill",
+        "skills/a/.hidden": "skills/&lt;name&gt;/&lt;file&gt;",
         "skills/a/" + "x" * 300: "at most 300 characters",
     }
     for path, message in refused.items():
@@ -211,6 +216,8 @@ def test_an_editor_adds_a_skill_file_at_a_checked_path(layout):
     assert exists.status_code == 409 and "exists already" in exists.text
     assert SkillFileVersion.objects.count() == 1
 
+    script = editor.post(new, {"path": "skills/deploy-canary/scripts/check.py", "text": "pass\n"})
+    assert script.status_code == 302
     done = editor.post(new, {"path": "skills/deploy-canary/SKILL.md", "text": NEW_SKILL})
 
     assert done.status_code == 302
