@@ -65,6 +65,7 @@ def layout_writeback(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
     messages.success(
         request,
         f"Wrote {len(result.written)} file(s) into {layout.memories_dir}"
+        + (f", deleted {len(result.deleted)}" if result.deleted else "")
         + (f"; {len(result.skipped_on_disk)} already on disk" if result.skipped_on_disk else "")
         + ".",
     )

@@ -580,7 +580,7 @@ def write_back(
                     to_write,
                     result,
                     step,
-                    _counting(on_written, progress, len(to_write)),
+                    _counting(on_written, progress, sum(f.data is not None for f in to_write)),
                 )
             if failure is None:
                 record_written(layout, plan, result.written, root, user, result.deleted)

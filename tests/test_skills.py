@@ -475,3 +475,23 @@ def test_a_journal_with_a_deletion_rolls_forward_and_back(tmp_path):
     assert journal.disk_states(record) == {"m/skills/a/SKILL.md": journal.NEW}
     journal.roll_back(loaded)
     assert target.read_bytes() == b"old"
+
+
+def test_the_write_back_page_lists_a_deleted_skill_as_to_delete_and_says_it_deleted_it(
+    layout, ws
+):
+    skills.save(layout, SKILL_MD, None, user=None, based_on=1, action="skill.delete", reason="t")
+    admin = client_as(layout, Role.ADMIN)
+    page = url("layout_writeback", layout)
+
+    plan = admin.get(page).text
+    dry = admin.post(page, {"action": "dry_run"}).text
+    assert f"{ENG}/{SKILL_MD}" in plan and "to delete" in plan
+    assert "(deleted)" in plan and "None" not in plan.split('id="planned-files"')[1][:4000]
+    assert '<span class="badge warn">delete</span>' in dry
+    assert (ws / ENG / SKILL_MD).exists()
+
+    done = admin.post(page, {"action": "write"}, follow=True).text
+
+    assert "deleted 1" in done
+    assert not (ws / ENG / SKILL_MD).exists()
