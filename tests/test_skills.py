@@ -477,9 +477,7 @@ def test_a_journal_with_a_deletion_rolls_forward_and_back(tmp_path):
     assert target.read_bytes() == b"old"
 
 
-def test_the_write_back_page_lists_a_deleted_skill_as_to_delete_and_says_it_deleted_it(
-    layout, ws
-):
+def test_the_write_back_page_lists_a_deleted_skill_as_to_delete_and_says_it_deleted_it(layout, ws):
     skills.save(layout, SKILL_MD, None, user=None, based_on=1, action="skill.delete", reason="t")
     admin = client_as(layout, Role.ADMIN)
     page = url("layout_writeback", layout)
