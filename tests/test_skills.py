@@ -38,7 +38,8 @@ NEW_SKILL = (
 
 
 @pytest.fixture
-def ws(workspace_copy):
+def ws(workspace_copy, settings, tmp_path):
+    settings.MEMORYUI_JOURNAL_DIR = tmp_path / "journal"
     path = workspace_copy("small-a")
     for p in path.rglob("*"):  # the fixtures are shared without write bits
         p.chmod(p.stat().st_mode | 0o200)
@@ -493,3 +494,43 @@ def test_the_write_back_page_lists_a_deleted_skill_as_to_delete_and_says_it_dele
 
     assert "deleted 1" in done
     assert not (ws / ENG / SKILL_MD).exists()
+
+
+class Killed(BaseException):
+    """A kill at a step boundary: the code under test catches only Exception."""
+
+
+@pytest.mark.parametrize("step", range(1, 8))
+def test_a_write_back_that_edits_and_deletes_skills_killed_at_any_step_is_recovered(
+    layout, ws, settings, step
+):
+    from memoryui import recovery
+
+    script = ws / ENG / "skills/run-plain-python-tests/scripts/run.sh"
+    script.parent.mkdir()
+    script.write_text("python3 t.py\n")
+    import_workspace(ws, "a")
+    rel_script = "skills/run-plain-python-tests/scripts/run.sh"
+    edited = NEW_SKILL.replace("deploy-canary", "run-plain-python-tests")
+    skills.save(layout, SKILL_MD, edited.encode(), user=None, based_on=1, action="e", reason="t")
+    skills.save(layout, rel_script, None, user=None, based_on=1, action="d", reason="t")
+    old_skill = (ws / ENG / SKILL_MD).read_text()
+    steps: list[str] = []
+
+    def on_step(name: str) -> None:
+        steps.append(name)
+        if len(steps) == step:
+            raise Killed(name)
+
+    with pytest.raises(Killed):
+        writeback.write_back(layout, on_step=on_step)
+    recovery.recover_interrupted()
+
+    # begin, journal, staged, renamed, removed, committed, done
+    state = ((ws / ENG / SKILL_MD).read_text(), script.exists())
+    assert state in ((old_skill, True), (edited, False)), steps
+    assert state == ((old_skill, True) if step == 1 else (edited, False)), steps
+    assert not list(Path(settings.MEMORYUI_JOURNAL_DIR).rglob("journal.json"))
+    if step > 1:
+        assert writeback.plan_layout(layout).changed == []  # the database agrees
+        assert AuditEvent.objects.filter(action=writeback.WRITEBACK_ACTION).count() == 1
