@@ -3,12 +3,13 @@ No Django.
 
 A write-back of n files into a workspace goes:
 
-1. the journal: every file's old bytes (none when it does not exist) and new bytes in
-   one data file, then ``journal.json`` naming them with their sha256, each fsync'd.
+1. the journal: every file's old bytes (none when it does not exist) and new bytes
+   (none when the write-back deletes the file) in one data file, then ``journal.json``
+   naming them with their sha256, each fsync'd.
    Once ``journal.json`` exists, whoever finds it can bring the files to all old or all
    new with the bytes it holds;
 2. each new file staged as a temporary file beside its target (``generation.export``);
-3. the renames;
+3. the renames (and deletions);
 4. the caller's database commit (the audit event names the journal);
 5. the journal removed.
 
@@ -53,9 +54,9 @@ class Busy(JournalError):
 class JournalFile:
     path: str  # relative to the workspace root
     old_sha256: str | None  # None: the file did not exist
-    new_sha256: str
+    new_sha256: str | None  # None: the write-back deletes the file
     old: tuple[int, int] | None  # (offset, length) in the data file
-    new: tuple[int, int]
+    new: tuple[int, int] | None
 
 
 @dataclass
@@ -72,8 +73,8 @@ class Journal:
     def old_bytes(self, f: JournalFile) -> bytes | None:
         return None if f.old is None else self._read(f.old, f.old_sha256)
 
-    def new_bytes(self, f: JournalFile) -> bytes:
-        return self._read(f.new, f.new_sha256)
+    def new_bytes(self, f: JournalFile) -> bytes | None:
+        return None if f.new is None or f.new_sha256 is None else self._read(f.new, f.new_sha256)
 
     def _read(self, span: tuple[int, int], sha256: str | None) -> bytes:
         offset, length = span
@@ -116,12 +117,12 @@ def begin(
     *,
     root: Path,
     allowed_dirs: Sequence[str],
-    changes: Sequence[tuple[str, bytes | None, bytes]],
+    changes: Sequence[tuple[str, bytes | None, bytes | None]],
     created_dirs: Sequence[str] = (),
     meta: dict[str, Any] | None = None,
 ) -> Journal:
-    """Write and fsync the journal of ``changes`` (path, old bytes or None, new bytes).
-    The caller holds the lock."""
+    """Write and fsync the journal of ``changes`` (path, old bytes or None, new bytes or
+    None for a deletion). The caller holds the lock."""
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / JOURNAL).exists():
         raise JournalError(f"{directory} holds an unfinished write-back; recover it first")
@@ -141,9 +142,9 @@ def begin(
                 JournalFile(
                     path,
                     None if old is None else hashlib.sha256(old).hexdigest(),
-                    hashlib.sha256(new).hexdigest(),
+                    None if new is None else hashlib.sha256(new).hexdigest(),
                     spans[0],
-                    spans[1] or (0, 0),  # never None: new bytes always exist
+                    spans[1],
                 )
             )
         fh.flush()
@@ -214,9 +215,9 @@ def load(directory: Path) -> Journal | None:
                 JournalFile(
                     str(f["path"]),
                     f["old_sha256"],
-                    str(f["new_sha256"]),
+                    None if f["new_sha256"] is None else str(f["new_sha256"]),
                     tuple(f["old"]) if f["old"] is not None else None,  # type: ignore[arg-type]
-                    tuple(f["new"]),  # type: ignore[arg-type]
+                    tuple(f["new"]) if f["new"] is not None else None,  # type: ignore[arg-type]
                 )
                 for f in body["files"]
             ],
@@ -274,7 +275,8 @@ def disk_states(journal: Journal) -> dict[str, str]:
 
 
 def roll_forward(journal: Journal) -> list[str]:
-    """Bring every file to its new bytes; returns the paths written now. Raises
+    """Bring every file to its new bytes (a deleted one is removed); returns the paths
+    written or removed now. Raises
     JournalError, writing nothing, when a file is neither old nor new (someone changed
     it: it is not overwritten)."""
     states = disk_states(journal)
@@ -287,9 +289,11 @@ def roll_forward(journal: Journal) -> list[str]:
     written = []
     for f in journal.files:
         if states[f.path] == OLD:
-            export.write_atomic(
-                root, f.path, journal.new_bytes(f), allowed_dirs=journal.allowed_dirs
-            )
+            new = journal.new_bytes(f)
+            if new is None:
+                export.remove_file(root, f.path, journal.allowed_dirs)
+            else:
+                export.write_atomic(root, f.path, new, allowed_dirs=journal.allowed_dirs)
             written.append(f.path)
     remove_temp_files(journal)
     return written
@@ -297,7 +301,8 @@ def roll_forward(journal: Journal) -> list[str]:
 
 def roll_back(journal: Journal) -> tuple[list[str], list[str]]:
     """Bring every file the write-back replaced back to its old bytes (a file it created
-    is removed, and so are the directories it created when empty). A file someone else
+    is removed, and so are the directories it created when empty; a file it deleted is
+    written again). A file someone else
     changed meanwhile is kept as it is. Returns (restored, kept) paths."""
     root = Path(journal.root)
     restored, kept = [], []

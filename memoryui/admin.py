@@ -26,6 +26,7 @@ from .models import (
     Rollout,
     RolloutSummary,
     SearchDocument,
+    SkillFileVersion,
     WorkerHeartbeat,
     Workspace,
     WorkspaceFile,
@@ -142,6 +143,15 @@ class MemoryVersionAdmin(admin.ModelAdmin):
     list_filter = ["document", "author_kind"]
     list_select_related = ["layout__workspace", "author"]
     raw_id_fields = ["blob", "layout"]
+
+
+@admin.register(SkillFileVersion)
+class SkillFileVersionAdmin(admin.ModelAdmin):
+    list_display = ["layout", "path", "number", "author_kind", "author", "created_at"]
+    list_filter = ["author_kind"]
+    list_select_related = ["layout__workspace", "author"]
+    raw_id_fields = ["blob", "layout"]
+    search_fields = ["path"]
 
 
 @admin.register(ImportRun)

@@ -78,11 +78,11 @@ def staging_files(
         for rel, text in result.files.items():
             if rel in wanted:
                 files[rel] = text.encode()
-    for skill in WorkspaceFile.objects.filter(
-        layout=layout, kind=WorkspaceFile.Kind.SKILL, missing_since__isnull=True
-    ).select_related("blob"):
-        if skill.blob_id and skill.path.startswith(prefix + "skills/"):
-            files[skill.path.removeprefix(prefix)] = bytes(skill.blob.data)
+    from . import skills  # the curated skill files, not the ones on disk
+
+    for rel, data in skills.current_files(layout).items():
+        if data is not None:
+            files[rel] = data
     return files
 
 
@@ -230,9 +230,19 @@ def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
     from . import diffs
 
     shown = []
+    decisions = getattr(proposal, "skill_decisions", None) or {}
     for rel, change in sorted((proposal.skill_changes or {}).items()):
         old, new = change.get("old"), change.get("new")
         status = "added" if old is None else "deleted" if new is None else "changed"
         rows = diffs.side_by_side(old or "", new or "")
-        shown.append({"path": rel, "status": status, "rows": rows})
+        anchor = "".join(c if c.isalnum() or c in "-_" else "-" for c in rel)
+        shown.append(
+            {
+                "path": rel,
+                "status": status,
+                "rows": rows,
+                "decision": decisions.get(rel, ""),
+                "id": f"skill-change-{anchor}",
+            }
+        )
     return shown

@@ -518,6 +518,10 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                     moved=_kept(renamed, final),
                 )
             )
+        # Skill files: the changes people did not reject become current versions.
+        from . import skills
+
+        skill_versions = skills.approve_changes(proposal, user=user)
         _decided(proposal, Proposal.Status.APPROVED, user)
         AuditEvent.record(
             proposal.layout.workspace,
@@ -528,6 +532,7 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             versions=[v.number for v in created],
             accepted=counts[EntryDecision.Decision.ACCEPT],
             rejected=counts[EntryDecision.Decision.REJECT],
+            **({"skill_files": [v.path for v in skill_versions]} if skill_versions else {}),
         )
     return created
 

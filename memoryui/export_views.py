@@ -67,6 +67,7 @@ def layout_writeback(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
     messages.success(
         request,
         f"Wrote {len(result.written)} file(s) into {layout.memories_dir}"
+        + (f", deleted {len(result.deleted)}" if result.deleted else "")
         + (f"; {len(result.skipped_on_disk)} already on disk" if result.skipped_on_disk else "")
         + ".",
     )
@@ -101,9 +102,10 @@ def _writeback_page(
         "file_counts": _file_counts(plan),
         "fold_files": len(plan.changed) > FOLD_FILES_OVER,
         "to_write": {
-            "total": len(pending),
-            "new": sum(1 for f in pending if f.is_new),
-            "replaced": sum(1 for f in pending if not f.is_new),
+            "total": sum(1 for f in pending if not f.deleted),
+            "new": sum(1 for f in pending if f.is_new and not f.deleted),
+            "replaced": sum(1 for f in pending if not f.is_new and not f.deleted),
+            "deleted": sum(1 for f in pending if f.deleted),
             "directory": f"{workspace.source_path.rstrip('/')}/{layout.memories_dir}",
             "conflicts": len(plan.conflicts),
         },
@@ -133,6 +135,8 @@ def _file_counts(plan: Plan) -> list[tuple[str, int]]:
             label = "changed on disk"
         elif f.path in on_disk:
             label = "already on disk"
+        elif f.deleted:
+            label = "to delete"
         elif f.is_new:
             label = "new"
         else:

@@ -334,3 +334,58 @@ class SyncForm(forms.ModelForm):
         model = Workspace
         fields = ["sync_interval_minutes"]
         widgets = {"sync_interval_minutes": forms.NumberInput(attrs={"min": 0, "step": 1})}
+
+
+# --- skill files ------------------------------------------------------------------------
+
+skill_file_size = _size_validator("MEMORYUI_MAX_SKILL_FILE_BYTES", "This skill file")
+VERSION_NUMBER = {"min_value": 1, "max_value": 2**31 - 1}
+
+
+class SkillFileForm(forms.Form):
+    """A skill file's new text, based on the version the editor was opened with."""
+
+    based_on = forms.IntegerField(required=False, **VERSION_NUMBER)
+    text = forms.CharField(required=False, strip=False, validators=[skill_file_size])
+    preview = forms.BooleanField(required=False)
+
+
+class NewSkillFileForm(forms.Form):
+    path = forms.CharField(
+        max_length=300,
+        strip=True,
+        help_text="Relative to the memories dir: skills/<name>/SKILL.md, "
+        "skills/<name>/scripts/<tool>.py...",
+    )
+    text = forms.CharField(required=False, strip=False, validators=[skill_file_size])
+    preview = forms.BooleanField(required=False)
+
+    def clean_path(self) -> str:
+        from .skills import new_path_problem
+
+        path = self.cleaned_data["path"]
+        problem = new_path_problem(path)
+        if problem:
+            raise forms.ValidationError(problem)
+        return path
+
+
+class SkillPrefillForm(forms.Form):
+    """The add page opened for a skill (``?path=skills/<name>/``)."""
+
+    path = forms.CharField(required=False, max_length=300)
+
+
+class SkillChangeForm(forms.Form):
+    """A delete or a restore: the version it was confirmed against."""
+
+    based_on = forms.IntegerField(**VERSION_NUMBER)
+
+
+class SkillVersionForm(forms.Form):
+    version = forms.IntegerField(required=False, **VERSION_NUMBER)
+
+
+class SkillDecideForm(forms.Form):
+    path = forms.CharField(max_length=1024, strip=False)
+    decision = forms.ChoiceField(choices=[("accept", "accept"), ("reject", "reject")])

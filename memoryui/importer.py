@@ -35,6 +35,7 @@ from django.utils import timezone
 from generation import tree
 from generation.tree import FileKind, LayoutDirs, Problem
 
+from . import skills
 from .models import (
     EPOCH,
     Blob,
@@ -477,6 +478,7 @@ class _Sync:
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
         new_versions = self._record_versions(new + changed, layouts)
+        self._record_skill_versions(new + changed, missing, layouts)
         if connection.vendor == "postgresql" and len(new) + len(changed) > ANALYZE_AFTER:
             # Fresh statistics, or the planner treats the new rows as absent until
             # autovacuum gets round to it, and picks slow plans for the pages.
@@ -602,6 +604,25 @@ class _Sync:
             )
             created.append(item.path)
         return created
+
+    def _record_skill_versions(
+        self, items: list[_Item], missing: list[int], layouts: dict[str, Layout]
+    ) -> None:
+        """Skill files found new, changed or gone get a version (``memoryui.skills``)."""
+        found: dict[int, list[tuple[str, str | None]]] = {}
+        by_id = {layout.pk: layout.memories_dir for layout in layouts.values()}
+        for item in items:
+            if item.kind == FileKind.SKILL and item.memories_dir is not None:
+                found.setdefault(item.layout_id or 0, []).append(
+                    (item.path.removeprefix(item.memories_dir + "/"), item.digest)
+                )
+        gone = set(missing)
+        for path, old in self.stored.items():
+            if old.file_id in gone and old.kind == FileKind.SKILL and old.layout_id in by_id:
+                rel = path.removeprefix(by_id[old.layout_id] + "/")
+                found.setdefault(old.layout_id, []).append((rel, None))
+        if found:
+            skills.record_import(found, now=self.now)
 
     def _report(
         self,

@@ -268,6 +268,43 @@ class MemoryVersion(models.Model):
         return f"{self.get_document_display()} v{self.number}"
 
 
+class SkillFileVersion(models.Model):
+    """One version of a file under a layout's ``skills/<name>/``; ``blob`` None: the
+    file is deleted in this version.
+
+    Imports add a version whenever the file on disk differs from the latest one (or is
+    gone from disk); people and approved proposals add versions later. The latest is
+    the curated file that write-back and export write (or delete)."""
+
+    Author = MemoryVersion.Author
+
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="skill_versions")
+    path = models.CharField(max_length=1024, help_text="relative to the memories dir")
+    number = models.PositiveIntegerField()
+    blob = models.ForeignKey(Blob, null=True, blank=True, on_delete=models.PROTECT)
+    author_kind = models.CharField(max_length=16, choices=MemoryVersion.Author.choices)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["layout", "path", "-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["layout", "path", "number"], name="skill_version_unique_number"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path} v{self.number}"
+
+    @property
+    def deleted(self) -> bool:
+        return self.blob_id is None
+
+
 class ImportRun(models.Model):
     """One run of the importer over a workspace, with the report it printed."""
 
@@ -594,6 +631,9 @@ class Proposal(models.Model):
     # Skill files phase two's agent added, changed or deleted, relative to the memories
     # dir: {"skills/<name>/SKILL.md": {"old": text or null, "new": text or null}}.
     skill_changes = models.JSONField(default=dict, blank=True)
+    # People's decision per skill file: {"skills/<name>/SKILL.md": "accept" | "reject"};
+    # a file nobody decided is accepted with the proposal.
+    skill_decisions = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -22,7 +22,7 @@ from django.db import transaction
 from generation import journal
 from generation.export import ExportError
 
-from . import importer
+from . import importer, skills
 from .models import AuditEvent, Layout, MemoryVersion
 from .snapshots import recover_exports
 from .writeback import (
@@ -146,7 +146,8 @@ def _complete(layout: Layout, record: journal.Journal, root: Path) -> tuple[str,
                     "path": f.path,
                     "sha256": f.new_sha256,
                     "previous_sha256": f.old_sha256,
-                    "size": f.new[1],
+                    "size": f.new[1] if f.new else 0,
+                    **({"deleted": True} if f.new_sha256 is None else {}),
                 }
                 for f in record.files
             ]
@@ -202,6 +203,21 @@ def _outdated(layout: Layout, record: journal.Journal) -> str:
         )
         if latest != mine.new_sha256:
             return f"{name} has a newer version than the one this write-back wrote"
+    prefix = f"{layout.memories_dir}/"
+    mine_skills = {
+        f.path.removeprefix(prefix): f.new_sha256
+        for f in record.files
+        if skills.skill_of(f.path.removeprefix(prefix))
+    }
+    if mine_skills:
+        current = dict(
+            skills.current_versions(layout)
+            .filter(path__in=list(mine_skills))
+            .values_list("path", "blob_id")
+        )
+        for rel, sha256 in sorted(mine_skills.items()):
+            if current.get(rel) != sha256:
+                return f"{rel} has a newer version than the one this write-back wrote"
     return ""
 
 

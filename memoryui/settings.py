@@ -332,6 +332,8 @@ MEMORYUI_DEFAULT_ROLE = env_str("MEMORYUI_DEFAULT_ROLE", "viewer")
 # added, or edited while reviewing a proposal) and a comment.
 MEMORYUI_MAX_ENTRY_BYTES = env_int("MEMORYUI_MAX_ENTRY_BYTES", 64 * 1024)
 MEMORYUI_MAX_COMMENT_BYTES = env_int("MEMORYUI_MAX_COMMENT_BYTES", 16 * 1024)
+# A skill file people write or add (SKILL.md, a script, a template).
+MEMORYUI_MAX_SKILL_FILE_BYTES = env_int("MEMORYUI_MAX_SKILL_FILE_BYTES", 256 * 1024)
 
 # Directories under which workspaces may be registered, changed (Django admin included),
 # re-imported and synced from the web. The import_workspace command (run by an operator

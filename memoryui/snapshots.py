@@ -346,7 +346,11 @@ def snapshot_members(
     present = WorkspaceFile.objects.present().filter(workspace=workspace)
     latest = present.aggregate(latest=Max("mtime_ns"))["latest"]
     stored = set(present.filter(path__in=list(overlay)).values_list("path", flat=True))
-    new = [Entry(p, f.data, 0o644, now_ns) for p, f in sorted(overlay.items()) if p not in stored]
+    new = [
+        Entry(p, f.data, 0o644, now_ns)
+        for p, f in sorted(overlay.items())
+        if p not in stored and f.data is not None
+    ]
     rows = (
         present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
         .order_by("path")
@@ -376,7 +380,10 @@ def _members(
             seen.add(path)
             entry = Entry(path, None, mode, mtime_ns)
         elif path in overlay:
-            entry = Entry(path, overlay[path].data, mode, now_ns)
+            data = overlay[path].data
+            if data is None:
+                continue  # a deleted skill file: not in the archive
+            entry = Entry(path, data, mode, now_ns)
         else:
             entry = Entry(path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         parent = path.rpartition("/")[0]
@@ -503,7 +510,10 @@ def _audit(
         size=info.size,
         members=info.members,
         layouts=[layout.memories_dir for layout in result.plan.layouts],
-        files=[{"path": f.path, "sha256": f.sha256} for f in result.plan.overlay.values()],
+        files=[
+            {"path": f.path, "sha256": f.sha256, **({"deleted": True} if f.deleted else {})}
+            for f in result.plan.overlay.values()
+        ],
         allowed_findings=result.allowed_findings,
         session_state=str(result.session_state or ""),
         session_state_source=result.session_state_source,

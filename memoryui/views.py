@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -19,7 +19,6 @@ from memoryui.tasks import reimport_workspace, start_generation
 
 from . import (
     charts,
-    consolidation,
     curation,
     documents,
     pipeline,
@@ -435,59 +434,6 @@ def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str)
             kwargs={"name": name, "layout_pk": layout.pk, "rollout_id": summary.rollout_id},
         )
         + "#rollout-summary"
-    )
-
-
-# --- skills ----------------------------------------------------------------------
-
-
-@workspace_view(Role.VIEWER)
-@require_GET
-def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
-    layout = _layout(request, name, layout_pk)
-    skills: dict[str, list[WorkspaceFile]] = {}
-    prefix = f"{layout.memories_dir}/"
-    for file in (
-        WorkspaceFile.objects.present()
-        .filter(layout=layout, kind=WorkspaceFile.Kind.SKILL)
-        .order_by("path")
-        .only("path", "size", "layout_id")
-    ):
-        skill = tree.skill_name(file.path.removeprefix(prefix))
-        if skill:
-            skills.setdefault(skill, []).append(file)
-    approved = writeback.proposal_to_write(layout)  # approved, not yet written back
-    return render(
-        request,
-        "memoryui/skill_list.html",
-        {
-            "layout": layout,
-            "workspace": layout.workspace,
-            "skills": sorted(skills.items()),
-            "approved": approved if approved and approved.skill_changes else None,
-            "approved_skills": consolidation.skill_diffs(approved) if approved else [],
-        },
-    )
-
-
-@workspace_view(Role.VIEWER)
-@require_GET
-def skill_detail(request: HtmxHttpRequest, name: str, layout_pk: int, skill: str) -> HttpResponse:
-    layout = _layout(request, name, layout_pk)
-    prefix = f"{layout.memories_dir}/skills/{skill}/"
-    files = list(
-        WorkspaceFile.objects.present()
-        .filter(layout=layout, kind=WorkspaceFile.Kind.SKILL, path__startswith=prefix)
-        .select_related("blob")
-        .order_by("path")
-    )
-    if not files or "/" in skill:
-        raise Http404("No such skill.")
-    shown = [documents.FileView.build(f, prefix) for f in files]
-    return render(
-        request,
-        "memoryui/skill_detail.html",
-        {"layout": layout, "workspace": layout.workspace, "skill": skill, "files": shown},
     )
 
 

@@ -5,10 +5,12 @@ A layout's *plan* is what memoryui holds that the workspace should have: the cur
 versions of ``MEMORY.md`` and ``memory_summary.md`` and, for the latest approved
 proposal not yet written back, ``phase_two_selection.json`` (with a fresh
 ``updated_at``, as the SDK writes it after a successful phase two), ``raw_memories.md``
-and the raw memories and rollout summaries of the proposal's run. A file is *changed*
-when its planned bytes differ from the bytes imported.
+and the raw memories and rollout summaries of the proposal's run; and the current
+version of every skill file (``memoryui.skills``), a deleted one to be deleted. A file
+is *changed* when its planned bytes differ from the bytes imported (a deleted skill
+file: when it was on disk at the last import).
 
-Write-back writes the changed files all or nothing, only inside the layout's memories
+Write-back writes (or deletes) the changed files all or nothing, only inside the layout's memories
 dir whatever a name says: a journal (``generation.journal``) holds their old and new
 bytes before the first rename, and a write-back that died is finished or undone (by
 ``memoryui.recovery``: when a worker or the web server starts, and before the next
@@ -41,7 +43,7 @@ from generation.export import ExportError, WrittenFile
 from generation.lint import LINT_VERSION, Finding, lint_file
 from generation.tree import FileKind, LayoutDirs
 
-from . import diffs, importer, lint_allowances
+from . import diffs, importer, lint_allowances, skills
 from .models import (
     AuditEvent,
     Blob,
@@ -102,14 +104,19 @@ class Refused(WritebackError):
 @dataclass(frozen=True)
 class PlannedFile:
     path: str  # relative to the workspace
-    data: bytes
+    data: bytes | None  # None: the file is to be deleted (a deleted skill file)
     source: str  # where the bytes come from, for people
     base_sha256: str | None  # what was imported; None: memoryui never saw this file
     kind: FileKind
-    sha256: str = field(init=False)
+    sha256: str | None = field(init=False)  # None: deleted
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
+        digest = None if self.data is None else hashlib.sha256(self.data).hexdigest()
+        object.__setattr__(self, "sha256", digest)
+
+    @property
+    def deleted(self) -> bool:
+        return self.data is None
 
     @property
     def changed(self) -> bool:
@@ -117,13 +124,13 @@ class PlannedFile:
 
     @property
     def is_new(self) -> bool:
-        return self.base_sha256 is None
+        return self.base_sha256 is None and self.data is not None
 
     def same_content(self, data: bytes | None) -> bool:
-        """Whether ``data`` already says what this file says. A selection with the same
-        items is the same whatever its ``updated_at``."""
-        if data is None:
-            return False
+        """Whether ``data`` (None: no such file) already says what this file says. A
+        selection with the same items is the same whatever its ``updated_at``."""
+        if data is None or self.data is None:
+            return data is None and self.data is None
         if data == self.data:
             return True
         return self.kind == FileKind.SELECTION and _selection_items(data) == _selection_items(
@@ -205,6 +212,7 @@ class WritebackResult:
     overwritten: list[str]
     allowed_findings: list[str]
     event: AuditEvent | None = None
+    deleted: list[str] = field(default_factory=list)  # skill files deleted from disk
     blocking_conflicts: list[Conflict] = field(default_factory=list)
     blocking_findings: list[Finding] = field(default_factory=list)
     # Allowed this time, not by an allowance that still holds: recorded after the write.
@@ -242,7 +250,7 @@ def plan_layout(
     """What the layout's directory should hold, from the database alone. ``dirs``: the
     workspace's layouts, when the caller has them already."""
     dirs = layout_dirs(layout.workspace) if dirs is None else dirs
-    candidates: list[tuple[str, bytes, str, FileKind]] = []
+    candidates: list[tuple[str, bytes | None, str, FileKind]] = []
     for document, name in DOCUMENT_FILES.items():
         version = (
             MemoryVersion.objects.filter(layout=layout, document=document)
@@ -267,6 +275,7 @@ def plan_layout(
     if proposal is not None:
         more, refused = _proposal_files(layout, proposal, dirs, now or timezone.now())
         candidates.extend(more)
+    candidates.extend(_skill_files(layout))
     imported = _imported(layout, [path for path, *_ in candidates])
     files = [
         PlannedFile(path, data, source, imported.get(path), kind)
@@ -288,6 +297,8 @@ def lint_planned(files: list[PlannedFile], dirs: list[LayoutDirs]) -> list[Findi
     findings: list[Finding] = []
     fresh = {}
     for f in files:
+        if f.data is None:
+            continue  # a deletion: nothing to lint
         found = cached.get(keys[f.path])
         if found is None:
             found = fresh[keys[f.path]] = lint_file(f.path, f.data, dirs)
@@ -385,22 +396,32 @@ def _proposal_files(
                 FileKind.RAW_MEMORY if rel.startswith("raw_memories/") else FileKind.ROLLOUT_SUMMARY
             )
             files.append((path, str(text).encode("utf-8"), f"{label}, phase one", kind))
-    for rel, change in sorted((proposal.skill_changes or {}).items()):
-        problem = _skill_path_problem(str(rel))
-        if problem or not isinstance(change, dict):
-            refused.append(Refusal(str(rel), problem or "not a skill change"))
-        elif change.get("new") is None:
-            refused.append(Refusal(str(rel), "deleted by phase two: delete it by hand if wanted"))
-        else:
-            data = str(change["new"]).encode("utf-8")
-            files.append((f"{base}/{rel}", data, f"{label}, phase two", FileKind.SKILL))
     return files, refused
+
+
+def _skill_files(layout: Layout) -> list[tuple[str, bytes | None, str, FileKind]]:
+    """The current version of each skill file (``memoryui.skills``); None: deleted."""
+    files: list[tuple[str, bytes | None, str, FileKind]] = []
+    for version in skills.current_versions(layout).select_related("author", "blob"):
+        if _skill_path_problem(version.path):
+            continue
+        who = version.author.get_username() if version.author else version.get_author_kind_display()
+        state = "deleted in" if version.deleted else "version"
+        files.append(
+            (
+                f"{layout.memories_dir}/{version.path}",
+                None if version.blob is None else bytes(version.blob.data),
+                f"skill file {state} {version.number} ({who})",
+                FileKind.SKILL,
+            )
+        )
+    return files
 
 
 def _skill_path_problem(rel: str) -> str:
     parts = rel.split("/")
-    if parts[0] != "skills" or len(parts) < 2 or any(p in ("", ".", "..") for p in parts):
-        return "not a path under skills/"
+    if parts[0] != "skills" or len(parts) < 3 or any(p in ("", ".", "..") for p in parts):
+        return "not a path under skills/<name>/"
     return ""
 
 
@@ -580,7 +601,7 @@ def write_back(
                     to_write,
                     result,
                     step,
-                    _counting(on_written, progress, len(to_write)),
+                    _counting(on_written, progress, sum(f.data is not None for f in to_write)),
                 )
             if failure is None:
                 lint_allowances.record(
@@ -592,9 +613,11 @@ def write_back(
                     actor=meta["actor"],
                     layout=layout,
                 )
-                record_written(layout, plan, result.written, root, user)
-                if result.written or result.skipped_on_disk or plan.proposal:
-                    result.event = _audit(layout, record, meta, result.written, user)
+                record_written(layout, plan, result.written, root, user, result.deleted)
+                if result.written or result.deleted or result.skipped_on_disk or plan.proposal:
+                    result.event = _audit(
+                        layout, record, meta, result.written, user, result.deleted
+                    )
             else:
                 result.event = record_event(
                     layout,
@@ -695,6 +718,7 @@ def _begin(
         {
             parent
             for planned in to_write
+            if planned.data is not None
             for parent in _parents(planned.path, layout.memories_dir)
             if not (root / parent).is_dir()
         }
@@ -764,14 +788,22 @@ def _apply(
     """Stage every file, then rename each one in place; on a failure (or a file that
     changed on disk meanwhile), undo what was renamed. Returns the failure."""
     allowed = [layout.memories_dir]
-    staged: list[export.Staged] = []
+    staged: list[export.Staged | None] = []  # None: a deletion
     try:
         for planned in to_write:
+            if planned.data is None:
+                staged.append(None)
+                continue
             staged.append(export.stage(root, planned.path, planned.data, allowed_dirs=allowed))
             step("staged")
         for planned, ready in zip(to_write, staged, strict=True):
             if planned.path not in plan.conflict_paths():
                 _check_same(planned, read_disk(root, planned.path), plan)
+            if ready is None:
+                export.remove_file(root, planned.path, allowed)
+                result.deleted.append(planned.path)
+                step("removed")
+                continue
             written = export.publish(root, ready)
             result.written.append(written)
             step("renamed")
@@ -779,7 +811,8 @@ def _apply(
                 on_written(written)
     except (ExportError, OSError, _ChangedOnDisk) as exc:
         for ready in staged:
-            export.discard(root, ready)
+            if ready is not None:
+                export.discard(root, ready)
         try:
             journal.turn_back(record)
             journal.roll_back(record)
@@ -790,8 +823,17 @@ def _apply(
                 "start of the dashboard or a worker, or by the next write-back"
             )
         result.written.clear()
+        result.deleted.clear()
         return exc
+    for path in result.deleted:  # an emptied skill folder goes too (best effort)
+        _remove_empty_parents(root, path, f"{layout.memories_dir}/skills")
     return None
+
+
+def _remove_empty_parents(root: Path, path: str, stop: str) -> None:
+    parent = path.rpartition("/")[0]
+    while parent.startswith(stop + "/") and export.remove_empty_directory(root, parent):
+        parent = parent.rpartition("/")[0]
 
 
 def _audit(
@@ -800,12 +842,16 @@ def _audit(
     meta: dict[str, Any],
     written: list[WrittenFile],
     user: Any,
+    deleted: Collection[str] = (),
 ) -> AuditEvent:
     """The write-back's event; ``record`` its journal (None: nothing was written)."""
     old = {f.path: f.old_sha256 for f in record.files} if record else {}
     files = [
         {"path": w.path, "sha256": w.sha256, "previous_sha256": old.get(w.path), "size": w.size}
         for w in written
+    ] + [
+        {"path": p, "sha256": None, "previous_sha256": old.get(p), "size": 0, "deleted": True}
+        for p in deleted
     ]
     return record_event(layout, WRITEBACK_ACTION, user, meta, record, files=files)
 
@@ -863,11 +909,16 @@ def journal_directory(layout: Layout, root: Path) -> Path:
 
 
 def record_written(
-    layout: Layout, plan: Plan, written: list[WrittenFile], root: Path, user: Any = None
+    layout: Layout,
+    plan: Plan,
+    written: list[WrittenFile],
+    root: Path,
+    user: Any = None,
+    deleted: Collection[str] = (),
 ) -> None:
     """Bring the database to the bytes now on disk: the importer's own sync (file rows,
     blobs, parsed rows) over the workspace. Written files equal the current versions, so
     no new version appears; files found on disk already (an earlier write-back stopped
     midway) are recorded too."""
-    if written or plan.on_disk:
+    if written or deleted or plan.on_disk:
         importer.import_workspace(root, layout.workspace.name, user=user)

@@ -33,7 +33,7 @@ from tests.factories import make_user
 MD = MemoryVersion.Document.MEMORY_MD
 
 
-KINDS = {"StringConverter": "str", "IntConverter": "int"}
+KINDS = {"StringConverter": "str", "IntConverter": "int", "PathConverter": "path"}
 
 
 @dataclass
@@ -96,6 +96,7 @@ class World:
             "filename": self.summary_file,
             "run_pk": self.run.pk,
             "skill": self.skill,
+            "file": "SKILL.md",
             "user_pk": self.member.pk,
             # pk: a proposal's, a webhook's or a delivery's on their routes, else the import's
             "pk": self.proposal.pk

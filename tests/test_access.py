@@ -25,6 +25,7 @@ from memoryui.models import (
     Proposal,
     ProtectedRawMemory,
     Role,
+    SkillFileVersion,
 )
 from tests import routes
 from tests.factories import make_user
@@ -75,6 +76,12 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:member": {"POST": A},
     "memoryui:skill_list": {"GET": V},
     "memoryui:skill_detail": {"GET": V},
+    "memoryui:skill_file_new": {"GET": E, "POST": E},
+    "memoryui:skill_file_edit": {"GET": E, "POST": E},
+    "memoryui:skill_file_delete": {"GET": E, "POST": E},
+    "memoryui:skill_file_history": {"GET": V},
+    "memoryui:skill_file_restore": {"GET": E, "POST": E},
+    "memoryui:proposal_skill_decide": {"POST": R},
     "memoryui:layout_writeback": {"GET": V, "POST": A},
     "memoryui:workspace_export": {"GET": V, "POST": A},
     "memoryui:webhook_list": {"GET": A, "POST": A},
@@ -132,6 +139,7 @@ def state() -> tuple:
     return (
         AuditEvent.objects.count(),
         MemoryVersion.objects.count(),
+        SkillFileVersion.objects.count(),
         Pin.objects.count(),
         Comment.objects.count(),
         Membership.objects.count(),

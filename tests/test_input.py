@@ -32,7 +32,11 @@ FUZZ = {
     "unicode digit": quote("²"),
     "line break": "a%0D%0Ab",
 }
-PATH_FUZZ = {"str": ["%00", "a%00b", "%FF%FE", "x" * 5_000], "int": ["9" * 30]}
+PATH_FUZZ = {
+    "str": ["%00", "a%00b", "%FF%FE", "x" * 5_000],
+    "int": ["9" * 30],
+    "path": ["%00", "a%00b", "%FF%FE", "x" * 5_000, "../../MEMORY.md", "a/../../b"],
+}
 
 
 def plausible(world: World, admin) -> dict[str, str]:

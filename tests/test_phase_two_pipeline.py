@@ -111,10 +111,10 @@ def test_a_skill_from_the_loop_is_reviewed_approved_and_written_back_for_the_sdk
     assert "skills/deploy-canary/SKILL.md" in client.get(url("run_detail", layout, run.pk)).text
     curation.approve(proposal, user=make_user("ada"))
     skills_page = client.get(url("skill_list", layout)).content.decode()
-    assert "Approved, not yet written back" in skills_page
+    assert "Curated, not yet written back" in skills_page
     assert "skills/deploy-canary/SKILL.md" in skills_page
     result = writeback.write_back(layout)
-    assert "Approved, not yet written back" not in client.get(url("skill_list", layout)).text
+    assert "Curated, not yet written back" not in client.get(url("skill_list", layout)).text
 
     written = layout.tree / "memories/engineering/skills/deploy-canary/SKILL.md"
     assert f"{layout.memories_dir}/skills/deploy-canary/SKILL.md" in [

@@ -138,7 +138,11 @@ def approved_proposal(layout: Layout, extra_files: dict[str, str] | None = None)
 
 def test_nothing_is_planned_for_a_layout_nobody_curated(layout, ws):
     plan = writeback.plan_layout(layout)
-    assert [f.path for f in plan.files] == [f"{ENG}/MEMORY.md", f"{ENG}/memory_summary.md"]
+    assert [f.path for f in plan.files] == [
+        f"{ENG}/MEMORY.md",
+        f"{ENG}/memory_summary.md",
+        f"{ENG}/skills/run-plain-python-tests/SKILL.md",  # the curated skill, as imported
+    ]
     assert plan.changed == [] and plan.findings == [] and plan.proposal is None
 
     result = writeback.write_back(layout)
@@ -810,7 +814,7 @@ def test_a_viewer_sees_the_plan_but_cannot_write(layout, ws, django_assert_max_n
     before = snapshot_tree(ws)
 
     # Constant in the number of files: one query per kind of row, not per file.
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):  # one more: the curated skill files
         page = viewer.get(writeback_url(layout))
     refused = viewer.post(writeback_url(layout), {"action": "write"})
 
@@ -1061,7 +1065,7 @@ def test_the_export_page_runs_a_bounded_number_of_queries(layout, django_assert_
     viewer = member(layout, Role.VIEWER, "vera")
 
     # About six per layout (two here), however many files they hold.
-    with django_assert_max_num_queries(16):
+    with django_assert_max_num_queries(18):  # the curated skill files: one per layout
         page = viewer.get(export_url(layout))
 
     html = page.content.decode()

@@ -89,14 +89,22 @@ class Command(BaseCommand):
             out.write(f"  already on disk {path}")
         if result.dry_run:
             for planned in result.would_write:
-                out.write(f"  would write {planned.path}  ({planned.source})")
+                verb = "would delete" if planned.deleted else "would write"
+                out.write(f"  {verb} {planned.path}  ({planned.source})")
             self._conflicts(result.blocking_conflicts)
             write_findings(self.stdout, self.style, result.blocking_findings, indent="  ")
             for refusal in plan.refused:
                 out.write(self.style.ERROR(f"  REFUSED {refusal.path}: {refusal.reason}"))
             out.write(self.style.SUCCESS("  dry run: nothing written"))
             return
-        out.write(self.style.SUCCESS(f"  wrote {len(result.written)} file(s)"))
+        for path in result.deleted:
+            out.write(f"  deleted {path}")
+        out.write(
+            self.style.SUCCESS(
+                f"  wrote {len(result.written)} file(s)"
+                + (f", deleted {len(result.deleted)}" if result.deleted else "")
+            )
+        )
 
     def _refused(self, exc: Refused) -> None:
         for refusal in exc.refused:

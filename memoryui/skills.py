@@ -1,0 +1,380 @@
+"""Skill files as curated, versioned files: ``<memories_dir>/skills/<name>/...``.
+
+Every file under a layout's ``skills/<name>/`` has versions (``SkillFileVersion``): the
+import records the bytes it found (author: the agent), people edit, add, delete and
+restore files, and approving a proposal turns the skill changes people accepted into
+versions. The latest version of each path is the curated file; a version without a blob
+says the file is deleted. Write-back and export write the curated files (and delete the
+deleted ones) like the other curated files (``memoryui.writeback``).
+
+Saves are serialised per layout (a row lock on the layout) and carry the version number
+they were based on: a save based on anything but the latest version is refused
+(``StaleSkill``), as for ``MEMORY.md`` entries. Every change is an audit event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from generation import tree
+
+from . import curation, documents
+from .models import AuditEvent, Blob, Layout, Proposal, SkillFileVersion, WorkspaceFile
+
+Author = SkillFileVersion.Author
+
+# skills/<name>/<file> or skills/<name>/<dir>/<file>: each part starts with a letter or
+# digit, then letters, digits, '.', '_' or '-'.
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+NEW_PATH_RE = re.compile(rf"^skills/{_PART}(?:/{_PART}){{1,3}}$")
+MAX_PATH_LENGTH = 300
+ACCEPT, REJECT = "accept", "reject"
+
+
+class StaleSkill(Exception):
+    """The file changed since the version the change was based on."""
+
+    def __init__(self, latest: SkillFileVersion | None) -> None:
+        super().__init__("the skill file changed since you opened it")
+        self.latest = latest
+
+
+def max_bytes() -> int:
+    return int(settings.MEMORYUI_MAX_SKILL_FILE_BYTES)
+
+
+def new_path_problem(rel: str) -> str:
+    """Why ``rel`` cannot be the path of a new skill file ("" when it can)."""
+    if rel.startswith("/"):
+        return (
+            "Give a path relative to the memories dir (skills/<name>/<file>), not an absolute one."
+        )
+    if ".." in rel:
+        return "A path may not contain '..'."
+    if len(rel) > MAX_PATH_LENGTH:
+        return f"The path is {len(rel)} characters; at most {MAX_PATH_LENGTH}."
+    if not NEW_PATH_RE.fullmatch(rel):
+        return (
+            "The path must look like skills/<name>/<file> (at most two folders below the "
+            "skill): each part starts with a letter or digit, then letters, digits, "
+            "'.', '_' or '-'."
+        )
+    return ""
+
+
+def skill_of(rel: str) -> str:
+    return tree.skill_name(rel)
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def current_versions(layout: Layout, *, prefix: str = "") -> QuerySet[SkillFileVersion]:
+    """The latest version of each skill file of the layout (deleted ones included), in
+    path order; ``prefix``: only paths starting with it. One query."""
+    newest = (
+        SkillFileVersion.objects.filter(layout=layout, path=OuterRef("path"))
+        .order_by("-number")
+        .values("number")[:1]
+    )
+    versions = SkillFileVersion.objects.filter(layout=layout)
+    if prefix:
+        versions = versions.filter(path__startswith=prefix)
+    return versions.filter(number=Subquery(newest)).order_by("path")
+
+
+def current_files(layout: Layout) -> dict[str, bytes | None]:
+    """path -> the curated bytes (None: deleted) of every skill file of the layout."""
+    found: dict[str, bytes | None] = {}
+    for path, blob_id, data in current_versions(layout).values_list(
+        "path", "blob_id", "blob__data"
+    ):
+        found[path] = bytes(data) if blob_id else None
+    return found
+
+
+def latest(layout: Layout, path: str) -> SkillFileVersion | None:
+    return SkillFileVersion.objects.filter(layout=layout, path=path).order_by("-number").first()
+
+
+def data_of(version: SkillFileVersion | None) -> bytes | None:
+    if version is None or version.blob_id is None:
+        return None
+    return documents.content(version.blob_id)
+
+
+def text_of(version: SkillFileVersion | None) -> str:
+    data = data_of(version)
+    return "" if data is None else data.decode("utf-8", "replace")
+
+
+def is_text(data: bytes | None) -> bool:
+    if data is None:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in data
+
+
+@dataclass
+class FrontMatter:
+    """A SKILL.md's YAML front matter, read as the flat ``key: value`` lines the SDK's
+    prompt asks for (an indented or ``-`` line continues the value before it)."""
+
+    name: str
+    description: str
+    other: list[tuple[str, str]]
+    body: str
+
+    @property
+    def present(self) -> bool:
+        return bool(self.name or self.description or self.other)
+
+
+_KEY = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*:\s?(.*)$")
+
+
+def front_matter(text: str) -> FrontMatter:
+    """Split ``---\\n...\\n---`` off the top of ``text``; without it, the whole text is
+    the body."""
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return FrontMatter("", "", [], text)
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "...")), None)
+    if end is None:
+        return FrontMatter("", "", [], text)
+    pairs: list[list[str]] = []
+    for line in lines[1:end]:
+        match = _KEY.match(line)
+        if match and not line[:1].isspace():
+            pairs.append([match.group(1), match.group(2).strip()])
+        elif line.strip() and pairs:
+            pairs[-1][1] = (pairs[-1][1] + " " + line.strip()).strip()
+        elif line.strip():
+            pairs.append(["", line.strip()])
+    values = {k: _unquote(v) for k, v in pairs if k}
+    other = [(k or "(no key)", _unquote(v)) for k, v in pairs if k not in ("name", "description")]
+    body = "\n".join(lines[end + 1 :]).lstrip("\n")
+    return FrontMatter(values.get("name", ""), values.get("description", ""), other, body)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+# --- changing --------------------------------------------------------------------------
+
+
+def save(
+    layout: Layout,
+    path: str,
+    data: bytes | None,
+    *,
+    user: Any,
+    based_on: int | None,
+    action: str,
+    reason: str,
+    author_kind: str = Author.PERSON,
+) -> SkillFileVersion:
+    """Store ``data`` (None: delete the file) as the path's new current version, if
+    ``based_on`` is still its latest version number (None: the path had no version).
+    ``action``: the audit event's (``skill.edit``, ``skill.add``...)."""
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        current = latest(layout, path)
+        if (current.number if current else None) != based_on:
+            raise StaleSkill(current)
+        return _create(layout, path, data, current, user, action, reason, author_kind)
+
+
+def _create(
+    layout: Layout,
+    path: str,
+    data: bytes | None,
+    current: SkillFileVersion | None,
+    user: Any,
+    action: str,
+    reason: str,
+    author_kind: str,
+) -> SkillFileVersion:
+    digest = None
+    if data is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
+    version = SkillFileVersion.objects.create(
+        layout=layout,
+        path=path,
+        number=(current.number + 1) if current else 1,
+        blob_id=digest,
+        author_kind=author_kind,
+        author=user if getattr(user, "pk", None) else None,
+        reason=reason[:500],
+    )
+    AuditEvent.record(
+        layout.workspace,
+        action,
+        user=user,
+        actor="" if getattr(user, "pk", None) else "pipeline",
+        layout=layout,
+        target=f"{layout.memories_dir}/{path}",
+        version=version.number,
+        sha256=digest,
+        deleted=data is None,
+        reason=reason,
+    )
+    return version
+
+
+def restore(
+    layout: Layout, path: str, number: int, *, user: Any, based_on: int | None
+) -> SkillFileVersion:
+    """Make version ``number`` the current one again (as a new version)."""
+    old = SkillFileVersion.objects.get(layout=layout, path=path, number=number)
+    return save(
+        layout,
+        path,
+        data_of(old),
+        user=user,
+        based_on=based_on,
+        action="skill.restore",
+        reason=f"restored version {number}",
+    )
+
+
+# --- proposals -------------------------------------------------------------------------
+
+
+def decide(proposal: Proposal, path: str, decision: str, *, user: Any) -> None:
+    """Accept or reject one skill file change of a pending proposal. Raises
+    ``curation.DecisionRefused`` when the proposal was decided meanwhile or another
+    reviewer holds it."""
+    layout = proposal.layout
+    with transaction.atomic():
+        curation._lock_pending(proposal, user)
+        rows = Proposal.objects.filter(pk=proposal.pk)
+        decisions = dict(rows.values_list("skill_decisions", flat=True).get() or {})
+        decisions[path] = decision
+        rows.update(skill_decisions=decisions)
+        proposal.skill_decisions = decisions
+        AuditEvent.record(
+            layout.workspace,
+            f"proposal.skill_{decision}",
+            user=user,
+            layout=layout,
+            target=f"{layout.memories_dir}/{path}",
+            proposal=proposal.pk,
+        )
+
+
+def decision_of(proposal: Proposal, path: str) -> str:
+    return (proposal.skill_decisions or {}).get(path, "")
+
+
+def approve_changes(proposal: Proposal, *, user: Any) -> list[SkillFileVersion]:
+    """At approval (inside its transaction, the layout locked): each skill change not
+    rejected becomes the file's current version; a rejected one leaves the file as it
+    is. A change equal to the current file adds nothing."""
+    layout = proposal.layout
+    changes, decisions = Proposal.objects.values_list("skill_changes", "skill_decisions").get(
+        pk=proposal.pk
+    )
+    created = []
+    for rel, change in sorted((changes or {}).items()):
+        if not isinstance(change, dict) or (decisions or {}).get(rel) == REJECT:
+            continue
+        if skill_of(rel) == "" or ".." in rel.split("/"):
+            continue  # not a file of a skill: never written
+        new = change.get("new")
+        data = None if new is None else str(new).encode("utf-8")
+        current = latest(layout, rel)
+        if data_of(current) == data and (current is not None or data is None):
+            continue
+        if current is None and data is None:
+            continue  # deleting a file memoryui never had
+        created.append(
+            _create(
+                layout,
+                rel,
+                data,
+                current,
+                user,
+                "skill.approve",
+                f"approved proposal #{proposal.pk}",
+                Author.PIPELINE,
+            )
+        )
+    return created
+
+
+# --- import ----------------------------------------------------------------------------
+
+
+def record_import(layout_files: dict[int, list[tuple[str, str | None]]], *, now: Any) -> list[str]:
+    """Versions for skill files an import found new, changed or gone: ``layout_files``
+    maps a layout's pk to (path relative to its memories dir, blob sha256 or None for a
+    file gone from disk). A path whose latest version already says so gets none."""
+    created: list[str] = []
+    rows = []
+    for layout_id, files in layout_files.items():
+        paths = sorted({p for p, _ in files if skill_of(p)})
+        if not paths:
+            continue
+        newest: dict[str, tuple[int, str | None]] = {}
+        for chunk_start in range(0, len(paths), 500):
+            chunk = paths[chunk_start : chunk_start + 500]
+            for path, number, blob_id in (
+                SkillFileVersion.objects.filter(layout_id=layout_id, path__in=chunk)
+                .order_by("path", "number")
+                .values_list("path", "number", "blob_id")
+            ):
+                newest[path] = (number, blob_id)
+        for path, digest in files:
+            if not skill_of(path):
+                continue
+            number, blob_id = newest.get(path, (0, None))
+            if number and blob_id == digest:
+                continue
+            if not number and digest is None:
+                continue
+            rows.append(
+                SkillFileVersion(
+                    layout_id=layout_id,
+                    path=path,
+                    number=number + 1,
+                    blob_id=digest,
+                    author_kind=Author.AGENT,
+                    reason="imported from disk"
+                    if not number
+                    else "deleted on disk"
+                    if digest is None
+                    else "changed on disk",
+                    created_at=now,
+                )
+            )
+            newest[path] = (number + 1, digest)
+            created.append(path)
+    SkillFileVersion.objects.bulk_create(rows, batch_size=500)
+    return created
+
+
+def disk_state(layout: Layout) -> dict[str, str | None]:
+    """path (relative to the memories dir) -> sha256 of each skill file as last
+    imported and present on disk."""
+    prefix = f"{layout.memories_dir}/"
+    return {
+        path.removeprefix(prefix): blob_id
+        for path, blob_id in WorkspaceFile.objects.present()
+        .filter(layout=layout, kind=WorkspaceFile.Kind.SKILL)
+        .values_list("path", "blob_id")
+    }
