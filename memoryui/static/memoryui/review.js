@@ -67,7 +67,7 @@
         document.querySelector("a[data-next-page]");
       if (link) {
         sessionStorage.setItem(NEXT_KEY, "1");
-        window.location.href = link.href;
+        window.location.href = link.href.split("#")[0]; // a fragment would take the focus
       }
     }
   }
