@@ -84,7 +84,8 @@ def test_a_whole_review_by_keyboard_from_opening_to_approval(
                     const card = document.getElementById(id);
                     const now = document.activeElement;
                     const left = document.querySelectorAll("[data-entry][data-decided='']").length;
-                    return card && card.dataset.decided === expect && now.dataset.entry !== undefined
+                    return card && card.dataset.decided === expect
+                        && now.dataset.entry !== undefined
                         && (now.id !== id || left === 0);
                 }""",
                 [card, expect],
