@@ -472,6 +472,46 @@ def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -
     return redirect(_back(proposal, form, document))
 
 
+@workspace_view(Role.VIEWER)
+@require_GET
+def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """One entry as approval would apply it (a reviewer's edit, else the model's text),
+    rendered: loaded when its "Rendered" fold opens (the fragment for htmx, a page
+    without JavaScript), so the review page renders no Markdown it is not asked for."""
+    from .models import EntryDecision
+    from .templatetags.markdown import render_markdown
+
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    form = forms.EntryActionForm(request.GET)
+    form.fields["anchor"].required = False
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    if change is None:
+        raise Http404("No such entry in this proposal.")
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    html = render_markdown(edited or change.proposed or change.current)
+    if request.htmx:
+        return HttpResponse(html)
+    return render(
+        request,
+        "memoryui/proposal_entry.html",
+        {
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "change": change,
+            "html": html,
+            "back": _review_url(proposal, f"entry-{document}-{_slug(key)}"),
+        },
+    )
+
+
 def _changes(proposal: Proposal, document: str) -> list[review.Change]:
     """One document's changes, from the proposal alone (the comparison is cached)."""
     if document == MemoryVersion.Document.MEMORY_MD:

@@ -68,6 +68,7 @@ memoryui_patterns = [
         layout + "proposals/<int:pk>/viewed/", review_views.proposal_viewed, name="proposal_viewed"
     ),
     path(layout + "proposals/<int:pk>/pin/", review_views.proposal_pin, name="proposal_pin"),
+    path(layout + "proposals/<int:pk>/entry/", review_views.proposal_entry, name="proposal_entry"),
     path(
         layout + "proposals/<int:pk>/reserve/",
         review_views.proposal_reserve,

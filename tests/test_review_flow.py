@@ -304,7 +304,22 @@ def test_many_citations_fold_and_long_entries_fold(layout, reviewer):
 
     assert '<details class="cites-fold"><summary>177 cited rollouts</summary>' in page
     assert "54 more lines" in page  # 94 lines: 40 shown, the rest folded
-    assert '<details class="rendered"><summary>Rendered</summary>' in page
+    assert page.count('<details class="rendered"') == 3  # each entry, rendered on demand
+
+
+def test_the_rendered_view_of_an_entry_shows_the_reviewers_edit(proposal, reviewer):
+    client = client_for(reviewer)
+    key = keys(proposal)[0]
+    curation.decide(proposal, MD, key, "accept", user=reviewer, edited_text=entry(0, "**mine**"))
+    query = {"document": MD, "key": key}
+
+    fragment = client.get(url("proposal_entry", proposal), query, **HX).content.decode()
+    page = client.get(url("proposal_entry", proposal), query).content.decode()
+
+    assert "<strong>mine</strong>" in fragment and "<html" not in fragment
+    assert "<strong>mine</strong>" in page and "Back to the review" in page
+    missing = client.get(url("proposal_entry", proposal), {"document": MD, "key": "nope"})
+    assert missing.status_code == 404
 
 
 def _queries(client: Client, proposal: Proposal) -> tuple[int, int]:
