@@ -308,11 +308,11 @@ class SyncForm(forms.ModelForm):
 # --- the review page: where a reviewer is (filter, page), per-entry actions ------------
 
 REVIEW_FILTERS = [
-    ("", "all changes"),
+    ("", "changes"),
     ("undecided", "undecided"),
     ("changed", "changed text"),
     ("flagged", "flagged"),
-    ("all", "everything, unchanged too"),
+    ("all", "all entries"),
 ]
 
 

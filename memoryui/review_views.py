@@ -259,7 +259,12 @@ def _row(
     """What one entry's card shows."""
     edited = decision.edited_text if decision is not None and decision.edited_text else ""
     applied = edited or change.proposed
-    head, tail, more = _fold(change.current if change.status == "removed" else applied)
+    if edited:  # shown whole, in its own fold, under the suggestion
+        head, tail, more = edited, "", 0
+    elif change.status == "changed":  # the diff shows it
+        head, tail, more = "", "", 0
+    else:
+        head, tail, more = _fold(change.current if change.status == "removed" else applied)
     diff = (
         diffs.side_by_side(change.current, change.proposed, context=2)
         if change.status == "changed"
