@@ -254,3 +254,44 @@ def test_no_horizontal_overflow_with_200_citations_and_long_lines(
         assert sizes[0] <= sizes[1], sizes
     finally:
         context.close()
+
+
+def test_shortcuts_mark_viewed_pin_comment_and_escape_cancels_an_edit(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,
+):
+    from memoryui.models import Comment, EntryView, Pin
+
+    proposal = build(review_layout, 5)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.keyboard.press("j")
+        page.keyboard.press("j")  # the second entry
+        card = focused(page)
+        assert "group 001" in page.inner_text(f"#{card} .entry-title")
+        page.keyboard.press("v")
+        page.wait_for_selector(f"#{card}.viewed")
+        until(page, "id => document.activeElement.id === id", card)
+        page.keyboard.press("p")
+        page.wait_for_selector(f"#{card} .badge.pin")
+        until(page, "id => document.activeElement.id === id", card)
+        page.keyboard.press("e")
+        assert page.evaluate("document.activeElement.name") == "edited_text"
+        page.keyboard.press("Escape")
+        assert focused(page) == card
+        assert not page.locator(f"#{card} details.edit-then-accept").evaluate("d => d.open")
+        page.keyboard.press("c")
+        page.keyboard.type("Check the date")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_selector(f"#{card} .comment >> text=Check the date")
+        assert "0 of 5 decided · 1 viewed" in page.inner_text("#review-progress")
+        page.click("#reject-proposal")
+        page.wait_for_selector("#review-dialog[open] #reject-confirm")
+        assert "stay exactly as they are now" in page.inner_text("#reject-confirm")
+    finally:
+        context.close()
+    assert EntryView.objects.count() == Pin.objects.count() == Comment.objects.count() == 1
+    assert Proposal.objects.get().status == "pending"

@@ -15,7 +15,9 @@ from django.urls import reverse
 from generation import review
 from memoryui import curation
 from memoryui.models import (
+    ApprovedEntry,
     AuditEvent,
+    Comment,
     EntryDecision,
     EntryView,
     Membership,
@@ -182,6 +184,7 @@ def test_filters_list_undecided_changed_and_flagged_entries(layout, reviewer):
     curation.decide(proposal, MD, k[0], "accept", user=reviewer)
     curation.set_pin(layout, MD, k[1], True, user=reviewer)
     RejectedEntry.objects.create(layout=layout, document=MD, key=k[2], text="old", title="g")
+    ApprovedEntry.objects.create(layout=layout, document=MD, key=k[3], text="approved before")
     client = client_for(reviewer)
 
     def titles(show: str) -> list[str]:
@@ -190,8 +193,8 @@ def test_filters_list_undecided_changed_and_flagged_entries(layout, reviewer):
 
     assert titles("undecided") == ["group 001", "group 002", "group 003", "brand new"]
     assert titles("changed") == ["group 000", "group 001", "group 002", "group 003"]
-    # pinned, rejected before, and the new entry citing no rollout (unsupported)
-    assert titles("flagged") == ["group 001", "group 002", "brand new"]
+    # pinned, rejected before, approved with another text, citing no rollout (unsupported)
+    assert titles("flagged") == ["group 001", "group 002", "group 003", "brand new"]
     bad = client.get(url("proposal_review", proposal) + "?show=nonsense")
     assert bad.status_code == 400
 
@@ -344,3 +347,41 @@ def test_query_counts_do_not_grow_with_the_proposal(layout, reviewer):
 
     assert small == large
     assert small[0] <= 30  # the decision round trip (savepoints included)
+
+
+def test_a_comment_on_an_entry_updates_its_card_in_place(proposal, reviewer):
+    key = keys(proposal)[2]
+    response = client_for(reviewer).post(
+        url("proposal_comment", proposal),
+        {"document": MD, "key": key, "text": "Is this still true?"},
+        **HX,
+    )
+    body = response.content.decode()
+    assert body.count("<article") == 1 and "Is this still true?" in body
+    assert "Comment (1)" in body and "hx-swap-oob" in body
+    assert Comment.objects.get().key == key
+
+
+@pytest.mark.parametrize(
+    ("action", "data"),
+    [
+        ("proposal_undo", {}),
+        ("proposal_viewed", {}),
+        ("proposal_pin", {}),
+        ("proposal_comment", {"text": "a note"}),
+    ],
+)
+def test_without_javascript_every_entry_action_comes_back_to_the_page_and_entry(
+    layout, proposal, action, data
+):
+    editor = client_for(member(layout, Role.EDITOR))
+    key = keys(proposal)[40]
+    curation.decide(proposal, MD, key, "accept", user=None)
+    response = editor.post(
+        url(action, proposal),
+        {"document": MD, "key": key, "page": 2, "show": "changed", "anchor": "entry-x", **data},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == (
+        url("proposal_review", proposal) + "?show=changed&page_memory_md=2#entry-x"
+    )
