@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(queries):8d}  {'ok' if p95 <= TARGET_P95_MS else 'OVER'}"
         )
     if not args.only or "entry decision round trip" in args.only:
-        decision_round_trip(client, args.requests)
+        decision_round_trip(client, args.requests, args.profile == "entry decision round trip")
     print(f"\n{connection.vendor}; worst p95 {worst:.1f} ms (target {TARGET_P95_MS:.0f} ms)")
     return 0
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 TARGET_DECISION_P95_MS = 100.0
 
 
-def decision_round_trip(client, requests: int) -> None:  # type: ignore[no-untyped-def]
+def decision_round_trip(client, requests: int, profile_it: bool = False) -> None:  # type: ignore[no-untyped-def]
     """An entry decision as the review page sends it (htmx POST) and its answer (the
     entry's card and the progress bar), on the ~100-change proposal of the 10k tree:
     accept and reject in turn over the changed entries."""
@@ -263,6 +263,16 @@ def decision_round_trip(client, requests: int) -> None:  # type: ignore[no-untyp
         t = time.perf_counter()
         post(i)
         times.append((time.perf_counter() - t) * 1000)
+    if profile_it:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for i in range(requests):
+            post(i)
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
     times.sort()
     p95 = times[max(0, round(0.95 * len(times)) - 1)]
     print(

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -101,6 +102,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 comments.get(change.key, []),
                 approvals.get(change.key, ""),
                 marks,
+                {"show": show, "page": page.number},
             )
             for change in page.object_list
         ]
@@ -127,6 +129,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "show": show,
             "show_all": show == "all",
             "filters": forms.REVIEW_FILTERS,
+            "urls": _entry_urls(proposal),
             "progress": _progress_of(curation.review_counts(proposal, reviews, user=request.user)),
             **_reservation(request, proposal),
             "comments": comments.get("", []),
@@ -255,8 +258,9 @@ def _row(
     comments: list,
     approval: str,
     marks: _Marks,
+    place: dict,  # type: ignore[type-arg]
 ) -> dict:  # type: ignore[type-arg]
-    """What one entry's card shows."""
+    """What one entry's card shows; ``place``: the filter and page its forms go back to."""
     edited = decision.edited_text if decision is not None and decision.edited_text else ""
     applied = edited or change.proposed
     if edited:  # shown whole, in its own fold, under the suggestion
@@ -272,7 +276,20 @@ def _row(
     )
     suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
     shown = suggestion if suggestion is not None else diff
+    slug = f"entry-{document}-{_slug(change.key)}"
+    hidden = format_html(
+        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+        'value="{}"><input type="hidden" name="anchor" value="{}">',
+        document,
+        change.key,
+        slug,
+    )
+    if place.get("show"):
+        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
+    if place.get("page") and str(place["page"]) != "1":
+        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
     return {
+        "hidden": hidden,
         "diff_head": shown[:FOLD_LINES] if shown and len(shown) > FOLD_LINES + 5 else shown,
         "diff_tail": shown[FOLD_LINES:] if shown and len(shown) > FOLD_LINES + 5 else None,
         "change": change,
@@ -288,7 +305,7 @@ def _row(
         "unsupported": _unsupported(change, cites),
         "cites": cites,
         "fold_cites": len(cites) > CITES_INLINE,
-        "id": f"entry-{document}-{_slug(change.key)}",
+        "id": slug,
         "comments": comments,
         "approval": approval,
         "viewed": (document, change.key) in marks.viewed,
@@ -517,6 +534,15 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     )
 
 
+def _entry_urls(proposal: Proposal) -> dict[str, str]:
+    """The entry actions' URLs, reversed once for all the cards of a page."""
+    args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
+    return {
+        action: reverse(f"memoryui:proposal_{action}", args=args)
+        for action in ("decide", "undo", "viewed", "pin", "comment", "entry")
+    }
+
+
 def _changes(proposal: Proposal, document: str) -> list[review.Change]:
     """One document's changes, from the proposal alone (the comparison is cached)."""
     if document == MemoryVersion.Document.MEMORY_MD:
@@ -558,6 +584,10 @@ def _card_response(
         list(proposal.comments.filter(key=key).select_related("author")),
         approval,
         marks,
+        {
+            "show": form.place(document).get("show", ""),
+            "page": form.place(document).get(f"page_{document}", ""),
+        },  # type: ignore[attr-defined]
     )
     # Progress: the decidable entries come from the cached comparison; two queries.
     decidable = {
@@ -591,14 +621,13 @@ def _card_response(
         "viewed": len(viewed),
         "not_viewed": len(decidable) - len(viewed),
     }
-    place = form.place(document)  # type: ignore[attr-defined]
     context = {
         "proposal": proposal,
         "layout": proposal.layout,
         "workspace": proposal.layout.workspace,
         "row": row,
         **_permissions(request, proposal),
-        "place": {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
+        "urls": _entry_urls(proposal),
         "progress": _progress_of(counts),
         "oob": True,
     }
