@@ -49,6 +49,23 @@ def until(page, predicate: str, arg=None, timeout: float = 10.0) -> None:  # typ
         time.sleep(0.01)
 
 
+def settled(page, card: str, expect: str) -> None:  # type: ignore[no-untyped-def]
+    """The card shows the decision and the focus moved on (or, the page's last
+    undecided entry decided, stays on it)."""
+    until(
+        page,
+        """([id, expect]) => {
+            const card = document.getElementById(id);
+            const now = document.activeElement;
+            const left = document.querySelectorAll("[data-entry][data-decided='']").length;
+            return card && card.dataset.decided === expect
+                && now.dataset.entry !== undefined
+                && (now.id !== id || left === 0);
+        }""",
+        [card, expect],
+    )
+
+
 def focused(page) -> str:  # type: ignore[no-untyped-def]
     return page.evaluate("document.activeElement.id")
 
@@ -72,24 +89,8 @@ def test_a_whole_review_by_keyboard_from_opening_to_approval(
         def decide(key: str, expect: str) -> str:
             card = focused(page)
             page.keyboard.press(key)
-            settled(card, expect)
+            settled(page, card, expect)
             return card
-
-        def settled(card: str, expect: str) -> None:
-            """The card shows the decision and the focus moved on (or, the page's last
-            undecided entry decided, stays on it)."""
-            until(
-                page,
-                """([id, expect]) => {
-                    const card = document.getElementById(id);
-                    const now = document.activeElement;
-                    const left = document.querySelectorAll("[data-entry][data-decided='']").length;
-                    return card && card.dataset.decided === expect
-                        && now.dataset.entry !== undefined
-                        && (now.id !== id || left === 0);
-                }""",
-                [card, expect],
-            )
 
         page.keyboard.press("n")  # the first undecided entry
         for i in range(190):
@@ -121,7 +122,7 @@ def test_a_whole_review_by_keyboard_from_opening_to_approval(
                 page.keyboard.press("End")
                 page.keyboard.type(" (edited)")
                 page.keyboard.press("Control+Enter")
-                settled(card, "edited")
+                settled(page, card, "edited")
             else:
                 decide("r" if i % 5 == 0 else "a", "reject" if i % 5 == 0 else "accept")
         assert "190 of 200 decided" in page.inner_text("#review-progress")
@@ -288,6 +289,8 @@ def test_shortcuts_mark_viewed_pin_comment_and_escape_cancels_an_edit(
         page.keyboard.press("Control+Enter")
         page.wait_for_selector(f"#{card} .comment >> text=Check the date")
         assert "0 of 5 decided · 1 viewed" in page.inner_text("#review-progress")
+        page.click(f"#{card} details.rendered summary")  # rendered when opened
+        page.wait_for_selector(f"#{card} details.rendered .markdown h1 >> text=group 001")
         page.click("#reject-proposal")
         page.wait_for_selector("#review-dialog[open] #reject-confirm")
         assert "stay exactly as they are now" in page.inner_text("#reject-confirm")
@@ -295,3 +298,27 @@ def test_shortcuts_mark_viewed_pin_comment_and_escape_cancels_an_edit(
         context.close()
     assert EntryView.objects.count() == Pin.objects.count() == Comment.objects.count() == 1
     assert Proposal.objects.get().status == "pending"
+
+
+def test_listing_undecided_entries_n_goes_on_to_the_next_undecided_ones(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,
+):
+    proposal = build(review_layout, 27)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal, "?show=undecided"))
+        page.keyboard.press("n")
+        for _ in range(25):
+            card = focused(page)
+            page.keyboard.press("a")
+            settled(page, card, "accept")
+        with page.expect_navigation():
+            page.keyboard.press("n")
+        until(page, "() => document.activeElement.dataset.entry !== undefined")
+        assert "group 025" in page.inner_text(f"#{focused(page)} .entry-title")
+        assert page.locator("article[data-entry]").count() == 2  # the two left
+    finally:
+        context.close()

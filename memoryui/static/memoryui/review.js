@@ -66,8 +66,11 @@
       var link = (section && section.querySelector("a[data-next-page]")) ||
         document.querySelector("a[data-next-page]");
       if (link) {
+        // Listing undecided entries only, this page lists the next ones once reloaded.
+        var here = new URL(window.location.href);
+        var href = here.searchParams.get("show") === "undecided" ? here.href : link.href;
         sessionStorage.setItem(NEXT_KEY, "1");
-        window.location.href = link.href.split("#")[0]; // a fragment would take the focus
+        window.location.href = href.split("#")[0]; // a fragment would take the focus
       }
     }
   }
