@@ -694,6 +694,10 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             "that people and the model both changed first: "
             + ", ".join(c.title or c.key for c in exc.conflicts),
         )
+        if request.htmx:  # from the dialog: the review page, which says so
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = _review_url(proposal)
+            return response
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "approval")

@@ -385,3 +385,18 @@ def test_without_javascript_every_entry_action_comes_back_to_the_page_and_entry(
     assert response["Location"] == (
         url("proposal_review", proposal) + "?show=changed&page_memory_md=2#entry-x"
     )
+
+
+def test_an_approval_refused_from_the_dialog_leads_back_to_the_review(proposal, reviewer, layout):
+    curation.reserve(proposal, member(layout, Role.REVIEWER, "other"))
+    client = client_for(reviewer)
+
+    held = client.post(url("proposal_approve", proposal), {"undecided": "accept"}, **HX)
+
+    assert held.status_code == 409 and held["HX-Retarget"] == "#review-notice"
+    assert "other is reviewing this proposal" in held.content.decode()
+    assert Proposal.objects.get().status == "pending"
+    Proposal.objects.update(reserved_by=None, reserved_until=None)
+    done = client.post(url("proposal_approve", proposal), {"undecided": "accept"}, **HX)
+    assert done.status_code == 204
+    assert done["HX-Redirect"] == reverse("memoryui:memory_md", args=["a", layout.pk])

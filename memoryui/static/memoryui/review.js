@@ -168,6 +168,13 @@
       if (first) first.focus();
       return;
     }
+    if (target && target.id === "review-notice") { // refused: say why, over no dialog
+      var open = document.querySelector("dialog[open]");
+      if (open) open.close();
+      target.scrollIntoView({ block: "center" });
+      pending = null;
+      return;
+    }
     if (!pending) return;
     var done = pending;
     pending = null;
