@@ -180,12 +180,14 @@
     pending = null;
     var card = document.getElementById(done.id);
     if (!card) return;
+    var active = document.activeElement;
+    if (active !== card && cardOf(active) === card && typing(active)) return; // typing there
     if (done.decision && card.dataset.decided) {
       lastCard = card;
       nextUndecided(card, false);
       if (cardOf(document.activeElement) === null) focusCard(card);
-    } else {
-      focusCard(card);
+    } else if (cardOf(document.activeElement) !== card) {
+      focusCard(card); // unless the reviewer is already at it (say, typing in it)
     }
   });
 
