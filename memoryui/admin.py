@@ -8,6 +8,7 @@ from .models import (
     Blob,
     Comment,
     EntryDecision,
+    EntryView,
     GenerationRun,
     GenerationSettings,
     ImportJob,
@@ -235,6 +236,12 @@ class AuditEventAdmin(admin.ModelAdmin):
 class EntryDecisionAdmin(admin.ModelAdmin):
     list_display = ["proposal", "document", "key", "decision", "user", "decided_at"]
     list_filter = ["decision"]
+    raw_id_fields = ["proposal", "user"]
+
+
+@admin.register(EntryView)
+class EntryViewAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "document", "key", "user", "at"]
     raw_id_fields = ["proposal", "user"]
 
 

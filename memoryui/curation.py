@@ -29,6 +29,7 @@ from .models import (
     Blob,
     Comment,
     EntryDecision,
+    EntryView,
     Layout,
     MemoryVersion,
     Pin,
@@ -424,6 +425,46 @@ def decide(
     return made
 
 
+def undo_decision(proposal: Proposal, document: str, key: str, *, user: Any) -> bool:
+    """Take back the decision on one entry (it is undecided again); False when there
+    was none. Refused like ``decide`` when the proposal is decided or held by someone
+    else."""
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        previous = (
+            EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+            .values_list("decision", "edited_text", "user__username")
+            .first()
+        )
+        if previous is None:
+            return False
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key).delete()
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "entry.undo",
+            user=user,
+            layout=proposal.layout,
+            target=key,
+            proposal=proposal.pk,
+            document=document,
+            undone=previous[0],
+            edited=bool(previous[1]),
+            decided_by=previous[2],
+        )
+    return True
+
+
+def set_viewed(proposal: Proposal, document: str, key: str, viewed: bool, *, user: Any) -> bool:
+    """Mark one entry viewed by ``user`` (or not): progress only, not audited, and
+    allowed on a decided proposal too. Doing what is done changes nothing."""
+    if not viewed:
+        EntryView.objects.filter(proposal=proposal, document=document, key=key, user=user).delete()
+        return False
+    with transaction.atomic():
+        EntryView.objects.get_or_create(proposal=proposal, document=document, key=key, user=user)
+    return True
+
+
 def _lock_pending(proposal: Proposal, user: Any) -> Proposal:
     """Read the proposal again under a row lock (held until the caller's transaction
     ends) and refuse unless it is pending and not reserved by someone else. Every
@@ -452,24 +493,34 @@ def _decided(proposal: Proposal, status: str, user: Any) -> None:
     proposal.reserved_by, proposal.reserved_until = None, None
 
 
-def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
+UNDECIDED_ACCEPT, UNDECIDED_REJECT = "accept", "reject"
+
+
+def approve(
+    proposal: Proposal, *, user: Any, undecided: str = UNDECIDED_ACCEPT
+) -> list[MemoryVersion]:
     """Turn the reviewed proposal into the current versions. Entries people changed
     while the consolidation ran are merged; a conflict must have been decided (accept:
-    the model's text, reject: the people's). Raises ``DecisionRefused`` when the
-    proposal was decided meanwhile or another reviewer holds it."""
+    the model's text, reject: the people's). ``undecided``: what the entries nobody
+    decided on become, the model's text (``"accept"``, as proposed) or the current
+    text (``"reject"``: each gets a recorded rejection, under the same lock). Raises
+    ``DecisionRefused`` when the proposal was decided meanwhile or another reviewer
+    holds it."""
     created = []
-    counts = {EntryDecision.Decision.ACCEPT: 0, EntryDecision.Decision.REJECT: 0}
     with transaction.atomic():
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
+        counts = review_counts(proposal, document_reviews(proposal), user=user)
+        if undecided == UNDECIDED_REJECT:
+            _reject_undecided(proposal, user)
         for doc in document_reviews(proposal):
             assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions)
             final = assembled
             if doc.human_text is not None:
                 merged = review.merge(doc.base_text, doc.human_text, assembled)
-                undecided = [c for c in merged.conflicts if c.key not in doc.decisions]
-                if undecided:
-                    raise UnresolvedConflicts(undecided)
+                open_conflicts = [c for c in merged.conflicts if c.key not in doc.decisions]
+                if open_conflicts:
+                    raise UnresolvedConflicts(open_conflicts)
                 parts = {e.key: e.text for e in review.entries(merged.text)}
                 for conflict in merged.conflicts:
                     if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
@@ -477,7 +528,6 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
                 final = review.join(t for t in parts.values() if t)
             by_key = {c.key: c for c in doc.changes}
             for key, decision in doc.decisions.items():
-                counts[decision.decision] = counts.get(decision.decision, 0) + 1
                 if decision.decision == EntryDecision.Decision.REJECT:
                     change = by_key.get(key)
                     if change is not None and change.proposed and change.status != "unchanged":
@@ -530,8 +580,11 @@ def approve(proposal: Proposal, *, user: Any) -> list[MemoryVersion]:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
             versions=[v.number for v in created],
-            accepted=counts[EntryDecision.Decision.ACCEPT],
-            rejected=counts[EntryDecision.Decision.REJECT],
+            accepted=counts["accepted"],
+            rejected=counts["rejected"]
+            + (counts["undecided"] if undecided == UNDECIDED_REJECT else 0),
+            undecided=undecided,
+            counts=counts,
             **({"skill_files": [v.path for v in skill_versions]} if skill_versions else {}),
         )
     return created
@@ -554,6 +607,57 @@ def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
             first = review.entries(text)
             out.append((key, first[0].title if first else change.title, text))
     return out
+
+
+def decidable(doc: DocumentReview) -> list[review.Change]:
+    """The entries a reviewer decides on: every change (unchanged ones are not)."""
+    return [c for c in doc.changes if c.status != "unchanged"]
+
+
+def _reject_undecided(proposal: Proposal, user: Any) -> None:
+    person = user if getattr(user, "pk", None) else None
+    now = timezone.now()
+    for doc in document_reviews(proposal):
+        EntryDecision.objects.bulk_create(
+            EntryDecision(
+                proposal=proposal,
+                document=doc.document,
+                key=c.key,
+                decision=EntryDecision.Decision.REJECT,
+                user=person,
+                decided_at=now,
+            )
+            for c in decidable(doc)
+            if c.key not in doc.decisions
+        )
+
+
+def review_counts(proposal: Proposal, reviews: list[DocumentReview], *, user: Any) -> dict:
+    """How far the review got: decided entries (accepted, of which edited; rejected),
+    undecided ones, and those ``user`` has not marked viewed."""
+    viewed = set(
+        EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", None)).values_list(
+            "document", "key"
+        )
+    )
+    counts = dict.fromkeys(
+        ("total", "accepted", "edited", "rejected", "undecided", "viewed", "not_viewed"), 0
+    )
+    for doc in reviews:
+        for change in decidable(doc):
+            counts["total"] += 1
+            decision = doc.decisions.get(change.key)
+            if decision is None:
+                counts["undecided"] += 1
+            elif decision.decision == EntryDecision.Decision.REJECT:
+                counts["rejected"] += 1
+            else:
+                counts["accepted"] += 1
+                counts["edited"] += bool(decision.edited_text)
+            seen = (doc.document, change.key) in viewed
+            counts["viewed" if seen else "not_viewed"] += 1
+    counts["decided"] = counts["total"] - counts["undecided"]
+    return counts
 
 
 def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:

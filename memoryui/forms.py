@@ -389,3 +389,68 @@ class SkillVersionForm(forms.Form):
 class SkillDecideForm(forms.Form):
     path = forms.CharField(max_length=1024, strip=False)
     decision = forms.ChoiceField(choices=[("accept", "accept"), ("reject", "reject")])
+
+
+# --- the review page: where a reviewer is (filter, page), per-entry actions ------------
+
+REVIEW_FILTERS = [
+    ("", "changes"),
+    ("undecided", "undecided"),
+    ("changed", "changed text"),
+    ("flagged", "flagged"),
+    ("all", "all entries"),
+]
+
+
+class ReviewPlaceForm(forms.Form):
+    """Which entries the review page lists (``show``) and which page of each document;
+    an entry action posts them back so the reviewer lands where they were."""
+
+    show = forms.ChoiceField(choices=REVIEW_FILTERS, required=False)
+    all = forms.BooleanField(required=False)  # the older "show unchanged too" link
+    page_memory_md = forms.IntegerField(min_value=1, max_value=10**6, required=False)
+    page_memory_summary = forms.IntegerField(min_value=1, max_value=10**6, required=False)
+    page = forms.IntegerField(min_value=1, max_value=10**6, required=False)
+
+    def place(self, document: str = "") -> dict[str, str]:
+        """The query string values to go back to (empty ones left out)."""
+        data = self.cleaned_data
+        show = data.get("show") or ("all" if data.get("all") else "")
+        out = {"show": show} if show else {}
+        for doc in ("memory_md", "memory_summary"):
+            value = data.get("page") if doc == document else None
+            value = value or data.get(f"page_{doc}")
+            if value and value > 1:
+                out[f"page_{doc}"] = str(value)
+        return out
+
+
+class EntryActionForm(ReviewPlaceForm):
+    """One entry of a proposal: undo, viewed, pin."""
+
+    document = forms.ChoiceField(choices=_documents)
+    key = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    anchor = AnchorField()
+    action = forms.ChoiceField(
+        choices=[("", ""), ("on", "on"), ("off", "off"), ("pin", "pin"), ("unpin", "unpin")],
+        required=False,
+    )
+
+
+class DecidePlaceForm(DecideForm, ReviewPlaceForm):
+    pass
+
+
+class CommentPlaceForm(CommentForm, ReviewPlaceForm):
+    pass
+
+
+class ApproveForm(forms.Form):
+    undecided = forms.ChoiceField(
+        choices=[
+            ("accept", "take the model's text"),
+            ("reject", "keep the current text (reject them)"),
+        ],
+        required=False,
+        error_messages={"invalid_choice": "Choose the model's text or the current text."},
+    )

@@ -763,6 +763,27 @@ class EntryDecision(models.Model):
         return f"{self.decision} {self.key}"
 
 
+class EntryView(models.Model):
+    """A reviewer marked one proposal entry as viewed (per person, like a pull
+    request's "Viewed" checkbox): the review's progress, not a decision."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="views")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "document", "key", "user"], name="entry_view_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} viewed {self.key}"
+
+
 class Pin(models.Model):
     """An entry that survives every later consolidation verbatim."""
 

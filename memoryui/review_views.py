@@ -4,14 +4,18 @@ pins, version history, the audit log. Roles are checked here, on the server."""
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import models, transaction
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -70,44 +74,47 @@ def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
 @require_GET
 def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
-    can_review = has_role(request.user, proposal.layout.workspace, Role.REVIEWER)
-    held = curation.held_by_other(proposal, request.user)
+    place = forms.ReviewPlaceForm(request.GET)
+    if not place.is_valid():
+        return bad_request(request, place, back=_review_url(proposal), workspace=request.workspace)
+    show = place.place().get("show", "")
+    perms = _permissions(request, proposal)
     comments: dict[str, list] = {}
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
-    show_all = request.GET.get("all") == "1"
+    marks = _Marks.load(proposal, request.user, flagged=show == "flagged", reviews=reviews)
     sections = []
     for doc in reviews:
-        rows = []
-        shown = [c for c in doc.changes if show_all or c.status != "unchanged"]
-        page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(request.GET.get(f"page_{doc.document}"))
+        shown = [c for c in doc.changes if _shown(c, show, doc.decisions, marks, doc.document)]
+        page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
+            place.cleaned_data.get(f"page_{doc.document}")
+        )
         citations = _citation_status(proposal, page.object_list)
         approvals = curation.approval_states(proposal, doc.document)
-        for change in page.object_list:
-            decision = doc.decisions.get(change.key)
-            rows.append(
-                {
-                    "change": change,
-                    "decision": decision,
-                    "diff": diffs.side_by_side(change.current, change.proposed, context=2)
-                    if change.status == "changed"
-                    else None,
-                    "unsupported": change.kind in ("task_group", "task")
-                    and change.proposed
-                    and not citations.get(change.key),
-                    "cites": citations.get(change.key, []),
-                    "id": f"entry-{doc.document}-{_slug(change.key)}",
-                    "comments": comments.get(change.key, []),
-                    "approval": approvals.get(change.key, ""),
-                }
+        rows = [
+            _row(
+                proposal,
+                doc.document,
+                change,
+                doc.decisions.get(change.key),
+                citations.get(change.key, []),
+                comments.get(change.key, []),
+                approvals.get(change.key, ""),
+                marks,
+                {"show": show, "page": page.number},
             )
+            for change in page.object_list
+        ]
+        query = {k: v for k, v in place.place().items() if k != f"page_{doc.document}"}
         sections.append(
             {
                 "doc": doc,
                 "rows": rows,
                 "page": page,
                 "hidden": len(doc.changes) - len(shown),
+                "query": urlencode(query),
+                "place": {**query, "page": page.number},
             }
         )
     return render(
@@ -118,13 +125,15 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "layout": proposal.layout,
             "workspace": proposal.layout.workspace,
             "sections": sections,
-            "can_review": can_review and not held,
-            "can_comment": can_review,  # also while another reviewer holds it
-            "show_all": show_all,
+            **perms,
+            "show": show,
+            "show_all": show == "all",
+            "filters": forms.REVIEW_FILTERS,
+            "urls": _entry_urls(proposal),
+            "progress": _progress_of(curation.review_counts(proposal, reviews, user=request.user)),
             **_reservation(request, proposal),
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
-            "can_edit": has_role(request.user, proposal.layout.workspace, Role.EDITOR),
             "ledger": [
                 ("forgotten", proposal.removed),
                 ("added", proposal.added),
@@ -137,6 +146,178 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
+
+
+def _permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
+    workspace = proposal.layout.workspace
+    can_review = has_role(request.user, workspace, Role.REVIEWER)
+    pending = proposal.status == Proposal.Status.PENDING
+    return {
+        "can_review": can_review and not curation.held_by_other(proposal, request.user),
+        "can_comment": can_review,  # also while another reviewer holds it
+        "can_edit": has_role(request.user, workspace, Role.EDITOR),
+        "can_decide": can_review and pending and not curation.held_by_other(proposal, request.user),
+    }
+
+
+@dataclass
+class _Marks:
+    """Per-entry marks that are not decisions: the person's "viewed", pins, entries
+    people rejected before, and (for the flagged filter) unsupported ones."""
+
+    viewed: set[tuple[str, str]]
+    pinned: set[tuple[str, str]]
+    rejected_before: set[tuple[str, str]]
+    unsupported: set[tuple[str, str]] | None = None
+    outdated: set[tuple[str, str]] | None = None
+
+    @classmethod
+    def load(
+        cls,
+        proposal: Proposal,
+        user,  # type: ignore[no-untyped-def]
+        *,
+        key: str | None = None,
+        flagged: bool = False,
+        reviews: list | None = None,
+    ) -> _Marks:
+        from .models import EntryView, Pin, RejectedEntry
+
+        def only(qs):  # type: ignore[no-untyped-def]
+            return qs.filter(key=key) if key is not None else qs
+
+        viewed = only(EntryView.objects.filter(proposal=proposal, user_id=user.pk))
+        pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
+        rejected = only(
+            RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
+        )
+        marks = cls(
+            viewed=set(viewed.values_list("document", "key")),
+            pinned=set(pins.values_list("document", "key")),
+            rejected_before=set(rejected.values_list("document", "key")),
+        )
+        if flagged and reviews is not None:
+            marks.unsupported, marks.outdated = set(), set()
+            for doc in reviews:
+                changes = curation.decidable(doc)
+                cites = _citation_status(proposal, changes)
+                states = curation.approval_states(proposal, doc.document)
+                for change in changes:
+                    if _unsupported(change, cites.get(change.key)):
+                        marks.unsupported.add((doc.document, change.key))
+                    if states.get(change.key) == "outdated":
+                        marks.outdated.add((doc.document, change.key))
+        return marks
+
+    def flagged(self, document: str, key: str) -> bool:
+        entry = (document, key)
+        return (
+            entry in self.pinned
+            or entry in self.rejected_before
+            or entry in (self.unsupported or ())
+            or entry in (self.outdated or ())
+        )
+
+
+def _unsupported(change: review.Change, cites: list | None) -> bool:
+    return bool(change.kind in ("task_group", "task") and change.proposed and not cites)
+
+
+def _shown(change: review.Change, show: str, decisions: dict, marks: _Marks, document: str) -> bool:
+    if show == "all":
+        return True
+    if change.status == "unchanged":
+        return False
+    if show == "undecided":
+        return change.key not in decisions
+    if show == "changed":
+        return change.status == "changed"
+    if show == "flagged":
+        return marks.flagged(document, change.key)
+    return True
+
+
+FOLD_LINES = 40
+CITES_INLINE = 5
+
+
+def _fold(text: str) -> tuple[str, str, int]:
+    """A long block's first ``FOLD_LINES`` lines, the rest, and how many lines that is."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) <= FOLD_LINES + 5:  # folding five lines away helps nobody
+        return text, "", 0
+    return "".join(lines[:FOLD_LINES]), "".join(lines[FOLD_LINES:]), len(lines) - FOLD_LINES
+
+
+def _row(
+    proposal: Proposal,
+    document: str,
+    change: review.Change,
+    decision,  # type: ignore[no-untyped-def]
+    cites: list,
+    comments: list,
+    approval: str,
+    marks: _Marks,
+    place: dict,  # type: ignore[type-arg]
+) -> dict:  # type: ignore[type-arg]
+    """What one entry's card shows; ``place``: the filter and page its forms go back to."""
+    edited = decision.edited_text if decision is not None and decision.edited_text else ""
+    applied = edited or change.proposed
+    if edited:  # shown whole, in its own fold, under the suggestion
+        head, tail, more = edited, "", 0
+    elif change.status == "changed":  # the diff shows it
+        head, tail, more = "", "", 0
+    else:
+        head, tail, more = _fold(change.current if change.status == "removed" else applied)
+    diff = (
+        diffs.side_by_side(change.current, change.proposed, context=2)
+        if change.status == "changed"
+        else None
+    )
+    suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
+    shown = suggestion if suggestion is not None else diff
+    slug = f"entry-{document}-{_slug(change.key)}"
+    hidden = format_html(
+        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+        'value="{}"><input type="hidden" name="anchor" value="{}">',
+        document,
+        change.key,
+        slug,
+    )
+    if place.get("show"):
+        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
+    if place.get("page") and str(place["page"]) != "1":
+        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
+    return {
+        "hidden": hidden,
+        "diff_head": shown[:FOLD_LINES] if shown and len(shown) > FOLD_LINES + 5 else shown,
+        "diff_tail": shown[FOLD_LINES:] if shown and len(shown) > FOLD_LINES + 5 else None,
+        "change": change,
+        "document": document,
+        "decision": decision,
+        "state": "edited" if edited else (decision.decision if decision else ""),
+        "diff": diff,
+        "suggestion": suggestion,
+        "applied": applied,
+        "head": head,
+        "tail": tail,
+        "more": more,
+        "unsupported": _unsupported(change, cites),
+        "cites": cites,
+        "fold_cites": len(cites) > CITES_INLINE,
+        "id": slug,
+        "comments": comments,
+        "approval": approval,
+        "viewed": (document, change.key) in marks.viewed,
+        "pinned": (document, change.key) in marks.pinned,
+        "rejected_before": (document, change.key) in marks.rejected_before,
+        "pinnable": bool(change.current) and change.status != "added",
+    }
+
+
+def _progress_of(counts: dict) -> dict:  # type: ignore[type-arg]
+    total = counts["total"] or 1
+    return {**counts, "percent": round(100 * counts["decided"] / total)}
 
 
 def _lint(proposal: Proposal) -> list:  # type: ignore[type-arg]
@@ -213,15 +394,18 @@ def review_citations(text: str) -> list[str]:
 @workspace_view(Role.REVIEWER)
 @require_POST
 def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Accept or reject entries (one, with an optional edit, or all of a document). For
+    htmx, one entry's decision answers with that entry's card and the progress bar
+    only; without JavaScript, a redirect back to the same page, filter and entry."""
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
-    form = forms.DecideForm(request.POST)
+    form = forms.DecidePlaceForm(request.POST)
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
     document, decision = form.cleaned_data["document"], form.cleaned_data["decision"]
     keys = form.cleaned_data["key"]
     if form.cleaned_data["all"]:
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
-        keys = [c.key for c in doc.changes if c.status != "unchanged"]
+        keys = [c.key for c in curation.decidable(doc)]
     try:
         with transaction.atomic():  # all of them or, when refused, none
             for key in keys:
@@ -231,13 +415,238 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     key,
                     decision,
                     user=request.user,
-                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
+                    edited_text=form.cleaned_data["edited_text"].replace("\r\n", "\n")
+                    if len(keys) == 1
+                    else "",
                 )
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "decision")
-    except ValueError as exc:
-        messages.error(request, str(exc))
-    return redirect(_review_url(proposal, form.cleaned_data["anchor"]))
+    if request.htmx and len(keys) == 1:
+        return _card_response(request, proposal, document, keys[0], form)
+    return redirect(_back(proposal, form, document))
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_undo(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Take back the decision on one entry (audited): it is undecided again."""
+    proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    try:
+        curation.undo_decision(proposal, document, key, user=request.user)
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "undo")
+    if request.htmx:
+        return _card_response(request, proposal, document, key, form)
+    return redirect(_back(proposal, form, document))
+
+
+@workspace_view(Role.VIEWER)
+@require_POST
+def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Mark an entry viewed (``action=off``: not viewed): each member's own progress,
+    so a viewer may mark entries too; it decides nothing."""
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    if not any(c.key == key for c in _changes(proposal, document)):
+        raise Http404("No such entry in this proposal.")
+    curation.set_viewed(
+        proposal, document, key, form.cleaned_data["action"] != "off", user=request.user
+    )
+    if request.htmx:
+        return _card_response(request, proposal, document, key, form)
+    return redirect(_back(proposal, form, document))
+
+
+@workspace_view(Role.EDITOR)
+@require_POST
+def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Pin (or unpin) an entry of the current document from the review page."""
+    proposal = _proposal(request, name, layout_pk, pk, Role.EDITOR)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    try:
+        curation.set_pin(
+            proposal.layout,
+            document,
+            key,
+            form.cleaned_data["action"] != "unpin",  # an intent, not a toggle
+            user=request.user,
+        )
+    except KeyError:
+        return bad_request(
+            request,
+            "Only an entry of the current document can be pinned; this one is new in the "
+            "proposal (approve it first).",
+            back=_review_url(proposal),
+            workspace=request.workspace,
+        )
+    if request.htmx:
+        return _card_response(request, proposal, document, key, form)
+    return redirect(_back(proposal, form, document))
+
+
+@workspace_view(Role.VIEWER)
+@require_GET
+def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """One entry as approval would apply it (a reviewer's edit, else the model's text),
+    rendered: loaded when its "Rendered" fold opens (the fragment for htmx, a page
+    without JavaScript), so the review page renders no Markdown it is not asked for."""
+    from .models import EntryDecision
+    from .templatetags.markdown import render_markdown
+
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    form = forms.EntryActionForm(request.GET)
+    form.fields["anchor"].required = False
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    if change is None:
+        raise Http404("No such entry in this proposal.")
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    html = render_markdown(edited or change.proposed or change.current)
+    if request.htmx:
+        return HttpResponse(html)
+    return render(
+        request,
+        "memoryui/proposal_entry.html",
+        {
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "change": change,
+            "html": html,
+            "back": _review_url(proposal, f"entry-{document}-{_slug(key)}"),
+        },
+    )
+
+
+def _entry_urls(proposal: Proposal) -> dict[str, str]:
+    """The entry actions' URLs, reversed once for all the cards of a page."""
+    args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
+    return {
+        action: reverse(f"memoryui:proposal_{action}", args=args)
+        for action in ("decide", "undo", "viewed", "pin", "comment", "entry")
+    }
+
+
+def _changes(proposal: Proposal, document: str) -> list[review.Change]:
+    """One document's changes, from the proposal alone (the comparison is cached)."""
+    if document == MemoryVersion.Document.MEMORY_MD:
+        return review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
+    return review.compare(curation.text_of(proposal.base_memory_summary), proposal.memory_summary)
+
+
+def _card_response(
+    request: HtmxHttpRequest, proposal: Proposal, document: str, key: str, form: forms.Form
+) -> HttpResponse:
+    """One entry's card and, out of band, the progress bar: what an entry action
+    changed, computed for that entry only (not the whole review)."""
+    from .models import ApprovedEntry, EntryDecision, EntryView
+
+    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    if change is None:
+        raise Http404("No such entry in this proposal.")
+    decision = (
+        EntryDecision.objects.select_related("user")
+        .filter(proposal=proposal, document=document, key=key)
+        .first()
+    )
+    approved = (
+        ApprovedEntry.objects.filter(layout_id=proposal.layout_id, document=document, key=key)
+        .exclude(proposal=proposal)
+        .values_list("text", flat=True)
+        .first()
+    )
+    approval = ""
+    if approved is not None and change.proposed:
+        approval = "approved" if review.same_text(approved, change.proposed) else "outdated"
+    marks = _Marks.load(proposal, request.user, key=key)
+    row = _row(
+        proposal,
+        document,
+        change,
+        decision,
+        _citation_status(proposal, [change]).get(key, []),
+        list(proposal.comments.filter(key=key).select_related("author")),
+        approval,
+        marks,
+        {
+            "show": form.place(document).get("show", ""),
+            "page": form.place(document).get(f"page_{document}", ""),
+        },  # type: ignore[attr-defined]
+    )
+    # Progress: the decidable entries come from the cached comparison; two queries.
+    decidable = {
+        (doc, c.key)
+        for doc in DOCUMENTS
+        for c in _changes(proposal, doc)
+        if c.status != "unchanged"
+    }
+    decided = {
+        (d, k): (v, bool(e))
+        for d, k, v, e in EntryDecision.objects.filter(proposal=proposal).values_list(
+            "document", "key", "decision", "edited_text"
+        )
+        if (d, k) in decidable
+    }
+    viewed = {
+        e
+        for e in EntryView.objects.filter(proposal=proposal, user_id=request.user.pk).values_list(
+            "document", "key"
+        )
+        if e in decidable
+    }
+    accepted = sum(1 for v, _ in decided.values() if v == "accept")
+    counts = {
+        "total": len(decidable),
+        "decided": len(decided),
+        "accepted": accepted,
+        "edited": sum(1 for _, e in decided.values() if e),
+        "rejected": len(decided) - accepted,
+        "undecided": len(decidable) - len(decided),
+        "viewed": len(viewed),
+        "not_viewed": len(decidable) - len(viewed),
+    }
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "row": row,
+        **_permissions(request, proposal),
+        "urls": _entry_urls(proposal),
+        "progress": _progress_of(counts),
+        "oob": True,
+    }
+    card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
+    bar = render_to_string("memoryui/proposal_review.html#progress", context, request=request)
+    return HttpResponse(card + bar)
+
+
+def _back(proposal: Proposal, form: forms.Form, document: str) -> str:
+    """The review page the action came from: its filter, its page, the entry."""
+    query = form.place(document)  # type: ignore[attr-defined]
+    url = reverse(
+        "memoryui:proposal_review",
+        args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
+    )
+    if query:
+        url += "?" + urlencode(query)
+    anchor = form.cleaned_data.get("anchor")
+    return url + (f"#{anchor}" if anchor else "")
 
 
 def _review_url(proposal: Proposal, anchor: str = "") -> str:
@@ -249,11 +658,35 @@ def _review_url(proposal: Proposal, anchor: str = "") -> str:
 
 
 @workspace_view(Role.REVIEWER)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """GET: the review's summary (accepted, rejected, edited, undecided, not viewed)
+    and the choice of what the undecided entries become; a dialog for htmx, a page
+    without. POST: approve with that choice."""
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    if request.method == "GET":
+        reviews = curation.document_reviews(proposal)
+        counts = curation.review_counts(proposal, reviews, user=request.user)
+        template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
+        return render(
+            request,
+            template,
+            {
+                "proposal": proposal,
+                "layout": proposal.layout,
+                "workspace": proposal.layout.workspace,
+                "counts": counts,
+                "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
+                "pending": proposal.status == Proposal.Status.PENDING,
+                "held": curation.held_by_other(proposal, request.user),
+            },
+        )
+    form = forms.ApproveForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
     try:
-        versions = curation.approve(proposal, user=request.user)
+        versions = curation.approve(proposal, user=request.user, undecided=undecided)
     except curation.UnresolvedConflicts as exc:
         messages.error(
             request,
@@ -261,6 +694,10 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             "that people and the model both changed first: "
             + ", ".join(c.title or c.key for c in exc.conflicts),
         )
+        if request.htmx:  # from the dialog: the review page, which says so
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = _review_url(proposal)
+            return response
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "approval")
@@ -268,18 +705,42 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         request,
         f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
     )
+    if request.htmx:  # from the dialog: a full page, where the approval leads
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("memoryui:memory_md", args=[name, layout_pk])
+        return response
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
 
 
 @workspace_view(Role.REVIEWER)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """GET: what rejecting the proposal does, to confirm; POST: reject it."""
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
+    if request.method == "GET":
+        template = "memoryui/proposal_approve.html" + ("#reject" if request.htmx else "")
+        return render(
+            request,
+            template,
+            {
+                "proposal": proposal,
+                "layout": proposal.layout,
+                "workspace": proposal.layout.workspace,
+                "rejecting": True,
+                "decided": proposal.decisions.count(),
+                "pending": proposal.status == Proposal.Status.PENDING,
+                "held": curation.held_by_other(proposal, request.user),
+            },
+        )
     try:
         curation.reject_proposal(proposal, user=request.user)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "rejection")
     messages.info(request, "Proposal rejected; the current files stay as they are.")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = _review_url(proposal)
+        return response
     return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
 
 
@@ -343,7 +804,11 @@ def _refused(
         "attempted": attempted,
         "reason": str(exc),
     }
-    return render(request, template, context, status=409)
+    response = render(request, template, context, status=409)
+    if request.htmx:  # into the review page's notice, not in place of the entry
+        response["HX-Retarget"] = "#review-notice"
+        response["HX-Reswap"] = "innerHTML"
+    return response
 
 
 # --- editing, pinning ----------------------------------------------------------------
@@ -651,17 +1116,16 @@ def _csv_safe(value: str) -> str:
 @require_POST
 def proposal_comment(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
-    form = forms.CommentForm(request.POST)
+    form = forms.CommentPlaceForm(request.POST)
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     curation.add_comment(
-        proposal,
-        form.cleaned_data["text"],
-        user=request.user,
-        document=form.cleaned_data["document"],
-        key=form.cleaned_data["key"],
+        proposal, form.cleaned_data["text"], user=request.user, document=document, key=key
     )
-    return redirect(_review_url(proposal, form.cleaned_data["anchor"]))
+    if request.htmx and document and key:
+        return _card_response(request, proposal, document, key, form)
+    return redirect(_back(proposal, form, document))
 
 
 @workspace_view(Role.REVIEWER)

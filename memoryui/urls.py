@@ -67,6 +67,12 @@ memoryui_patterns = [
     path(
         layout + "proposals/<int:pk>/reject/", review_views.proposal_reject, name="proposal_reject"
     ),
+    path(layout + "proposals/<int:pk>/undo/", review_views.proposal_undo, name="proposal_undo"),
+    path(
+        layout + "proposals/<int:pk>/viewed/", review_views.proposal_viewed, name="proposal_viewed"
+    ),
+    path(layout + "proposals/<int:pk>/pin/", review_views.proposal_pin, name="proposal_pin"),
+    path(layout + "proposals/<int:pk>/entry/", review_views.proposal_entry, name="proposal_entry"),
     path(
         layout + "proposals/<int:pk>/reserve/",
         review_views.proposal_reserve,

@@ -1,0 +1,223 @@
+// The proposal review page's keyboard and in-place flow. Every action is a form that
+// works without this script (a POST and a redirect back); htmx swaps the entry's card
+// in place, and this moves the focus, opens the dialogs and maps the shortcuts.
+(function () {
+  "use strict";
+
+  var NEXT_KEY = "memoryui-review-next";
+  var pending = null; // {id, decision} of the card whose form is being sent
+
+  function cards() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-entry]"));
+  }
+
+  function undecided(card) {
+    return card.dataset.decided === "" && !card.hasAttribute("data-undecidable") &&
+      card.querySelector("[data-shortcut=a]") !== null;
+  }
+
+  function cardOf(element) {
+    return element && element.closest ? element.closest("[data-entry]") : null;
+  }
+
+  var lastCard = null;
+
+  function currentCard() {
+    var card = cardOf(document.activeElement);
+    if (card) return card;
+    if (lastCard && document.body.contains(lastCard)) return lastCard;
+    if (lastCard && lastCard.id) return document.getElementById(lastCard.id);
+    return null;
+  }
+
+  function visible(card) {
+    var r = card.getBoundingClientRect();
+    return r.top >= 0 && r.top < window.innerHeight - 48;
+  }
+
+  function focusCard(card, toTop) {
+    if (!card) return;
+    lastCard = card;
+    card.focus({ preventScroll: true });
+    // Moving on (j, k, n) brings the entry to the top; after a decision the page stays
+    // put unless the next entry is out of sight.
+    if (toTop || !visible(card)) card.scrollIntoView({ block: "start" });
+  }
+
+  function step(delta) {
+    var all = cards();
+    var at = all.indexOf(currentCard());
+    var next = at === -1 ? (delta > 0 ? 0 : all.length - 1) : at + delta;
+    if (next >= 0 && next < all.length) focusCard(all[next], true);
+  }
+
+  function nextUndecided(from, navigate) {
+    var toTop = navigate;
+    var all = cards();
+    var at = all.indexOf(from);
+    for (var i = at + 1; i < all.length; i++) {
+      if (undecided(all[i])) return focusCard(all[i], toTop);
+    }
+    for (var j = 0; j <= at && j < all.length; j++) {
+      if (undecided(all[j])) return focusCard(all[j], toTop);
+    }
+    if (navigate) {
+      var section = from ? from.closest("section.review") : null;
+      var link = (section && section.querySelector("a[data-next-page]")) ||
+        document.querySelector("a[data-next-page]");
+      if (link) {
+        // Listing undecided entries only, this page lists the next ones once reloaded.
+        var here = new URL(window.location.href);
+        var href = here.searchParams.get("show") === "undecided" ? here.href : link.href;
+        sessionStorage.setItem(NEXT_KEY, "1");
+        window.location.href = href.split("#")[0]; // a fragment would take the focus
+      }
+    }
+  }
+
+  function press(card, shortcut) {
+    if (!card) return;
+    var control = card.querySelector("[data-shortcut=" + shortcut + "]");
+    if (control) control.click();
+  }
+
+  function openDetails(card, selector) {
+    if (!card) return;
+    var details = card.querySelector(selector);
+    if (!details) return;
+    details.open = true;
+    var area = details.querySelector("textarea");
+    if (area) {
+      area.focus();
+      area.setSelectionRange(area.value.length, area.value.length);
+    }
+  }
+
+  function dialogOpen() {
+    return document.querySelector("dialog[open]") !== null;
+  }
+
+  function typing(target) {
+    if (!target || !target.tagName) return false;
+    var tag = target.tagName.toLowerCase();
+    return tag === "textarea" || tag === "select" || target.isContentEditable ||
+      (tag === "input" && !/^(checkbox|radio|submit|button|reset)$/.test(target.type));
+  }
+
+  function onKey(event) {
+    if (event.defaultPrevented) return;
+    var target = event.target;
+    if (typing(target)) {
+      var form = target.form || (target.closest && target.closest("form"));
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && form) {
+        event.preventDefault();
+        form.requestSubmit();
+      } else if (event.key === "Escape" && target.closest && target.closest("[data-entry] details")) {
+        event.preventDefault();
+        var details = target.closest("details");
+        details.open = false;
+        focusCard(cardOf(details));
+      }
+      return; // shortcuts wait while someone types
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || dialogOpen()) return;
+    var card = currentCard();
+    var handled = true;
+    switch (event.key) {
+      case "j": step(1); break;
+      case "k": step(-1); break;
+      case "n": nextUndecided(card, true); break;
+      case "a": press(card, "a"); break;
+      case "r": press(card, "r"); break;
+      case "u": press(card, "u"); break;
+      case "p": press(card, "p"); break;
+      case "v": press(card, "v"); break;
+      case "e": openDetails(card, "details.edit-then-accept"); break;
+      case "c": openDetails(card, "details.comment-form"); break;
+      case "s": {
+        var submit = document.getElementById("submit-review");
+        if (submit) submit.click();
+        break;
+      }
+      case "?": openHelp(); break;
+      default: handled = false;
+    }
+    if (handled) event.preventDefault();
+  }
+
+  function openHelp() {
+    var help = document.getElementById("review-help");
+    if (help && !help.open) help.showModal();
+  }
+
+  document.addEventListener("keydown", onKey);
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var card = cardOf(event.detail.elt);
+    if (card) {
+      pending = { id: card.id, decision: event.detail.elt.hasAttribute("data-decision-form") };
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail.target;
+    if (target && target.id === "review-dialog-body") {
+      var dialog = document.getElementById("review-dialog");
+      if (!dialog.open) dialog.showModal();
+      var first = dialog.querySelector("input[type=radio]:checked, button.primary, button.danger");
+      if (first) first.focus();
+      return;
+    }
+    if (target && target.id === "review-notice") { // refused: say why, over no dialog
+      var open = document.querySelector("dialog[open]");
+      if (open) open.close();
+      target.scrollIntoView({ block: "center" });
+      pending = null;
+      return;
+    }
+    if (!pending) return;
+    var done = pending;
+    pending = null;
+    var card = document.getElementById(done.id);
+    if (!card) return;
+    var active = document.activeElement;
+    if (active !== card && cardOf(active) === card && typing(active)) return; // typing there
+    if (done.decision && card.dataset.decided) {
+      lastCard = card;
+      nextUndecided(card, false);
+      if (cardOf(document.activeElement) === null) focusCard(card);
+    } else if (cardOf(document.activeElement) !== card) {
+      focusCard(card); // unless the reviewer is already at it (say, typing in it)
+    }
+  });
+
+  document.addEventListener("htmx:responseError", function () {
+    pending = null;
+  });
+
+  document.addEventListener("click", function (event) {
+    var close = event.target.closest ? event.target.closest("[data-dialog-close]") : null;
+    if (close && close.closest("dialog")) {
+      event.preventDefault();
+      close.closest("dialog").close();
+      return;
+    }
+    if (event.target.id === "review-help-open") openHelp();
+    var card = cardOf(event.target);
+    if (card) lastCard = card;
+  });
+
+  document.addEventListener("close", function () {
+    if (lastCard) focusCard(document.getElementById(lastCard.id));
+  }, true);
+
+  document.addEventListener("DOMContentLoaded", function () {
+    if (sessionStorage.getItem(NEXT_KEY)) {
+      sessionStorage.removeItem(NEXT_KEY);
+      nextUndecided(null, false);
+    } else if (window.location.hash) {
+      var card = document.getElementById(window.location.hash.slice(1));
+      if (card && card.hasAttribute("data-entry")) focusCard(card);
+    }
+  });
+})();
