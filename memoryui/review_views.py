@@ -4,7 +4,7 @@ pins, version history, the audit log. Roles are checked here, on the server."""
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -170,6 +170,10 @@ class _Marks:
     rejected_before: set[tuple[str, str]]
     unsupported: set[tuple[str, str]] | None = None
     outdated: set[tuple[str, str]] | None = None
+    # Entries holding a line a lint finding points at, and entries citing only rollouts
+    # this consolidation forgets (always known: each card shows them).
+    lint: set[tuple[str, str]] = field(default_factory=set)
+    stale: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
     def load(
@@ -196,6 +200,10 @@ class _Marks:
             pinned=set(pins.values_list("document", "key")),
             rejected_before=set(rejected.values_list("document", "key")),
         )
+        if reviews is not None:
+            marks.note_lint_and_stale(
+                proposal, {doc.document: curation.decidable(doc) for doc in reviews}
+            )
         if flagged and reviews is not None:
             marks.unsupported, marks.outdated = set(), set()
             for doc in reviews:
@@ -209,6 +217,18 @@ class _Marks:
                         marks.outdated.add((doc.document, change.key))
         return marks
 
+    def note_lint_and_stale(
+        self, proposal: Proposal, changes: dict[str, list[review.Change]]
+    ) -> None:
+        self.lint = _lint_entries(proposal, changes)
+        forgotten = set(proposal.removed)
+        self.stale = {
+            (document, c.key)
+            for document, cs in changes.items()
+            for c in cs
+            if _stale(c, forgotten)
+        }
+
     def flagged(self, document: str, key: str) -> bool:
         entry = (document, key)
         return (
@@ -216,7 +236,56 @@ class _Marks:
             or entry in self.rejected_before
             or entry in (self.unsupported or ())
             or entry in (self.outdated or ())
+            or entry in self.lint
+            or entry in self.stale
         )
+
+
+DOCUMENT_FILES = {
+    MemoryVersion.Document.MEMORY_MD: "MEMORY.md",
+    MemoryVersion.Document.MEMORY_SUMMARY: "memory_summary.md",
+}
+
+
+def _lint_entries(
+    proposal: Proposal, changes: dict[str, list[review.Change]]
+) -> set[tuple[str, str]]:
+    """The entries that hold a line a lint finding points at (the findings of the whole
+    proposed files, cached by content)."""
+    findings = [f for f in _lint(proposal) if f.line]
+    if not findings:
+        return set()
+    texts = {
+        MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
+        MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
+    }
+    found = set()
+    for document, name in DOCUMENT_FILES.items():
+        lines = texts[document].splitlines()
+        needles = {
+            lines[f.line - 1].strip()
+            for f in findings
+            if f.path.rsplit("/", 1)[-1] == name and 0 < f.line <= len(lines)
+        } - {""}
+        for change in changes.get(document, ()):
+            if change.proposed and any(n in change.proposed for n in needles):
+                found.add((document, change.key))
+    return found
+
+
+def _stale(change: review.Change, forgotten: set[str]) -> bool:
+    """Whether every rollout the entry cites is one this consolidation forgets."""
+    if not forgotten or not change.proposed:
+        return False
+    cited = review_citations(change.proposed)
+    return bool(cited) and all(_cited_rollout(path, forgotten) for path in cited)
+
+
+def _cited_rollout(path: str, rollouts: set[str]) -> bool:
+    """Whether ``rollout_summaries/<rollout id>_<slug>.md`` names one of ``rollouts``
+    (ids may hold underscores too)."""
+    name = path.rsplit("/", 1)[-1]
+    return any(name[:i] in rollouts for i, ch in enumerate(name) if ch == "_")
 
 
 def _unsupported(change: review.Change, cites: list | None) -> bool:
@@ -311,6 +380,8 @@ def _row(
         "viewed": (document, change.key) in marks.viewed,
         "pinned": (document, change.key) in marks.pinned,
         "rejected_before": (document, change.key) in marks.rejected_before,
+        "lint": (document, change.key) in marks.lint,
+        "stale": (document, change.key) in marks.stale,
         "pinnable": bool(change.current) and change.status != "added",
     }
 
@@ -575,6 +646,7 @@ def _card_response(
     if approved is not None and change.proposed:
         approval = "approved" if review.same_text(approved, change.proposed) else "outdated"
     marks = _Marks.load(proposal, request.user, key=key)
+    marks.note_lint_and_stale(proposal, {document: [change]})
     row = _row(
         proposal,
         document,

@@ -400,3 +400,30 @@ def test_an_approval_refused_from_the_dialog_leads_back_to_the_review(proposal, 
     done = client.post(url("proposal_approve", proposal), {"undecided": "accept"}, **HX)
     assert done.status_code == 204
     assert done["HX-Redirect"] == reverse("memoryui:memory_md", args=["a", layout.pk])
+
+
+def test_entries_with_a_lint_finding_or_citing_only_forgotten_rollouts_are_flagged(
+    layout, reviewer
+):
+    secret = "# Task Group: leaked\n\naws_access_key_id=AKIAZ3MSJV4WWNKWW123\n"
+    proposal = build(layout, 3, extra=secret)
+    proposal.removed = ["r1-0"]  # group 001 cites only r1-0, which this run forgets
+    proposal.save(update_fields=["removed"])
+    client = client_for(reviewer)
+
+    page = client.get(url("proposal_review", proposal) + "?show=flagged").content.decode()
+    cards = dict(
+        re.findall(r'<b class="entry-title">([^<]+)</b>(.*?)</header>', page, flags=re.S)
+    )
+
+    assert sorted(cards) == ["group 001", "leaked"]
+    assert ">stale</span>" in cards["group 001"] and ">lint</a>" not in cards["group 001"]
+    assert ">lint</a>" in cards["leaked"] and ">stale</span>" not in cards["leaked"]
+    # The card an htmx decision answers with keeps its flag.
+    leaked = next(k for k in keys(proposal) if "leaked" in k)
+    card = client.post(
+        url("proposal_decide", proposal),
+        {"document": MD, "key": leaked, "decision": "reject"},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+    assert ">lint</a>" in card
