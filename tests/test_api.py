@@ -594,3 +594,52 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
                 exercised.append((path, response.status_code))
     assert len(exercised) == 6, exercised
     assert [s for _, s in exercised].count(409) <= 1, exercised
+
+
+def test_skills_are_served_as_curated_edited_added_and_deleted_files_included(layout):
+    from memoryui import skills
+
+    ada = make_user("ada", staff=True)
+    secret = token_for(ada)
+    skill_md = "skills/run-plain-python-tests/SKILL.md"
+    current = skills.latest(layout, skill_md)
+    skills.save(
+        layout,
+        skill_md,
+        b"---\nname: edited\n---\nEdited in memoryui.\n",
+        user=ada,
+        based_on=current.number,
+        action="skill.edit",
+        reason="test",
+    )
+    skills.save(
+        layout,
+        "skills/deploy/SKILL.md",
+        b"Deploy with the runbook.\n",
+        user=ada,
+        based_on=None,
+        action="skill.add",
+        reason="test",
+    )
+
+    listed = Client().get(api(layout, "/skills"), **bearer(secret)).json()
+    served = Client().get(
+        api(layout, "/skills/run-plain-python-tests/files/SKILL.md"), **bearer(secret)
+    )
+    skills.save(
+        layout,
+        "skills/deploy/SKILL.md",
+        None,
+        user=ada,
+        based_on=1,
+        action="skill.delete",
+        reason="test",
+    )
+    after_delete = Client().get(api(layout, "/skills"), **bearer(secret)).json()
+    deleted = Client().get(api(layout, "/skills/deploy/files/SKILL.md"), **bearer(secret))
+
+    assert [s["name"] for s in listed] == ["deploy", "run-plain-python-tests"]
+    assert listed[1]["files"][0]["version"] == current.number + 1
+    assert served.content == b"---\nname: edited\n---\nEdited in memoryui.\n"
+    assert [s["name"] for s in after_delete] == ["run-plain-python-tests"]
+    assert deleted.status_code == 404

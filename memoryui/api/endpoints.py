@@ -252,6 +252,7 @@ class SkillFileOut(Schema):
     path: str
     size: int
     sha256: str
+    version: int
 
 
 class SkillOut(Schema):
@@ -259,13 +260,15 @@ class SkillOut(Schema):
     files: list[SkillFileOut]
 
 
-def _skill_files(lay):  # type: ignore[no-untyped-def]
-    return (
-        WorkspaceFile.objects.present()
-        .filter(layout=lay, kind=WorkspaceFile.Kind.SKILL)
-        .order_by("path")
-        .only("path", "size", "blob_id", "layout_id")
-    )
+def _curated_skill_files(lay, path: str = ""):  # type: ignore[no-untyped-def]
+    """The current curated version of each skill file (deleted ones left out): what the
+    skill pages show and what a write-back or an export writes."""
+    from .. import skills
+
+    versions = skills.current_versions(lay, prefix=path).filter(blob__isnull=False)
+    if path:
+        versions = versions.filter(path=path)
+    return versions.values_list("path", "number", "blob_id", "blob__size")
 
 
 @api.get(
@@ -274,15 +277,17 @@ def _skill_files(lay):  # type: ignore[no-untyped-def]
     tags=["memory"],
 )
 def list_skills(request: HttpRequest, name: str, layout_id: int):  # type: ignore[no-untyped-def]
+    """Each skill and its files, as curated (the current version of each file)."""
     lay = layout(request, name, layout_id, Role.VIEWER)
-    skills: dict[str, list[dict]] = {}
-    prefix = f"{lay.memories_dir}/"
-    for f in _skill_files(lay):
-        skill = tree.skill_name(f.path.removeprefix(prefix))
+    found: dict[str, list[dict]] = {}
+    for path, number, sha256, size in _curated_skill_files(lay):
+        skill = tree.skill_name(path)
         if skill:
-            rel = f.path.removeprefix(f"{prefix}skills/{skill}/")
-            skills.setdefault(skill, []).append({"path": rel, "size": f.size, "sha256": f.sha256})
-    return [{"name": k, "files": v} for k, v in sorted(skills.items())]
+            rel = path.removeprefix(f"skills/{skill}/")
+            found.setdefault(skill, []).append(
+                {"path": rel, "size": size, "sha256": sha256, "version": number}
+            )
+    return [{"name": k, "files": v} for k, v in sorted(found.items())]
 
 
 @api.get(
@@ -293,13 +298,14 @@ def list_skills(request: HttpRequest, name: str, layout_id: int):  # type: ignor
 def get_skill_file(  # type: ignore[no-untyped-def]
     request: HttpRequest, name: str, layout_id: int, skill: str, file_path: str
 ):
-    """A skill file's exact bytes."""
+    """A skill file's exact bytes, as curated (its current version)."""
     lay = layout(request, name, layout_id, Role.VIEWER)
-    path = f"{lay.memories_dir}/skills/{skill}/{file_path}"
-    f = _skill_files(lay).filter(path=path).first()
-    if f is None or "/" in skill or not f.blob_id:
+    if "/" in skill or ".." in file_path.split("/"):
         raise Http404("No such skill file.")
-    return HttpResponse(documents.content(f.blob_id), content_type="application/octet-stream")
+    found = _curated_skill_files(lay, f"skills/{skill}/{file_path}").first()
+    if found is None:
+        raise Http404("No such skill file.")
+    return HttpResponse(documents.content(found[2]), content_type="application/octet-stream")
 
 
 # --- rollouts -------------------------------------------------------------------------
