@@ -412,9 +412,7 @@ def test_entries_with_a_lint_finding_or_citing_only_forgotten_rollouts_are_flagg
     client = client_for(reviewer)
 
     page = client.get(url("proposal_review", proposal) + "?show=flagged").content.decode()
-    cards = dict(
-        re.findall(r'<b class="entry-title">([^<]+)</b>(.*?)</header>', page, flags=re.S)
-    )
+    cards = dict(re.findall(r'<b class="entry-title">([^<]+)</b>(.*?)</header>', page, flags=re.S))
 
     assert sorted(cards) == ["group 001", "leaked"]
     assert ">stale</span>" in cards["group 001"] and ">lint</a>" not in cards["group 001"]
