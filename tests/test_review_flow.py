@@ -425,3 +425,19 @@ def test_entries_with_a_lint_finding_or_citing_only_forgotten_rollouts_are_flagg
         headers={"HX-Request": "true"},
     ).content.decode()
     assert ">lint</a>" in card
+
+
+def test_the_entries_come_first_and_the_ledger_and_discussion_are_linked_from_the_top(
+    proposal, reviewer
+):
+    proposal.removed = ["r9-0"]
+    proposal.save(update_fields=["removed"])
+    curation.add_comment(proposal, "Looks right.", user=reviewer)
+
+    page = client_for(reviewer).get(url("proposal_review", proposal)).content.decode()
+
+    first_entry = page.index('class="entry review-entry')
+    assert first_entry < page.index('id="ledger"') and first_entry < page.index('id="discussion"')
+    header = page[: page.index('id="reservation"')]
+    assert '<a href="#ledger">1 forgotten</a>' in header
+    assert '<a href="#discussion">1 comment</a>' in header

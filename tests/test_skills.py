@@ -5,6 +5,7 @@ writing exactly the curated skill files (a deleted one deleted, through the jour
 
 from __future__ import annotations
 
+import re
 import tarfile
 from pathlib import Path
 
@@ -122,6 +123,9 @@ def test_the_skill_page_shows_front_matter_as_metadata_above_the_rendered_body(l
     # The front matter is not rendered as markdown (it used to become a heading).
     assert "name: run-plain-python-tests" not in html
     assert "<hr" not in html.split('class="markdown"', 1)[1].split("</div>", 1)[0]
+    # The layout's tabs say where the reader is, on the pages under a tab too.
+    assert re.search(r'aria-current="page">Skills</a>', html)
+    assert len(re.findall('aria-current="page"', html)) == 1
 
 
 def test_front_matter_keeps_other_keys_and_a_text_without_it_is_all_body():
