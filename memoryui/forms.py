@@ -167,14 +167,27 @@ class EntryForm(forms.Form):
 class SummaryEditForm(forms.Form):
     """memory_summary.md's editor: one section (``key``), a new section (``add``) or
     the whole file (neither). ``preview`` asks for the meter and previews only;
-    ``confirm_cut`` accepts that agents will not see part of a file over the cap."""
+    ``confirm_cut`` accepts that agents will not see that many tokens of a file over the
+    cap."""
 
     key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
     add = forms.BooleanField(required=False)
     based_on = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
     text = forms.CharField(required=False, strip=False, validators=[summary_text_size])
     preview = forms.BooleanField(required=False)
-    confirm_cut = forms.BooleanField(required=False)
+    # "Save anyway": the number of cut tokens the person saw and accepted; a save that
+    # would cut more is refused again.
+    confirm_cut = forms.CharField(required=False, max_length=12)
+
+    def clean_confirm_cut(self) -> int | None:
+        value = self.cleaned_data["confirm_cut"].strip()
+        if not value:
+            return None
+        if not value.isdigit():
+            raise forms.ValidationError(
+                "“Save anyway” carries the number of tokens the cap cuts, as a whole number."
+            )
+        return int(value)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -84,7 +84,13 @@ def _base_text(layout: Layout, based_on: int | None, current: MemoryVersion | No
     return curation.text_of(version)
 
 
-def _meter(draft: Draft, *, confirm_cut: bool = False) -> dict[str, Any]:
+def _accepted(injection: Any, confirmed: int | None) -> bool:
+    """Whether "Save anyway" covers this cut: it was given for at least as many cut
+    tokens as the file now loses."""
+    return confirmed is not None and injection.cut_tokens <= confirmed
+
+
+def _meter(draft: Draft, *, confirmed: int | None = None) -> dict[str, Any]:
     """The token meter and previews of ``draft``, as the preview partial shows them."""
     injection = injected_summary(draft.result.encode("utf-8"))
     size = len(draft.text.encode("utf-8"))
@@ -104,7 +110,9 @@ def _meter(draft: Draft, *, confirm_cut: bool = False) -> dict[str, Any]:
         "head_elided": len(injection.head) > AROUND_MARKER,
         "tail_start": _first_lines(injection.tail, AROUND_MARKER),
         "tail_elided": len(injection.tail) > AROUND_MARKER,
-        "confirm_cut": confirm_cut,
+        # Ticked again only while the cut is no larger than what was accepted.
+        "confirm_cut": injection.truncated and _accepted(injection, confirmed),
+        "confirmed_before": confirmed,
     }
 
 
@@ -135,7 +143,7 @@ def _editor(
     current: MemoryVersion | None,
     status: int = 200,
     template: str = "memoryui/summary_edit.html",
-    confirm_cut: bool = False,
+    confirmed: int | None = None,
     **extra: Any,
 ) -> HttpResponse:
     context = {
@@ -144,7 +152,7 @@ def _editor(
         "based_on": based_on or "",
         "current_number": current.number if current else None,
         "newer": (current.number if current else None) != based_on,
-        **_meter(draft, confirm_cut=confirm_cut),
+        **_meter(draft, confirmed=confirmed),
         **extra,
     }
     return render(request, template, context, status=status)
@@ -178,7 +186,7 @@ def summary_edit(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     except Refused as exc:
         return bad_request(request, str(exc), workspace=layout.workspace)
     draft = _draft(base, data["key"], data["add"], _text(form))
-    confirm = data.get("confirm_cut", False)
+    confirmed = data.get("confirm_cut")
 
     def again(status: int, **extra: Any) -> HttpResponse:
         return _editor(
@@ -188,7 +196,7 @@ def summary_edit(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
             based_on=based_on,
             current=current,
             status=status,
-            confirm_cut=confirm,
+            confirmed=confirmed,
             **extra,
         )
 
@@ -201,13 +209,19 @@ def summary_edit(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     if based_on != number:
         return _stale(request, layout, draft, current)
     injection = injected_summary(draft.result.encode("utf-8"))
-    if injection.truncated and not confirm:
+    if injection.truncated and not _accepted(injection, confirmed):
+        grew = (
+            f" “Save anyway” was ticked when about {confirmed:,} tokens were cut; the text "
+            "has grown since, so look at the cut again."
+            if confirmed is not None
+            else ""
+        )
         return again(
             400,
             errors=[
                 f"Not saved: the file would be {injection.tokens:,} tokens, over the "
                 f"{injection.max_tokens:,}-token cap, and agents would not see about "
-                f"{injection.cut_tokens:,} tokens from its middle. Shorten it, or tick "
+                f"{injection.cut_tokens:,} tokens from its middle.{grew} Shorten it, or tick "
                 "“Save anyway” to save it as it is."
             ],
         )
@@ -293,5 +307,5 @@ def summary_preview(request: HtmxHttpRequest, name: str, layout_pk: int) -> Http
         based_on=data["based_on"],
         current=current,
         template=template,
-        confirm_cut=data.get("confirm_cut", False),
+        confirmed=data.get("confirm_cut"),
     )

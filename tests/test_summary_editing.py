@@ -298,7 +298,7 @@ def test_a_save_over_the_cap_needs_confirmation_and_says_how_much_is_cut(layout,
     assert 'name="confirm_cut"' in refused.content.decode()
     assert current(layout)[0] == number
 
-    saved = editor.post(edit_url(layout), {**data, "confirm_cut": "on"})
+    saved = editor.post(edit_url(layout), {**data, "confirm_cut": str(injection.cut_tokens)})
 
     assert saved.status_code == 302
     assert current(layout) == (number + 1, result)
@@ -306,6 +306,34 @@ def test_a_save_over_the_cap_needs_confirmation_and_says_how_much_is_cut(layout,
         f"Saved as version {number + 1}. It is over the cap: agents will not see about "
         f"{injection.cut_tokens:,} tokens." in shown(editor.get(page_url(layout)))
     )
+
+
+def test_save_anyway_covers_the_cut_it_was_ticked_for_and_no_larger_one(layout, editor):
+    number, before = current(layout)
+    tips = section(layout, "General Tips")
+    data = {"key": tips.key, "text": BIG, "based_on": number}
+    ticked_for = injected_summary(before.replace(tips.text, BIG + "\n").encode()).cut_tokens
+    longer = BIG + "\n\n" + "More text typed after ticking it. " * 5
+    grown = injected_summary(before.replace(tips.text, longer.rstrip() + "\n").encode())
+    assert grown.cut_tokens > ticked_for
+
+    refused = editor.post(
+        edit_url(layout), {**data, "text": longer, "confirm_cut": str(ticked_for)}
+    )
+    preview = editor.post(
+        preview_url(layout), {**data, "text": longer, "confirm_cut": str(ticked_for)}, **HTMX
+    ).content.decode()
+    still = editor.post(
+        preview_url(layout), {**data, "confirm_cut": str(ticked_for)}, **HTMX
+    ).content.decode()
+    nonsense = editor.post(edit_url(layout), {**data, "confirm_cut": "yes please"})
+
+    assert refused.status_code == 400 and current(layout)[0] == number
+    assert f"ticked when about {ticked_for:,} tokens were cut" in shown(refused)
+    assert re.search(r'name="confirm_cut" value="\d+">', preview)  # no longer ticked
+    assert 'id="confirm-again"' in preview
+    assert f'name="confirm_cut" value="{ticked_for}" checked>' in still
+    assert nonsense.status_code == 400 and current(layout)[0] == number
 
 
 def test_the_preview_gives_the_token_count_and_cut_that_agents_will_get(layout, editor):
