@@ -183,7 +183,7 @@ class SummaryEditForm(forms.Form):
         value = self.cleaned_data["confirm_cut"].strip()
         if not value:
             return None
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise forms.ValidationError(
                 "“Save anyway” carries the number of tokens the cap cuts, as a whole number."
             )
