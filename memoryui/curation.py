@@ -12,7 +12,6 @@ proposal pending, the other is refused with what happened instead (``DecisionRef
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -115,14 +114,12 @@ def save_document(
     """Store ``text`` as the new current version, if ``based_on`` is still the latest
     version number (None: the document had no version). Pins follow their entries
     (``moved``: entries an edit renamed or deleted, see ``_follow_pins``)."""
-    data = text.encode("utf-8")
-    digest = hashlib.sha256(data).hexdigest()
     with transaction.atomic():
         Layout.objects.select_for_update().filter(pk=layout.pk).first()
         current = latest(layout, document)
         if (current.number if current else None) != based_on:
             raise StaleVersion(current)
-        Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
+        digest = Blob.store(text.encode("utf-8"))
         version = MemoryVersion.objects.create(
             layout=layout,
             document=document,
@@ -510,10 +507,12 @@ def approve(
     with transaction.atomic():
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
-        counts = review_counts(proposal, document_reviews(proposal), user=user)
+        reviews = document_reviews(proposal)
+        counts = review_counts(proposal, reviews, user=user)
         if undecided == UNDECIDED_REJECT:
-            _reject_undecided(proposal, user)
-        for doc in document_reviews(proposal):
+            _reject_undecided(proposal, reviews, user)
+            reviews = document_reviews(proposal)  # with those rejections
+        for doc in reviews:
             assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions)
             final = assembled
             if doc.human_text is not None:
@@ -614,10 +613,10 @@ def decidable(doc: DocumentReview) -> list[review.Change]:
     return [c for c in doc.changes if c.status != "unchanged"]
 
 
-def _reject_undecided(proposal: Proposal, user: Any) -> None:
+def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: Any) -> None:
     person = user if getattr(user, "pk", None) else None
     now = timezone.now()
-    for doc in document_reviews(proposal):
+    for doc in reviews:
         EntryDecision.objects.bulk_create(
             EntryDecision(
                 proposal=proposal,

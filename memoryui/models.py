@@ -7,6 +7,7 @@ parse files; ``generation.tree`` does, and ``memoryui.importer`` stores the resu
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,6 +90,13 @@ class Blob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sha256[:12]} ({self.size} bytes)"
+
+    @classmethod
+    def store(cls, data: bytes) -> str:
+        """Keep ``data`` (once per distinct content); its sha256, the blob's key."""
+        digest = hashlib.sha256(data).hexdigest()
+        cls.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
+        return digest
 
 
 class FileQuerySet(models.QuerySet["WorkspaceFile"]):

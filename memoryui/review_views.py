@@ -83,7 +83,10 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
-    marks = _Marks.load(proposal, request.user, flagged=show == "flagged", reviews=reviews)
+    findings = _lint(proposal)
+    marks = _Marks.load(
+        proposal, request.user, flagged=show == "flagged", reviews=reviews, findings=findings
+    )
     sections = []
     for doc in reviews:
         shown = [c for c in doc.changes if _shown(c, show, doc.decisions, marks, doc.document)]
@@ -142,7 +145,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "protected": set(proposal.layout.protected.values_list("rollout_id", flat=True)),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
-            "lint": _lint(proposal),
+            "lint": findings,
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
@@ -184,6 +187,7 @@ class _Marks:
         key: str | None = None,
         flagged: bool = False,
         reviews: list | None = None,
+        findings: list | None = None,
     ) -> _Marks:
         from .models import EntryView, Pin, RejectedEntry
 
@@ -202,7 +206,9 @@ class _Marks:
         )
         if reviews is not None:
             marks.note_lint_and_stale(
-                proposal, {doc.document: curation.decidable(doc) for doc in reviews}
+                proposal,
+                {doc.document: curation.decidable(doc) for doc in reviews},
+                findings if findings is not None else _lint(proposal),
             )
         if flagged and reviews is not None:
             marks.unsupported, marks.outdated = set(), set()
@@ -218,9 +224,9 @@ class _Marks:
         return marks
 
     def note_lint_and_stale(
-        self, proposal: Proposal, changes: dict[str, list[review.Change]]
+        self, proposal: Proposal, changes: dict[str, list[review.Change]], findings: list
     ) -> None:
-        self.lint = _lint_entries(proposal, changes)
+        self.lint = _lint_entries(proposal, changes, findings)
         forgotten = set(proposal.removed)
         self.stale = {
             (document, c.key)
@@ -248,11 +254,11 @@ DOCUMENT_FILES = {
 
 
 def _lint_entries(
-    proposal: Proposal, changes: dict[str, list[review.Change]]
+    proposal: Proposal, changes: dict[str, list[review.Change]], findings: list
 ) -> set[tuple[str, str]]:
     """The entries that hold a line a lint finding points at (the findings of the whole
     proposed files, cached by content)."""
-    findings = [f for f in _lint(proposal) if f.line]
+    findings = [f for f in findings if f.line]
     if not findings:
         return set()
     texts = {
@@ -646,7 +652,7 @@ def _card_response(
     if approved is not None and change.proposed:
         approval = "approved" if review.same_text(approved, change.proposed) else "outdated"
     marks = _Marks.load(proposal, request.user, key=key)
-    marks.note_lint_and_stale(proposal, {document: [change]})
+    marks.note_lint_and_stale(proposal, {document: [change]}, _lint(proposal))
     row = _row(
         proposal,
         document,

@@ -14,7 +14,6 @@ they were based on: a save based on anything but the latest version is refused
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -208,10 +207,7 @@ def _create(
     reason: str,
     author_kind: str,
 ) -> SkillFileVersion:
-    digest = None
-    if data is not None:
-        digest = hashlib.sha256(data).hexdigest()
-        Blob.objects.get_or_create(sha256=digest, defaults={"size": len(data), "data": data})
+    digest = Blob.store(data) if data is not None else None
     version = SkillFileVersion.objects.create(
         layout=layout,
         path=path,
