@@ -630,7 +630,7 @@ def repoint_session_state(
     """``state`` resuming from ``<base_path>/<snapshot_id>.tar`` into ``root``. The
     fingerprint of the old snapshot is dropped, so the SDK always restores the archive
     instead of trusting a live workspace that only looks the same."""
-    new = json.loads(json.dumps(state))
+    new: dict[str, Any] = json.loads(json.dumps(state))
     new["snapshot"] = {
         "type": "local",
         "id": check_snapshot_id(snapshot_id),

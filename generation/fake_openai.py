@@ -794,7 +794,10 @@ def _conversation(path: str, body: JSONDict) -> _Conversation:
         for message in body.get("messages") or []:
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
-                calls[call.get("id")] = (function.get("name"), arguments(function.get("arguments")))
+                calls[str(call.get("id"))] = (
+                    str(function.get("name")),
+                    arguments(function.get("arguments")),
+                )
             if message.get("role") == "tool":
                 outputs[message.get("tool_call_id")] = _content_text(message.get("content"))
     else:
@@ -982,7 +985,7 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
 
 
 def _read_memories(selection: _Selection, out: dict[str, str]) -> list[dict[str, str]]:
-    memories = []
+    memories: list[dict[str, str]] = []
     for i, (rid, _) in enumerate(selection.added):
         lines = _unnumbered(out.get(f"demo-2-a{i}", ""))
         if not lines or lines[0] != f"rollout_id: {rid}":

@@ -130,7 +130,7 @@ def begin(
     offset = 0
     with open(directory / DATA, "wb") as fh:
         for path, old, new in changes:
-            spans = []
+            spans: list[tuple[int, int] | None] = []
             for data in (old, new):
                 if data is None:
                     spans.append(None)
@@ -216,8 +216,8 @@ def load(directory: Path) -> Journal | None:
                     str(f["path"]),
                     f["old_sha256"],
                     None if f["new_sha256"] is None else str(f["new_sha256"]),
-                    tuple(f["old"]) if f["old"] is not None else None,  # type: ignore[arg-type]
-                    tuple(f["new"]) if f["new"] is not None else None,  # type: ignore[arg-type]
+                    tuple(f["old"]) if f["old"] is not None else None,
+                    tuple(f["new"]) if f["new"] is not None else None,
                 )
                 for f in body["files"]
             ],

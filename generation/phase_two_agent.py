@@ -442,12 +442,12 @@ def tool_apply_patch(staging: Staging, args: JSONDict) -> str:
             except patches.PatchError as exc:
                 raise ToolError(str(exc)) from None
             planned.append((rel, path, text))
-    for rel, path, text in planned:
-        if text is None:
+    for rel, path, content in planned:
+        if content is None:
             path.unlink()
             staging.touched.add(rel)
         else:
-            _write(staging, rel, path, text)
+            _write(staging, rel, path, content)
     return "patched: " + ", ".join(rel for rel, _, _ in planned)
 
 

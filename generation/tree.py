@@ -435,9 +435,9 @@ def find_layouts(
     claimed_sessions = set(layouts.values())
     rollout_dirs = {_parent(f) for f in files if f.endswith(".jsonl") and _parent(f)}
     for d in sorted(rollout_dirs - claimed_sessions):
-        memories_dir = _convention_memories_dir(d)
-        if memories_dir and memories_dir not in layouts:
-            layouts[memories_dir] = d
+        conventional = _convention_memories_dir(d)
+        if conventional and conventional not in layouts:
+            layouts[conventional] = d
     return [LayoutDirs(m, s) for m, s in sorted(layouts.items())]
 
 
@@ -692,7 +692,7 @@ def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     while level:
         if depth > limit:
             return True
-        below = []
+        below: list[Any] = []
         for node in level:
             children = node.values() if type(node) is dict else node
             below.extend(c for c in children if type(c) is dict or type(c) is list)

@@ -44,7 +44,8 @@ class WorkspaceAdminForm(forms.ModelForm):
         fields = ["name", "source_kind", "source_path", "last_imported_at", "sync_interval_minutes"]
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         path, kind = data.get("source_path"), data.get("source_kind")
         if path is None or kind is None:
             return data
@@ -76,7 +77,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
     search_fields = ["name", "source_path"]
     readonly_fields = ["next_sync_at"]
 
-    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+    def save_model(self, request, obj, form, change):
         if "sync_interval_minutes" in form.changed_data:
             obj.next_sync_at = next_sync(obj, timezone.now())
         super().save_model(request, obj, form, change)

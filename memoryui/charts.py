@@ -1,5 +1,6 @@
 """Small server-rendered SVG charts (no JavaScript, nothing loaded from elsewhere)."""
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -149,7 +150,7 @@ def _labelled(count: int, pitch: int, room: int = 56, most: int = 6) -> list[int
 
 
 def terminal_states_per_day(
-    rows: list[dict[str, Any]], height: int = 120, state_url: str = ""
+    rows: Sequence[Mapping[str, Any]], height: int = 120, state_url: str = ""
 ) -> Chart:
     """Stacked bars of rollouts per day by terminal state (the last ``MAX_DAYS`` days
     that have rollouts; rollouts without a date form one "no date" bar)."""

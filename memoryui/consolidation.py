@@ -62,14 +62,14 @@ def staging_files(
         MEMORY_SUMMARY: base_summary.encode(),
         "raw_memories.md": plan.raw_memories_md.encode(),
     }
-    if selection_file is not None and selection_file.blob_id:
+    if selection_file is not None and selection_file.blob is not None:
         files["phase_two_selection.json"] = bytes(selection_file.blob.data)
     wanted = {i.rollout_summary_file for i in [*plan.selected, *plan.removed_items]}
     for summary in RolloutSummary.objects.filter(
         layout=layout, file__missing_since__isnull=True
     ).select_related("file__blob"):
         rel = summary.file.path.removeprefix(prefix)
-        if rel in wanted and summary.file.blob_id:
+        if rel in wanted and summary.file.blob is not None:
             files[rel] = bytes(summary.file.blob.data)
     for result in PhaseOneResult.objects.filter(
         pk__in=run.jobs.filter(status=PhaseOneJob.Status.DONE).values("result_id"),

@@ -245,12 +245,6 @@ def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> 
     return impacts
 
 
-def toggle_pin(layout: Layout, document: str, key: str, *, user: Any) -> Pin | None:
-    """Pin the entry, or unpin it; returns the pin (None when unpinned)."""
-    pinned = Pin.objects.filter(layout=layout, document=document, key=key).exists()
-    return set_pin(layout, document, key, not pinned, user=user)
-
-
 def set_pin(layout: Layout, document: str, key: str, pinned: bool, *, user: Any) -> Pin | None:
     """Pin or unpin an entry. Doing what is already done changes nothing, so two
     people clicking Pin at once get one pin and one audit event. Raises KeyError when
@@ -572,6 +566,9 @@ def approve(
 
         skill_versions = skills.approve_changes(proposal, user=user)
         _decided(proposal, Proposal.Status.APPROVED, user)
+        skill_detail: dict[str, Any] = (
+            {"skill_files": [v.path for v in skill_versions]} if skill_versions else {}
+        )
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.approve",
@@ -584,7 +581,7 @@ def approve(
             + (counts["undecided"] if undecided == UNDECIDED_REJECT else 0),
             undecided=undecided,
             counts=counts,
-            **({"skill_files": [v.path for v in skill_versions]} if skill_versions else {}),
+            **skill_detail,
         )
     return created
 
@@ -635,7 +632,7 @@ def review_counts(proposal: Proposal, reviews: list[DocumentReview], *, user: An
     """How far the review got: decided entries (accepted, of which edited; rejected),
     undecided ones, and those ``user`` has not marked viewed."""
     viewed = set(
-        EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", None)).values_list(
+        EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", 0)).values_list(
             "document", "key"
         )
     )

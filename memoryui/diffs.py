@@ -24,7 +24,8 @@ class Row:
 
 def _words(a: str, b: str) -> tuple[SafeString, SafeString]:
     wa, wb = _WORDS.findall(a), _WORDS.findall(b)
-    left, right = [], []
+    left: list[str] = []
+    right: list[str] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes():
         old, new = escape("".join(wa[i1:i2])), escape("".join(wb[j1:j2]))
         if op == "equal":

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
 from django.http import FileResponse, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
@@ -58,7 +59,8 @@ def layout_writeback(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
             dry_run=dry_run,
         )
     except Refused as exc:
-        return _writeback_page(request, layout, exc.plan, error=str(exc), status=409)
+        plan = exc.plan or plan_layout(layout)
+        return _writeback_page(request, layout, plan, error=str(exc), status=409)
     except WritebackError as exc:
         plan = plan_layout(layout)
         return _writeback_page(request, layout, plan, error=str(exc), status=409)
@@ -185,12 +187,13 @@ class ExportForm(forms.Form):
 
     def __init__(self, *args: Any, layouts: list[Layout], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["layouts"].choices = [(lay.memories_dir,) * 2 for lay in layouts]
+        field = cast(forms.MultipleChoiceField, self.fields["layouts"])
+        field.choices = [(lay.memories_dir, lay.memories_dir) for lay in layouts]
 
 
 @workspace_view(Role.VIEWER, post=Role.ADMIN)
 @require_http_methods(["GET", "POST"])
-def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponse:
+def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
     workspace = request.workspace
     layouts = list(workspace.layouts.present().order_by("memories_dir"))
     if request.method == "GET":

@@ -1,4 +1,6 @@
-from typing import Any
+from __future__ import annotations
+
+from typing import Any, cast
 
 from django import forms
 
@@ -50,7 +52,7 @@ class GenerationSettingsForm(forms.ModelForm):
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Left out of a post (an older form, a script): keep what the layout has.
         for name in ("prompt_set", "phase_two_max_turns"):
@@ -80,7 +82,7 @@ def approx_tokens(text: str) -> int:
 # numbers. A view answers an invalid form with 400 and the form's messages.
 
 
-def _size_validator(setting: str, what: str):  # type: ignore[no-untyped-def]
+def _size_validator(setting: str, what: str):
     def validate(value: str) -> None:
         from django.conf import settings
 
@@ -190,7 +192,8 @@ class SummaryEditForm(forms.Form):
         return int(value)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("key") and data.get("add"):
             raise forms.ValidationError("Edit a section or add one, not both.")
         if "text" in data:
@@ -227,7 +230,7 @@ class CommentForm(forms.Form):
 
 
 class AssignForm(forms.Form):
-    reviewer = forms.ModelChoiceField(
+    reviewer: forms.ModelChoiceField[Any] = forms.ModelChoiceField(
         queryset=None,
         required=False,
         error_messages={"invalid_choice": "No such person."},
@@ -237,7 +240,8 @@ class AssignForm(forms.Form):
         from django.contrib.auth import get_user_model
 
         super().__init__(*args, **kwargs)
-        self.fields["reviewer"].queryset = get_user_model().objects.all()
+        reviewer = cast("forms.ModelChoiceField[Any]", self.fields["reviewer"])
+        reviewer.queryset = get_user_model().objects.all()
 
 
 class AgentChangeForm(forms.Form):
@@ -297,7 +301,8 @@ class SnapshotUploadForm(forms.Form):
     )
 
     def clean(self) -> dict:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         upload = data.get("snapshot")
         if upload is not None:
             try:
@@ -320,7 +325,7 @@ class DirectoryForm(forms.Form):
         help_text="Letters, digits, '.', '_' or '-'. Empty: from the directory's name.",
     )
 
-    def clean_path(self):  # type: ignore[no-untyped-def]
+    def clean_path(self):
         from .workspaces import PathRefused, resolve_source
 
         try:
@@ -331,7 +336,9 @@ class DirectoryForm(forms.Form):
     def clean(self) -> dict:
         from .importer import default_name
 
-        data = super().clean()
+        super().clean()
+
+        data = self.cleaned_data
         if data.get("path") is not None:
             try:
                 data["name"] = _new_workspace_name(data.get("name") or default_name(data["path"]))
@@ -352,13 +359,17 @@ class SyncForm(forms.ModelForm):
 # --- skill files ------------------------------------------------------------------------
 
 skill_file_size = _size_validator("MEMORYUI_MAX_SKILL_FILE_BYTES", "This skill file")
-VERSION_NUMBER = {"min_value": 1, "max_value": 2**31 - 1}
+
+
+def version_number(*, required: bool = True) -> forms.IntegerField:
+    """A version number as the database keeps it (a positive 32-bit integer)."""
+    return forms.IntegerField(required=required, min_value=1, max_value=2**31 - 1)
 
 
 class SkillFileForm(forms.Form):
     """A skill file's new text, based on the version the editor was opened with."""
 
-    based_on = forms.IntegerField(required=False, **VERSION_NUMBER)
+    based_on = version_number(required=False)
     text = forms.CharField(required=False, strip=False, validators=[skill_file_size])
     preview = forms.BooleanField(required=False)
 
@@ -392,11 +403,11 @@ class SkillPrefillForm(forms.Form):
 class SkillChangeForm(forms.Form):
     """A delete or a restore: the version it was confirmed against."""
 
-    based_on = forms.IntegerField(**VERSION_NUMBER)
+    based_on = version_number()
 
 
 class SkillVersionForm(forms.Form):
-    version = forms.IntegerField(required=False, **VERSION_NUMBER)
+    version = version_number(required=False)
 
 
 class SkillDecideForm(forms.Form):

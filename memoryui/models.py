@@ -110,7 +110,8 @@ class FileQuerySet(models.QuerySet["WorkspaceFile"]):
 class WorkspaceFile(models.Model):
     """A file (or directory) of an imported workspace, as it was last seen on disk."""
 
-    Kind = models.TextChoices("Kind", [(k.name, k.value) for k in FileKind])
+    # One list of kinds, generation.tree's; the stubs know only the class form.
+    Kind = models.TextChoices("Kind", [(k.name, k.value) for k in FileKind])  # type: ignore[call-overload]
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="files")
     layout = models.ForeignKey(

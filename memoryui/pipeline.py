@@ -323,7 +323,7 @@ def _process_claimed_job(job_id: int) -> int:
     if result is not None:
         _finish_job(job, result, reused=True)
         return run.pk
-    data = bytes(rollout.file.blob.data) if rollout.file.blob_id else b""
+    data = bytes(rollout.file.blob.data) if rollout.file.blob is not None else b""
     try:
         extraction = phase_one.run_phase_one(
             data,  # read one segment at a time: a huge rollout is never held parsed
@@ -464,7 +464,9 @@ def _raw_memory_texts(run: GenerationRun) -> dict[str, str]:
         .select_related("file__blob")
         .order_by("rollout_id")
     ):
-        texts[raw.rollout_id] = bytes(raw.file.blob.data).decode("utf-8", errors="replace")
+        blob = raw.file.blob
+        data = bytes(blob.data) if blob is not None else b""
+        texts[raw.rollout_id] = data.decode("utf-8", errors="replace")
     for result in PhaseOneResult.objects.filter(
         pk__in=run.jobs.filter(status=PhaseOneJob.Status.DONE).values("result_id"),
         outcome=PhaseOneResult.Outcome.MEMORY,

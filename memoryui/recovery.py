@@ -90,7 +90,7 @@ def _journal_layout(record: journal.Journal, directory: Path) -> Layout:
     meta = record.meta
     layout = (
         Layout.objects.select_related("workspace")
-        .filter(pk=meta.get("layout"), workspace_id=meta.get("workspace"))
+        .filter(pk=meta.get("layout", 0), workspace_id=meta.get("workspace", 0))
         .first()
     )
     if (

@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import models, transaction
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -24,7 +25,7 @@ from generation.summary import injected_summary
 
 from . import audit, consolidation, curation, diffs, forms
 from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
-from .roles import has_role, require_role, workspace_view
+from .roles import has_role, require_role, signed_in, workspace_view
 from .views import HtmxHttpRequest, bad_request
 
 DOCUMENTS = {d.value for d in MemoryVersion.Document}
@@ -93,7 +94,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
-        citations = _citation_status(proposal, page.object_list)
+        citations = _citation_status(proposal, list(page.object_list))
         approvals = curation.approval_states(proposal, doc.document)
         rows = [
             _row(
@@ -182,7 +183,7 @@ class _Marks:
     def load(
         cls,
         proposal: Proposal,
-        user,  # type: ignore[no-untyped-def]
+        user,
         *,
         key: str | None = None,
         flagged: bool = False,
@@ -191,7 +192,7 @@ class _Marks:
     ) -> _Marks:
         from .models import EntryView, Pin, RejectedEntry
 
-        def only(qs):  # type: ignore[no-untyped-def]
+        def only(qs):
             return qs.filter(key=key) if key is not None else qs
 
         viewed = only(EntryView.objects.filter(proposal=proposal, user_id=user.pk))
@@ -265,7 +266,7 @@ def _lint_entries(
         MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
         MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
     }
-    found = set()
+    found: set[tuple[str, str]] = set()
     for document, name in DOCUMENT_FILES.items():
         lines = texts[document].splitlines()
         needles = {
@@ -328,13 +329,13 @@ def _row(
     proposal: Proposal,
     document: str,
     change: review.Change,
-    decision,  # type: ignore[no-untyped-def]
+    decision,
     cites: list,
     comments: list,
     approval: str,
     marks: _Marks,
-    place: dict,  # type: ignore[type-arg]
-) -> dict:  # type: ignore[type-arg]
+    place: dict,
+) -> dict:
     """What one entry's card shows; ``place``: the filter and page its forms go back to."""
     edited = decision.edited_text if decision is not None and decision.edited_text else ""
     applied = edited or change.proposed
@@ -392,12 +393,12 @@ def _row(
     }
 
 
-def _progress_of(counts: dict) -> dict:  # type: ignore[type-arg]
+def _progress_of(counts: dict) -> dict:
     total = counts["total"] or 1
     return {**counts, "percent": round(100 * counts["decided"] / total)}
 
 
-def _lint(proposal: Proposal) -> list:  # type: ignore[type-arg]
+def _lint(proposal: Proposal) -> list:
     """What the write-back's lint will say of the proposed files (cached by content)."""
     from generation import lint
 
@@ -419,7 +420,7 @@ def _slug(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-def _reviewers(workspace: Workspace) -> list:  # type: ignore[type-arg]
+def _reviewers(workspace: Workspace) -> list:
     from django.contrib.auth import get_user_model
 
     from .models import ROLE_ORDER, Membership
@@ -628,7 +629,11 @@ def _changes(proposal: Proposal, document: str) -> list[review.Change]:
 
 
 def _card_response(
-    request: HtmxHttpRequest, proposal: Proposal, document: str, key: str, form: forms.Form
+    request: HtmxHttpRequest,
+    proposal: Proposal,
+    document: str,
+    key: str,
+    form: forms.ReviewPlaceForm,
 ) -> HttpResponse:
     """One entry's card and, out of band, the progress bar: what an entry action
     changed, computed for that entry only (not the whole review)."""
@@ -665,7 +670,7 @@ def _card_response(
         {
             "show": form.place(document).get("show", ""),
             "page": form.place(document).get(f"page_{document}", ""),
-        },  # type: ignore[attr-defined]
+        },
     )
     # Progress: the decidable entries come from the cached comparison; two queries.
     decidable = {
@@ -683,7 +688,7 @@ def _card_response(
     }
     viewed = {
         e
-        for e in EntryView.objects.filter(proposal=proposal, user_id=request.user.pk).values_list(
+        for e in EntryView.objects.filter(proposal=proposal, user=signed_in(request)).values_list(
             "document", "key"
         )
         if e in decidable
@@ -714,9 +719,9 @@ def _card_response(
     return HttpResponse(card + bar)
 
 
-def _back(proposal: Proposal, form: forms.Form, document: str) -> str:
+def _back(proposal: Proposal, form: forms.ReviewPlaceForm, document: str) -> str:
     """The review page the action came from: its filter, its page, the entry."""
-    query = form.place(document)  # type: ignore[attr-defined]
+    query = form.place(document)
     url = reverse(
         "memoryui:proposal_review",
         args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
@@ -1122,7 +1127,7 @@ def version_restore(
 
 @workspace_view(Role.VIEWER)
 @require_GET
-def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
     workspace = request.workspace
     events = AuditEvent.objects.filter(workspace=workspace).select_related("layout")
     form = forms.AuditFilterForm(request.GET)
@@ -1158,11 +1163,11 @@ class _Echo:
         return value
 
 
-def _csv(events, workspace: Workspace) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
+def _csv(events, workspace: Workspace) -> StreamingHttpResponse:
     writer = csv.writer(_Echo())
     header = ["time", "actor", "action", "layout", "target", "detail", "detail_json"]
 
-    def rows():  # type: ignore[no-untyped-def]
+    def rows():
         yield writer.writerow(header)
         for e in events.iterator(chunk_size=1000):
             yield writer.writerow(

@@ -17,8 +17,10 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest
+from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver
 
 from .models import ROLE_ORDER, Layout, Membership, Role, Workspace
@@ -27,6 +29,14 @@ from .models import ROLE_ORDER, Layout, Membership, Role, Workspace
 # so that a 404 does not tell which names exist.
 NOT_FOUND = "No such workspace."
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def signed_in(request: HttpRequest) -> User:
+    """The person behind a request that the login middleware let through."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied("Sign in first.")
+    return user
 
 
 def role_of(user: Any, workspace: Workspace) -> Role | None:
@@ -64,7 +74,7 @@ def role_name(role: Role) -> str:
     return role.label.split(" ")[0].lower()
 
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def workspace_view(role: Role, *, post: Role | None = None) -> Callable[[View], View]:
@@ -76,7 +86,7 @@ def workspace_view(role: Role, *, post: Role | None = None) -> Callable[[View], 
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             # No name, id or key contains NUL (PostgreSQL cannot even compare text with
             # one), and no id is past a 64-bit integer (SQLite cannot take one).
             if any(

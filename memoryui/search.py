@@ -6,6 +6,8 @@ case-insensitive substring match of every word, which is slower but finds the sa
 kind of thing.
 """
 
+from typing import Any
+
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -24,5 +26,5 @@ def matching_documents(layout: Layout, query: str) -> QuerySet[SearchDocument]:
     return documents
 
 
-def matching_rollout_ids(layout: Layout, query: str) -> QuerySet[SearchDocument]:
+def matching_rollout_ids(layout: Layout, query: str) -> QuerySet[SearchDocument, Any]:
     return matching_documents(layout, query).values("rollout_id")

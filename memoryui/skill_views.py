@@ -99,7 +99,7 @@ def skill_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
     ):
         meta = skills.front_matter(bytes(data[:SHOWN_BYTES]).decode("utf-8", "replace"))
         descriptions[entry_points[sha256]] = meta.description
-    listed = [
+    listed: list[dict[str, Any]] = [
         {
             "name": skill,
             "files": files,

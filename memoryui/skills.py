@@ -273,10 +273,6 @@ def decide(proposal: Proposal, path: str, decision: str, *, user: Any) -> None:
         )
 
 
-def decision_of(proposal: Proposal, path: str) -> str:
-    return (proposal.skill_decisions or {}).get(path, "")
-
-
 def approve_changes(proposal: Proposal, *, user: Any) -> list[SkillFileVersion]:
     """At approval (inside its transaction, the layout locked): each skill change not
     rejected becomes the file's current version; a rejected one leaves the file as it
@@ -338,8 +334,8 @@ def record_import(layout_files: dict[int, list[tuple[str, str | None]]], *, now:
         for path, digest in files:
             if not skill_of(path):
                 continue
-            number, blob_id = newest.get(path, (0, None))
-            if number and blob_id == digest:
+            number, newest_blob = newest.get(path, (0, None))
+            if number and newest_blob == digest:
                 continue
             if not number and digest is None:
                 continue

@@ -62,7 +62,7 @@ class ExportPlan:
         return {f.path: f for f in self.curated if f.changed}
 
     def sha256_of(self) -> dict[str, str]:
-        return {f.path: f.sha256 for f in self.curated}
+        return {f.path: f.sha256 for f in self.curated if f.sha256 is not None}
 
 
 @dataclass

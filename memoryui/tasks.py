@@ -40,7 +40,7 @@ def sync_workspace(workspace_id: int) -> None:
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def phase_one_task(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+def phase_one_task(self, job_id: int) -> None:
     """Phase one for one rollout, then keep the layout's window of jobs full and start
     phase two after the last one."""
     try:
@@ -61,7 +61,7 @@ def advance_run(run_id: int) -> None:
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def phase_two_task(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
+def phase_two_task(self, run_id: int) -> None:
     """Phase two for a run: consolidate into a proposal for review."""
     try:
         pipeline.consolidate(run_id)
@@ -102,8 +102,8 @@ def heartbeat() -> None:
 # These tasks were registered as ``generation.tasks.<name>`` until they moved here.
 # Messages queued under those names by an older version (or its beat) still run: each
 # former name sends its arguments on to the task's current name.
-def _forward_to(task):  # type: ignore[no-untyped-def]
-    def forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+def _forward_to(task):
+    def forward(*args, **kwargs):
         task.apply_async(args, kwargs)
 
     return forward

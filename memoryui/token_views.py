@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
@@ -12,7 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from . import tokens
 from .models import ApiToken, Role, Workspace
-from .roles import has_role
+from .roles import has_role, signed_in
 
 EXPIRY_CHOICES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "never")]
 
@@ -22,9 +23,10 @@ class TokenForm(forms.Form):
     workspaces = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     expires_in_days = forms.ChoiceField(choices=EXPIRY_CHOICES, initial="90", required=False)
 
-    def __init__(self, *args, workspaces: list[str], **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, workspaces: list[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["workspaces"].choices = [(n, n) for n in workspaces]
+        field = cast(forms.MultipleChoiceField, self.fields["workspaces"])
+        field.choices = [(n, n) for n in workspaces]
 
 
 def _visible(request: HttpRequest) -> list[str]:
@@ -55,7 +57,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "created": created,
-            "tokens": ApiToken.objects.filter(user=request.user),
+            "tokens": ApiToken.objects.filter(user=signed_in(request)),
             "now": timezone.now(),
         },
         status=status,

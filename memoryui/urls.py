@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from . import (
     api,
@@ -19,7 +19,7 @@ app_name = "memoryui"
 
 layout = "w/<str:name>/layouts/<int:layout_pk>/"
 
-memoryui_patterns = [
+memoryui_patterns: list[URLPattern | URLResolver] = [
     path("", views.workspace_list, name="workspace_list"),
     path("w/<str:name>/", views.workspace_detail, name="workspace_detail"),
     path("w/<str:name>/reimport/", views.workspace_reimport, name="workspace_reimport"),

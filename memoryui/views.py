@@ -64,9 +64,9 @@ def bad_request(
     if isinstance(problem, forms.Form):
         errors = [
             f"{(problem.fields[name].label or name.replace('_', ' ')).capitalize()}: "
-            + " ".join(messages_)
+            + " ".join(map(str, messages_))
             if name in problem.fields
-            else " ".join(messages_)
+            else " ".join(map(str, messages_))
             for name, messages_ in problem.errors.items()
         ]
     else:
@@ -75,7 +75,7 @@ def bad_request(
     return render(request, "memoryui/bad_request.html", context, status=400)
 
 
-def _count_subquery(queryset):  # type: ignore[no-untyped-def]
+def _count_subquery(queryset):
     return Coalesce(
         Subquery(
             queryset.order_by().values("workspace_id").annotate(n=Count("pk")).values("n"),
@@ -87,7 +87,7 @@ def _count_subquery(queryset):  # type: ignore[no-untyped-def]
 
 @require_GET
 def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
-    workspaces = Workspace.objects.annotate(
+    annotated = Workspace.objects.annotate(
         layout_count=Count("layouts", filter=Q(layouts__missing_since__isnull=True)),
         rollout_count=_count_subquery(
             WorkspaceFile.objects.present().filter(
@@ -98,7 +98,7 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
             ImportRun.objects.filter(workspace=OuterRef("pk")).order_by("-pk").values("pk")[:1]
         ),
     ).order_by("name")
-    workspaces = [w for w in workspaces if has_role(request.user, w, Role.VIEWER)]
+    workspaces = [w for w in annotated if has_role(request.user, w, Role.VIEWER)]
     runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
     rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
     return render(request, "memoryui/workspace_list.html", {"rows": rows})
@@ -179,15 +179,15 @@ def _layout(request: HtmxHttpRequest, name: str, layout_pk: int) -> Layout:
     return request.layout
 
 
-def _current_versions(layout: Layout) -> dict[str, dict]:
+def _current_versions(layout: Layout) -> dict[str, dict[str, Any]]:
     """The latest version of each consolidated document, without its content."""
-    current: dict[str, dict] = {}
+    current: dict[str, dict[str, Any]] = {}
     for row in (
         MemoryVersion.objects.filter(layout=layout)
         .order_by("document", "-number")
         .values("document", "number", "blob_id", "blob__size", "created_at", "author_kind")
     ):
-        current.setdefault(row["document"], row)
+        current.setdefault(row["document"], dict(row))
     return current
 
 
@@ -317,7 +317,7 @@ def _document_version(layout: Layout, document: str, number: int | None) -> Memo
     return versions.order_by("-number").first()
 
 
-def _versions(layout: Layout, document: str):  # type: ignore[no-untyped-def]
+def _versions(layout: Layout, document: str):
     return MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number")[:50]
 
 
@@ -368,7 +368,7 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
     )
 
 
-def _entry_views(layout, version, blocks, links):  # type: ignore[no-untyped-def]
+def _entry_views(layout, version, blocks, links):
     keys = documents.entry_keys(version.blob_id)
     pinned = set(
         Pin.objects.filter(layout=layout, document=version.document).values_list("key", flat=True)

@@ -18,7 +18,7 @@ from .models import (
     WebhookDelivery,
     Workspace,
 )
-from .roles import workspace_view
+from .roles import signed_in, workspace_view
 
 DELIVERIES_SHOWN = 50
 
@@ -59,7 +59,7 @@ def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
                 url=form.cleaned_data["url"],
                 events=form.cleaned_data["events"],
                 secret=webhooks.new_secret(),
-                created_by=request.user,
+                created_by=signed_in(request),
             )
             AuditEvent.record(workspace, "webhook.create", user=request.user, target=created.url)
             form = WebhookForm()

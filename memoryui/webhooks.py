@@ -160,7 +160,7 @@ def attempt(delivery_id: int) -> float | None:
 
 
 @shared_task(bind=True, acks_late=True, max_retries=None)
-def deliver_webhook(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]
+def deliver_webhook(self, delivery_id: int) -> None:
     retry_in = attempt(delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
@@ -184,7 +184,7 @@ AUDIT_EVENTS = {
 
 
 @receiver(post_save, sender=Proposal, dispatch_uid="webhooks-proposal-ready")
-def _proposal_ready(sender, instance: Proposal, created: bool, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+def _proposal_ready(sender, instance: Proposal, created: bool, **kwargs: Any) -> None:
     if created:
         layout = instance.layout
         emit(
@@ -195,7 +195,7 @@ def _proposal_ready(sender, instance: Proposal, created: bool, **kwargs: Any) ->
 
 
 @receiver(post_save, sender=AuditEvent, dispatch_uid="webhooks-audit")
-def _audited(sender, instance: AuditEvent, created: bool, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+def _audited(sender, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
     event = AUDIT_EVENTS.get(instance.action)
     if created and event:
         emit(

@@ -28,7 +28,7 @@ from memoryui.tasks import import_new_workspace
 from . import workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
 from .models import ImportJob, Role, Workspace
-from .roles import workspace_view
+from .roles import signed_in, workspace_view
 from .views import HtmxHttpRequest
 
 # Room in a request for the multipart boundaries and the other fields of the form.
@@ -61,7 +61,9 @@ class _IncomingFile(TemporaryUploadedFile):
     """An upload streamed to a temp file in the uploads dir (deleted when closed unless
     moved), so that accepting it is a rename on the same file system."""
 
-    def __init__(self, name: str, content_type: str, charset: str | None, extra: Any) -> None:
+    def __init__(
+        self, name: str | None, content_type: str | None, charset: str | None, extra: Any
+    ) -> None:
         file = tempfile.NamedTemporaryFile(suffix=".upload", dir=_incoming_dir())
         UploadedFile.__init__(self, file, name, content_type, 0, charset, extra)
 
@@ -116,7 +118,9 @@ def _new_page(
         ],
         "max_upload": human_size(settings.MEMORYUI_MAX_UPLOAD_BYTES),
         "max_import": human_size(settings.MEMORYUI_MAX_IMPORT_BYTES),
-        "jobs": ImportJob.objects.filter(created_by=request.user).select_related("workspace")[:5],
+        "jobs": ImportJob.objects.filter(created_by=signed_in(request)).select_related("workspace")[
+            :5
+        ],
     }
     return render(request, "memoryui/workspace_new.html", context, status=status)
 
@@ -169,13 +173,13 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
         job = ImportJob.objects.create(
             name=name,
             kind=ImportJob.Kind.UPLOAD,
-            original_name=upload.name[:255],
-            size=upload.size,
-            created_by=request.user,
+            original_name=(upload.name or "")[:255],
+            size=upload.size or 0,
+            created_by=signed_in(request),
         )
         target = (
             Path(settings.MEMORYUI_UPLOAD_DIR)
-            / f"{name}-{job.pk}{archive_suffix(upload.name) or '.tar'}"
+            / f"{name}-{job.pk}{archive_suffix(upload.name or '') or '.tar'}"
         )
         os.replace(temp, target)
         job.source_path = str(target)
@@ -198,7 +202,7 @@ def workspace_register(request: HtmxHttpRequest) -> HttpResponse:
         name=form.cleaned_data["name"],
         kind=ImportJob.Kind.DIRECTORY,
         source_path=str(form.cleaned_data["path"]),
-        created_by=request.user,
+        created_by=signed_in(request),
     )
     import_new_workspace.delay_on_commit(job.pk)
     return redirect("memoryui:import_progress", job.pk)
@@ -232,7 +236,7 @@ def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
     form = SyncForm(request.POST, instance=Workspace.objects.get(pk=workspace.pk))
     if not form.is_valid():
         for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
+            messages.error(request, " ".join(map(str, errors)))
         return redirect(workspace)
     minutes = form.cleaned_data["sync_interval_minutes"]
     try:

@@ -286,7 +286,9 @@ def claim_due_syncs(now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     due = Workspace.objects.filter(sync_interval_minutes__gt=0, next_sync_at__lte=now)
     return [
-        pk for pk, due_at in due.values_list("pk", "next_sync_at") if claim_sync(pk, due_at, now)
+        pk
+        for pk, due_at in due.values_list("pk", "next_sync_at")
+        if due_at is not None and claim_sync(pk, due_at, now)
     ]
 
 

@@ -200,7 +200,7 @@ class Plan:
         return {c.path for c in self.conflicts}
 
     def sha256_of(self) -> dict[str, str]:
-        return {f.path: f.sha256 for f in self.files}
+        return {f.path: f.sha256 for f in self.files if f.sha256 is not None}
 
 
 @dataclass

@@ -81,10 +81,10 @@ class SnapshotClient:
         """Send the archive; answers memoryui's import summary. The archive is spooled
         (in memory up to 8 MB, then to a temporary file) to announce its length."""
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-            shutil.copyfileobj(data, spool)  # type: ignore[misc]
+            shutil.copyfileobj(data, spool)
             length = spool.tell()
             spool.seek(0)
-            with self._open("PUT", self._url(snapshot_id), spool, length) as response:  # type: ignore[arg-type]
+            with self._open("PUT", self._url(snapshot_id), spool, length) as response:
                 return json.loads(response.read())
 
     def download(self, snapshot_id: str) -> io.IOBase:
@@ -98,7 +98,7 @@ class SnapshotClient:
             local.close()
             raise
         local.seek(0)
-        return local  # type: ignore[return-value]
+        return local
 
     def exists(self, snapshot_id: str) -> bool:
         with self._open("GET", self._url(snapshot_id, "/exists")) as response:

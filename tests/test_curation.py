@@ -228,7 +228,7 @@ def test_a_rejected_entry_that_the_model_proposes_again_is_flagged(model, layout
 def test_a_pin_survives_a_consolidation_whose_model_drops_it(model, layout):
     editor = member(Role.EDITOR, layout)
     key = first_key(layout)
-    pin = curation.toggle_pin(layout, MD, key, user=editor)
+    pin = curation.set_pin(layout, MD, key, True, user=editor)
     run = pipeline.start_run(layout)
     for _ in range(3):
         for job_id in pipeline.claim_window(run.pk):
@@ -404,7 +404,7 @@ def test_an_old_version_can_be_diffed_and_restored(layout):
 @pytest.mark.django_db
 def test_audit_log_lists_and_exports_every_change(layout):
     editor = member(Role.EDITOR, layout)
-    curation.toggle_pin(layout, MD, first_key(layout), user=editor)
+    curation.set_pin(layout, MD, first_key(layout), True, user=editor)
     curation.edit_entry(
         layout,
         MD,

@@ -3,7 +3,7 @@ thing, and calls the same functions (curation, pipeline, importer, write-back,
 export)."""
 
 from datetime import date, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
@@ -67,7 +67,7 @@ class WorkspaceOut(Schema):
     layouts: list[LayoutOut]
 
 
-def _layout_out(lay) -> dict:  # type: ignore[no-untyped-def]
+def _layout_out(lay) -> dict:
     return {
         "id": lay.pk,
         "memories_dir": lay.memories_dir,
@@ -91,7 +91,7 @@ def _workspace_out(request: HttpRequest, ws: Workspace) -> dict:
 
 @api.get("/workspaces", response={200: list[WorkspaceOut], **ERRORS}, tags=["workspaces"])
 @paginate(Pages)
-def list_workspaces(request: HttpRequest):  # type: ignore[no-untyped-def]
+def list_workspaces(request: HttpRequest):
     """The workspaces the token names and its owner may see."""
     names = request.api_token.workspaces  # type: ignore[attr-defined]
     found = Workspace.objects.filter(name__in=names).prefetch_related("layouts")
@@ -99,7 +99,7 @@ def list_workspaces(request: HttpRequest):  # type: ignore[no-untyped-def]
 
 
 @api.get("/workspaces/{name}", response={200: WorkspaceOut, **ERRORS}, tags=["workspaces"])
-def get_workspace(request: HttpRequest, name: str):  # type: ignore[no-untyped-def]
+def get_workspace(request: HttpRequest, name: str):
     return _workspace_out(request, workspace(request, name, Role.VIEWER))
 
 
@@ -117,7 +117,7 @@ class LayoutDetail(LayoutOut):
     response={200: LayoutDetail, **ERRORS},
     tags=["workspaces"],
 )
-def get_layout(request: HttpRequest, name: str, layout_id: int):  # type: ignore[no-untyped-def]
+def get_layout(request: HttpRequest, name: str, layout_id: int):
     lay = layout(request, name, layout_id, Role.VIEWER)
     md = curation.latest(lay, MemoryVersion.Document.MEMORY_MD)
     summary = curation.latest(lay, MemoryVersion.Document.MEMORY_SUMMARY)
@@ -161,7 +161,7 @@ class DocumentOut(Schema):
     entries: list[EntryOut]
 
 
-def _version(lay, document: str, number: int | None) -> MemoryVersion:  # type: ignore[no-untyped-def]
+def _version(lay, document: str, number: int | None) -> MemoryVersion:
     versions = MemoryVersion.objects.filter(layout=lay, document=document).select_related("author")
     found = (
         versions.filter(number=number).first()
@@ -192,7 +192,7 @@ def _version_out(v: MemoryVersion) -> dict:
     response={200: DocumentOut, **ERRORS},
     tags=["memory"],
 )
-def get_document(  # type: ignore[no-untyped-def]
+def get_document(
     request: HttpRequest,
     name: str,
     layout_id: int,
@@ -217,7 +217,7 @@ def get_document(  # type: ignore[no-untyped-def]
     response={200: None, **ERRORS},
     tags=["memory"],
 )
-def get_document_raw(  # type: ignore[no-untyped-def]
+def get_document_raw(
     request: HttpRequest,
     name: str,
     layout_id: int,
@@ -240,9 +240,7 @@ def get_document_raw(  # type: ignore[no-untyped-def]
     tags=["memory"],
 )
 @paginate(Pages)
-def list_versions(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, document: DocumentName
-):
+def list_versions(request: HttpRequest, name: str, layout_id: int, document: DocumentName):
     lay = layout(request, name, layout_id, Role.VIEWER)
     versions = MemoryVersion.objects.filter(layout=lay, document=document).select_related("author")
     return [_version_out(v) for v in versions.order_by("-number")]
@@ -260,7 +258,7 @@ class SkillOut(Schema):
     files: list[SkillFileOut]
 
 
-def _curated_skill_files(lay, path: str = ""):  # type: ignore[no-untyped-def]
+def _curated_skill_files(lay, path: str = ""):
     """The current curated version of each skill file (deleted ones left out): what the
     skill pages show and what a write-back or an export writes."""
     from .. import skills
@@ -276,7 +274,7 @@ def _curated_skill_files(lay, path: str = ""):  # type: ignore[no-untyped-def]
     response={200: list[SkillOut], **ERRORS},
     tags=["memory"],
 )
-def list_skills(request: HttpRequest, name: str, layout_id: int):  # type: ignore[no-untyped-def]
+def list_skills(request: HttpRequest, name: str, layout_id: int):
     """Each skill and its files, as curated (the current version of each file)."""
     lay = layout(request, name, layout_id, Role.VIEWER)
     found: dict[str, list[dict]] = {}
@@ -295,9 +293,7 @@ def list_skills(request: HttpRequest, name: str, layout_id: int):  # type: ignor
     response={200: None, **ERRORS},
     tags=["memory"],
 )
-def get_skill_file(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, skill: str, file_path: str
-):
+def get_skill_file(request: HttpRequest, name: str, layout_id: int, skill: str, file_path: str):
     """A skill file's exact bytes, as curated (its current version)."""
     lay = layout(request, name, layout_id, Role.VIEWER)
     if "/" in skill or ".." in file_path.split("/"):
@@ -347,9 +343,7 @@ def _rollout_out(r: Rollout) -> dict:
     tags=["rollouts"],
 )
 @paginate(Pages)
-def list_rollouts(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, filters: Query[RolloutFilters]
-):
+def list_rollouts(request: HttpRequest, name: str, layout_id: int, filters: Query[RolloutFilters]):
     """Newest first, filtered and searched as on the rollouts page."""
     lay = layout(request, name, layout_id, Role.VIEWER)
     rollouts = Rollout.objects.filter(layout=lay)
@@ -379,7 +373,7 @@ def list_rollouts(  # type: ignore[no-untyped-def]
 class _Mapped:
     """A queryset whose slices are mapped (so the paginator counts and slices in SQL)."""
 
-    def __init__(self, queryset, fn) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, queryset, fn) -> None:
         self.queryset, self.fn = queryset, fn
 
     def all(self) -> "_Mapped":
@@ -391,11 +385,11 @@ class _Mapped:
     def __len__(self) -> int:
         return self.count()
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    def __getitem__(self, index):
         return [self.fn(x) for x in self.queryset[index]]
 
 
-def conflict_422(message: str):  # type: ignore[no-untyped-def]
+def conflict_422(message: str):
     from ninja.errors import HttpError
 
     return HttpError(422, message)
@@ -419,9 +413,7 @@ def _file_text(file_id: int | None) -> str | None:
     response={200: RolloutDetail, **ERRORS},
     tags=["rollouts"],
 )
-def get_rollout(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, rollout_id: str
-):
+def get_rollout(request: HttpRequest, name: str, layout_id: int, rollout_id: str):
     """One rollout with its raw memory and rollout summary (texts)."""
     lay = layout(request, name, layout_id, Role.VIEWER)
     r = get_object_or_404(Rollout.objects.select_related("file"), layout=lay, rollout_id=rollout_id)
@@ -441,9 +433,7 @@ def get_rollout(  # type: ignore[no-untyped-def]
     response={200: None, **ERRORS},
     tags=["rollouts"],
 )
-def get_rollout_raw(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, rollout_id: str
-):
+def get_rollout_raw(request: HttpRequest, name: str, layout_id: int, rollout_id: str):
     """The rollout's JSONL exactly as imported."""
     lay = layout(request, name, layout_id, Role.VIEWER)
     r = get_object_or_404(Rollout.objects.select_related("file"), layout=lay, rollout_id=rollout_id)
@@ -522,7 +512,7 @@ def _proposal(request: HttpRequest, name: str, layout_id: int, pk: int, role: Ro
     tags=["proposals"],
 )
 @paginate(Pages)
-def list_proposals(  # type: ignore[no-untyped-def]
+def list_proposals(
     request: HttpRequest,
     name: str,
     layout_id: int,
@@ -555,7 +545,7 @@ def _unified(current: str, proposed: str) -> str:
     response={200: ProposalDetail, **ERRORS},
     tags=["proposals"],
 )
-def get_proposal(  # type: ignore[no-untyped-def]
+def get_proposal(
     request: HttpRequest,
     name: str,
     layout_id: int,
@@ -565,7 +555,8 @@ def get_proposal(  # type: ignore[no-untyped-def]
     """The proposal's entries against the current files, each with a unified diff and
     its decision so far; ``conflicts``: entries people and the model both changed."""
     p = _proposal(request, name, layout_id, proposal_id, Role.VIEWER)
-    changes, conflicts = [], []
+    changes: list[dict[str, Any]] = []
+    conflicts: list[str] = []
     for doc in curation.document_reviews(p):
         conflicts.extend(c.key for c in doc.conflicts)
         for c in doc.changes:
@@ -621,9 +612,7 @@ class DecisionIn(Schema):
     response={200: ProposalDetail, **ERRORS},
     tags=["proposals"],
 )
-def decide(  # type: ignore[no-untyped-def]
-    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: DecisionIn
-):
+def decide(request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: DecisionIn):
     """Accept or reject entries (reviewers), as the review page does."""
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
     if body.edited_text and len(body.keys) != 1:
@@ -659,7 +648,7 @@ class ApproveOut(Schema):
     response={200: ApproveOut, **ERRORS},
     tags=["proposals"],
 )
-def approve(request: HttpRequest, name: str, layout_id: int, proposal_id: int):  # type: ignore[no-untyped-def]
+def approve(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
     """Approve as the review page does: 409 when already decided, held by another
     reviewer, or while conflicts are undecided."""
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
@@ -677,7 +666,7 @@ def approve(request: HttpRequest, name: str, layout_id: int, proposal_id: int): 
     response={200: ProposalOut, **ERRORS},
     tags=["proposals"],
 )
-def reject(request: HttpRequest, name: str, layout_id: int, proposal_id: int):  # type: ignore[no-untyped-def]
+def reject(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
     try:
         curation.reject_proposal(p, user=request.user)
@@ -696,7 +685,7 @@ class QueuedOut(Schema):
 
 
 @api.post("/workspaces/{name}/imports", response={202: QueuedOut, **ERRORS}, tags=["actions"])
-def start_import(request: HttpRequest, name: str):  # type: ignore[no-untyped-def]
+def start_import(request: HttpRequest, name: str):
     """Re-import the workspace from its source (admins); a Celery task."""
     from memoryui.tasks import reimport_workspace
 
@@ -719,7 +708,7 @@ class ImportOut(Schema):
 
 @api.get("/workspaces/{name}/imports", response={200: list[ImportOut], **ERRORS}, tags=["actions"])
 @paginate(Pages)
-def list_imports(request: HttpRequest, name: str):  # type: ignore[no-untyped-def]
+def list_imports(request: HttpRequest, name: str):
     ws = workspace(request, name, Role.VIEWER)
     return _Mapped(
         ImportRun.objects.filter(workspace=ws),
@@ -776,7 +765,7 @@ def _run_out(run: GenerationRun) -> dict:
     response={201: RunOut, 503: Detail, **ERRORS},
     tags=["actions"],
 )
-def start_run(request: HttpRequest, name: str, layout_id: int):  # type: ignore[no-untyped-def]
+def start_run(request: HttpRequest, name: str, layout_id: int):
     """Start a generation run (admins): 409 while one is active, 503 without a model."""
     from ninja.errors import HttpError
 
@@ -798,7 +787,7 @@ def start_run(request: HttpRequest, name: str, layout_id: int):  # type: ignore[
     response={200: RunOut, **ERRORS},
     tags=["actions"],
 )
-def get_run(request: HttpRequest, name: str, layout_id: int, run_id: int):  # type: ignore[no-untyped-def]
+def get_run(request: HttpRequest, name: str, layout_id: int, run_id: int):
     lay = layout(request, name, layout_id, Role.VIEWER)
     return _run_out(get_object_or_404(GenerationRun, pk=run_id, layout=lay))
 
@@ -829,7 +818,7 @@ class WritebackOut(Schema):
     response={200: WritebackOut, **ERRORS},
     tags=["actions"],
 )
-def writeback(request: HttpRequest, name: str, layout_id: int, body: WritebackIn):  # type: ignore[no-untyped-def]
+def writeback(request: HttpRequest, name: str, layout_id: int, body: WritebackIn):
     """Write the curated files into the layout's directory (admins), as the write-back
     page does; 409 with the reason while conflicts or findings block it."""
     from ..writeback import WritebackError, write_back
@@ -881,7 +870,7 @@ class ExportOut(Schema):
 
 
 @api.post("/workspaces/{name}/exports", response={201: ExportOut, **ERRORS}, tags=["actions"])
-def export(request: HttpRequest, name: str, body: ExportIn):  # type: ignore[no-untyped-def]
+def export(request: HttpRequest, name: str, body: ExportIn):
     """Export an SDK snapshot into the server's snapshot directory (admins)."""
     from ..snapshots import export_snapshot, snapshot_base_path
 

@@ -45,7 +45,7 @@ class ExistsOut(Schema):
         }
     },
 )
-def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-untyped-def]
+def upload(request: HttpRequest, params: Path[SnapshotIn]):
     """Upload a sandbox workspace archive (the SDK's ``persist``), sent with a
     ``Content-Length``. It is imported as a sync of the workspace (admins, as a
     re-import; a staff member's token may create a workspace it names). 413 past the
@@ -89,7 +89,7 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-u
     response={200: None, **ERRORS},
     tags=["snapshot store"],
 )
-def download(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-untyped-def]
+def download(request: HttpRequest, params: Path[SnapshotIn]):
     """The curated snapshot (the SDK's ``restore``): the last uploaded workspace with
     the approved memory of every layout applied, exactly what an export makes (admins,
     as an export). 404 for an id never uploaded; 409 when lint findings block it."""
@@ -110,7 +110,7 @@ def download(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no
     response={200: ExistsOut, **ERRORS},
     tags=["snapshot store"],
 )
-def exists(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-untyped-def]
+def exists(request: HttpRequest, params: Path[SnapshotIn]):
     """Whether the snapshot id was uploaded (the SDK's ``restorable``). A workspace not
     created yet has none."""
     if not Workspace.objects.filter(name=params.name).exists() and tokens.in_scope(

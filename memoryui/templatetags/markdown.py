@@ -12,7 +12,7 @@ register = template.Library()
 _md = MarkdownIt("js-default").enable(["table", "strikethrough"])
 
 
-def _heading_open(self, tokens, idx, options, env):  # type: ignore[no-untyped-def]
+def _heading_open(self, tokens, idx, options, env):
     anchors = env.get("anchors")
     if anchors:
         tokens[idx].attrSet("id", anchors.pop(0))
