@@ -316,10 +316,10 @@ def _budgeted_tarinfo(budget: _ArchiveBudget) -> type[tarfile.TarInfo]:
             return member
 
         def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
-            return self._charged(super()._proc_gnulong, tarfile)
+            return self._charged(super()._proc_gnulong, tarfile)  # type: ignore[misc]
 
         def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
-            return self._charged(super()._proc_pax, tarfile)
+            return self._charged(super()._proc_pax, tarfile)  # type: ignore[misc]
 
         # GNU sparse maps are read block by block for as long as the archive says;
         # the SDK (Python's tarfile) never writes sparse members, so they are refused.
