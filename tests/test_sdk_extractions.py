@@ -5,6 +5,7 @@ file at write-back instead of joining it."""
 
 import io
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from generation.fake_openai import Reply
 from memoryui import pipeline, tokens, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationRun, Proposal
+from memoryui.snapshots import export_snapshot
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -139,6 +141,14 @@ def test_a_reextracted_rollout_with_a_new_slug_has_one_summary_file_after_write_
     )
     assert approved.status_code == 200, approved.content
 
+    exported = export_snapshot(layout.workspace, snapshot_id="after", base_path=tree.parent)
+    with tarfile.open(exported.snapshot.path) as archive:
+        in_export = sorted(
+            Path(name).name
+            for name in archive.getnames()
+            if f"{ENG}/rollout_summaries/" in name and name.endswith(".md")
+        )
+
     result = writeback.write_back(layout)
 
     after = summaries_on_disk(tree)
@@ -146,6 +156,7 @@ def test_a_reextracted_rollout_with_a_new_slug_has_one_summary_file_after_write_
     assert all("_new-slug-" in name for name in after)
     rollout_ids = sorted(name.split("_new-slug-")[0] for name in after)
     assert rollout_ids == sorted(name.split("_")[0] for name in before)
+    assert in_export == after
     assert sorted(result.deleted) == sorted(f"{ENG}/rollout_summaries/{n}" for n in before)
     raw = (tree / ENG / "raw_memories" / f"{rollout_ids[0]}.md").read_text()
     assert f"rollout_summary_file: rollout_summaries/{rollout_ids[0]}_new-slug-" in raw

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents.sandbox.errors import SnapshotRestoreError
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.sandbox.session.dependencies import Dependencies
@@ -276,10 +277,12 @@ def test_a_download_cut_mid_stream_fails_start_and_leaves_the_workspace_untouche
         asyncio.run(start())
     proxy.close()
 
-    cause = failed.value
-    while cause is not None and not isinstance(cause, MemoryuiError):
-        cause = cause.__cause__
-    assert isinstance(cause, MemoryuiError), repr(failed.value)
+    chain = [failed.value]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    assert any(isinstance(e, SnapshotRestoreError) for e in chain), chain
+    cause = chain[-1]
+    assert isinstance(cause, MemoryuiError), chain
     assert cause.status == 200 and "cut short" in cause.detail
     assert proxy.cut == 1
     assert files_under(root) == before
