@@ -51,9 +51,9 @@ def test_rollouts_the_sdk_extracted_cost_no_model_call_and_feed_phase_two(model,
     page = Client()
     page.force_login(make_user("root", staff=True))
     detail = page.get(reverse("memoryui:run_detail", args=["a", layout.pk, run.pk]))
-    assert "3 rollouts already extracted on disk (by the SDK or a write-back) kept" in (
-        detail.content.decode()
-    )
+    html = detail.content.decode()
+    assert "3 rollouts already extracted on disk (by the SDK or a write-back) kept" in html
+    assert '0 / 0 <small class="muted">(+3 kept)</small>' in html
 
 
 def test_a_rollout_whose_transcript_grew_is_extracted_again(model, layout):
