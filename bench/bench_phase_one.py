@@ -256,7 +256,7 @@ def run_memoryui(
     gs = pipeline.settings_for(layout)
     gs.concurrency = workers
     gs.save()
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)  # time phase one on every rollout
     jobs = PhaseOneJob.objects.filter(run=run)
     side = Side("memoryui", workers, jobs.count())
 

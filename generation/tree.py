@@ -70,6 +70,9 @@ class Limits:
     huge_file_bytes: int = 5 * 1024 * 1024
     max_file_bytes: int = 256 * 1024 * 1024
     max_total_bytes: int = 4 * 1024 * 1024 * 1024
+    # A tar reader holds a member's PAX and GNU long-name/long-link headers in memory
+    # whole: real ones take a few hundred bytes, so more than this stops the read.
+    max_header_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,7 @@ def read_source(source: Path, limits: Limits = Limits()) -> Iterator[Entry | Pro
     if source.is_dir():
         return read_directory(source, limits)
     if source.is_file():
-        if not tarfile.is_tarfile(source):
-            raise TreeError(f"{source} is neither a directory nor a tar archive.")
+        check_tar_archive(source, limits)
         return read_archive(source, limits)
     raise TreeError(f"{source} does not exist.")
 
@@ -258,15 +260,114 @@ def total_exceeded(limits: Limits) -> str:
     )
 
 
-def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
-    """Read an SDK snapshot tar (plain or compressed) member by member, refusing what
-    the SDK's own restore refuses: absolute names, ``..``, links, devices, FIFOs."""
-    total = 0
-    seen: set[str] = set()
+MAX_EXTENDED_HEADERS = 16  # per member; tar writers emit at most a handful
+SPARSE_REFUSED = "GNU sparse member in archive (the SDK never writes one); reading stopped here"
+
+
+class HeaderLimitExceeded(Exception):
+    """Extended headers past the limits; raised from inside ``tarfile`` before it
+    reads them, so it is no ``TarError`` (those are taken for "not this format")."""
+
+
+class _ArchiveBudget:
+    """Counts what reading an archive costs: member data and the extended headers
+    (PAX, GNU long name and long link) that ``tarfile`` reads whole into memory."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.pending = 0  # header bytes of the member being read
+        self.headers = 0
+        self.depth = 0
+
+    def take_header(self, size: int) -> None:
+        self.total += size
+        self.pending += size
+        self.headers += 1
+        if self.pending > self.limits.max_header_bytes:
+            raise HeaderLimitExceeded(
+                f"a member's extended tar headers (PAX or GNU long names) declare "
+                f"{human_size(self.pending)}, over the {human_size(self.limits.max_header_bytes)} "
+                "limit; reading stopped here"
+            )
+        if self.headers > MAX_EXTENDED_HEADERS:
+            raise HeaderLimitExceeded(
+                f"a member has more than {MAX_EXTENDED_HEADERS} extended tar headers; "
+                "reading stopped here"
+            )
+        if self.total > self.limits.max_total_bytes:
+            raise HeaderLimitExceeded(total_exceeded(self.limits))
+
+
+def _budgeted_tarinfo(budget: _ArchiveBudget) -> type[tarfile.TarInfo]:
+    """A ``TarInfo`` that charges each extended header to ``budget`` before
+    ``tarfile`` reads it (it would read a header of any declared size at once)."""
+
+    class BudgetedTarInfo(tarfile.TarInfo):
+        def _charged(self, process: Any, archive: tarfile.TarFile) -> tarfile.TarInfo:
+            budget.take_header(self.size)
+            budget.depth += 1  # the header's member is read inside ``process``
+            try:
+                member: tarfile.TarInfo = process(archive)
+            finally:
+                budget.depth -= 1
+                if budget.depth == 0:
+                    budget.pending = budget.headers = 0
+            return member
+
+        def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+            return self._charged(super()._proc_gnulong, tarfile)  # type: ignore[misc]
+
+        def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+            return self._charged(super()._proc_pax, tarfile)  # type: ignore[misc]
+
+        # GNU sparse maps are read block by block for as long as the archive says;
+        # the SDK (Python's tarfile) never writes sparse members, so they are refused.
+        def _proc_sparse(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+            raise HeaderLimitExceeded(SPARSE_REFUSED)
+
+        def _proc_gnusparse_10(self, *args: Any) -> None:
+            raise HeaderLimitExceeded(SPARSE_REFUSED)
+
+    return BudgetedTarInfo
+
+
+def _open_archive(path: Path, budget: _ArchiveBudget) -> tarfile.TarFile:
+    """Raises TreeError when ``path`` is not a (plain or compressed) tar archive, or
+    when its first member's headers are over the limits."""
     try:
-        archive = tarfile.open(path, mode="r:*")
+        return tarfile.open(path, mode="r:*", tarinfo=_budgeted_tarinfo(budget))
     except (tarfile.TarError, OSError) as exc:
         raise TreeError(f"{path.name} could not be opened as a tar archive ({exc}).") from exc
+    except HeaderLimitExceeded as exc:
+        raise TreeError(f"{path.name}: {exc}") from exc
+
+
+def check_tar_archive(path: Path, limits: Limits = Limits()) -> None:
+    """``tarfile.is_tarfile`` with bounded memory: raises TreeError, with the reason,
+    unless ``path`` opens as a tar archive."""
+    try:
+        with _open_archive(path, _ArchiveBudget(limits)):
+            pass
+    except TreeError as exc:
+        if isinstance(exc.__cause__, HeaderLimitExceeded):
+            raise
+        raise TreeError(f"{path.name} is neither a directory nor a tar archive.") from exc
+
+
+def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
+    """Read an SDK snapshot tar (plain or compressed) member by member, refusing what
+    the SDK's own restore refuses: absolute names, ``..``, links, devices, FIFOs.
+    Member data and extended headers both count against ``limits``."""
+    budget = _ArchiveBudget(limits)
+    seen: set[str] = set()
+    try:
+        archive = _open_archive(path, budget)
+    except TreeError as exc:
+        if isinstance(exc.__cause__, HeaderLimitExceeded):
+            yield Problem(path.name, str(exc.__cause__), stops=True)
+            return
+        raise
     with archive:
         try:
             for member in archive:
@@ -301,8 +402,8 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
                     yield Problem(rel, "not a regular file; skipped")
                     continue
                 # Skipped members are decompressed too, to get past them: count them.
-                total += member.size
-                if total > limits.max_total_bytes:
+                budget.total += member.size
+                if budget.total > limits.max_total_bytes:
                     yield Problem(rel, total_exceeded(limits), stops=True)
                     return
                 if member.size > limits.max_file_bytes:
@@ -321,6 +422,8 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
             yield Problem(
                 path.name, f"archive is damaged or truncated ({exc}); read up to here", stops=True
             )
+        except HeaderLimitExceeded as exc:
+            yield Problem(path.name, str(exc), stops=True)
 
 
 def _ends_cleanly(archive: tarfile.TarFile) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.db.models import Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts
@@ -157,8 +157,28 @@ def _model_call(snapshot: dict[str, Any], model_key: str) -> llm.ModelCall:
 # --- starting ---------------------------------------------------------------------
 
 
-def start_run(layout: Layout, user: Any = None) -> GenerationRun:
-    """Create a run with one phase-one job per rollout of the layout."""
+def already_extracted(layout: Layout) -> QuerySet[Rollout]:
+    """The layout's rollouts whose phase one is on disk for their current transcript: a
+    raw memory whose ``updated_at`` is the rollout's last segment's (the SDK writes
+    ``unknown`` when the rollout has none) and a rollout summary, both present. A
+    rollout that gained a segment since has a newer ``updated_at``."""
+    stamp = Case(When(updated_at_raw="", then=Value("unknown")), default=F("updated_at_raw"))
+    present = {"layout": layout, "file__missing_since__isnull": True}
+    raw = RawMemory.objects.filter(
+        **present, rollout_id=OuterRef("rollout_id"), updated_at_raw=OuterRef("stamp")
+    )
+    summary = RolloutSummary.objects.filter(**present, rollout_id=OuterRef("rollout_id"))
+    return (
+        Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
+        .annotate(stamp=stamp)
+        .filter(Exists(raw), Exists(summary))
+    )
+
+
+def start_run(layout: Layout, user: Any = None, *, reextract: bool = False) -> GenerationRun:
+    """Create a run with one phase-one job per rollout of the layout, leaving out the
+    rollouts already extracted on disk (by the SDK or a write-back) unless
+    ``reextract``: phase two reads their raw memories from disk."""
     access = model_access()
     if not access.available:
         raise GenerationUnavailable(
@@ -170,17 +190,27 @@ def start_run(layout: Layout, user: Any = None) -> GenerationRun:
         Layout.objects.select_for_update().filter(pk=layout.pk).first()
         if GenerationRun.objects.filter(layout=layout).active().exists():
             raise RunConflict(f"A generation run is already in progress for {layout.memories_dir}.")
+        rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
+        kept = 0
+        if not reextract:
+            extracted = already_extracted(layout)
+            kept = extracted.count()
+            rollouts = rollouts.exclude(pk__in=extracted.values("pk"))
         run = GenerationRun.objects.create(
             layout=layout,
             status=GenerationRun.Status.EXTRACTING,
             created_by=user if getattr(user, "pk", None) else None,
             started_at=timezone.now(),
             offline_demo=access.offline_demo,
-            settings_snapshot={**_snapshot(gs), "offline_demo": access.offline_demo},
+            settings_snapshot={
+                **_snapshot(gs),
+                "offline_demo": access.offline_demo,
+                "reextract": reextract,
+                "kept_extracted": kept,
+            },
             base_memory_md=curation.latest(layout, MemoryVersion.Document.MEMORY_MD),
             base_memory_summary=curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY),
         )
-        rollouts = Rollout.objects.filter(layout=layout, file__missing_since__isnull=True)
         PhaseOneJob.objects.bulk_create(
             [PhaseOneJob(run=run, rollout_id=pk) for pk in rollouts.values_list("pk", flat=True)],
             batch_size=1000,

@@ -484,7 +484,9 @@ def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
 def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
     try:
-        run = pipeline.start_run(layout, request.user)
+        run = pipeline.start_run(
+            layout, request.user, reextract=request.POST.get("reextract") == "on"
+        )
     except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
         messages.error(request, str(exc))
         return redirect("memoryui:generation", name=name, layout_pk=layout.pk)

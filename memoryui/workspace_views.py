@@ -4,7 +4,6 @@ directory) and their scheduled sync."""
 from __future__ import annotations
 
 import os
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,12 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from generation.tree import human_size
+from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
 from memoryui.tasks import import_new_workspace
 
 from . import workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
+from .importer import default_limits
 from .models import ImportJob, Role, Workspace
 from .roles import signed_in, workspace_view
 from .views import HtmxHttpRequest
@@ -163,11 +163,8 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
             return _new_page(request, upload_form=form, status=400)
         assert isinstance(upload, TemporaryUploadedFile)
         temp = Path(upload.temporary_file_path())
-        if not tarfile.is_tarfile(temp):
-            form.add_error(
-                "snapshot",
-                f"{upload.name} is not a tar archive (plain or compressed); nothing was imported.",
-            )
+        if problem := _tar_problem(temp, upload.name):
+            form.add_error("snapshot", problem)
             return _new_page(request, upload_form=form, status=400)
         name = form.cleaned_data["name"]
         job = ImportJob.objects.create(
@@ -189,6 +186,18 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
             upload.close()  # deletes the temp file unless it was moved
     import_new_workspace.delay_on_commit(job.pk)
     return redirect("memoryui:import_progress", job.pk)
+
+
+def _tar_problem(temp: Path, name: str) -> str:
+    """Why the uploaded file cannot be imported as a snapshot, or "" (its first
+    headers are read with the import's limits, so a header bomb stops here)."""
+    try:
+        check_tar_archive(temp, default_limits())
+    except TreeError as exc:
+        if isinstance(exc.__cause__, HeaderLimitExceeded):
+            return f"{name} is refused: {exc.__cause__}; nothing was imported."
+        return f"{name} is not a tar archive (plain or compressed); nothing was imported."
+    return ""
 
 
 @require_POST

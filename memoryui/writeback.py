@@ -52,6 +52,7 @@ from .models import (
     PhaseOneJob,
     PhaseOneResult,
     Proposal,
+    RolloutSummary,
     Workspace,
     WorkspaceFile,
 )
@@ -370,12 +371,12 @@ def _phase_one_results(proposal: Proposal) -> Any:
 
 def _proposal_files(
     layout: Layout, proposal: Proposal, dirs: list[LayoutDirs], now: datetime
-) -> tuple[list[tuple[str, bytes, str, FileKind]], list[Refusal]]:
+) -> tuple[list[tuple[str, bytes | None, str, FileKind]], list[Refusal]]:
     base = layout.memories_dir
     label = f"approved proposal #{proposal.pk}"
     items = [_selection_item(raw) for raw in proposal.selection if isinstance(raw, dict)]
     selection = tree.dump_selection(items, now.astimezone(UTC).isoformat()).encode()
-    files = [
+    files: list[tuple[str, bytes | None, str, FileKind]] = [
         (f"{base}/phase_two_selection.json", selection, label, FileKind.SELECTION),
         (
             f"{base}/raw_memories.md",
@@ -396,7 +397,30 @@ def _proposal_files(
                 FileKind.RAW_MEMORY if rel.startswith("raw_memories/") else FileKind.ROLLOUT_SUMMARY
             )
             files.append((path, str(text).encode("utf-8"), f"{label}, phase one", kind))
+    written = {path for path, *_ in files}
+    files.extend(
+        (path, None, f"{label}, replaced by the rollout's new summary", FileKind.ROLLOUT_SUMMARY)
+        for path in _replaced_summaries(layout, proposal)
+        if path not in written
+    )
     return files, refused
+
+
+def _replaced_summaries(layout: Layout, proposal: Proposal) -> list[str]:
+    """The rollout summaries on disk of the rollouts the proposal's run extracted
+    again: the new summary replaces them (a new slug is a new file name, and the SDK
+    keeps one summary per rollout). The caller keeps the ones it rewrites."""
+    extracted = PhaseOneResult.objects.filter(
+        pk__in=PhaseOneJob.objects.filter(
+            run_id=proposal.run_id, status=PhaseOneJob.Status.DONE
+        ).values("result_id"),
+        outcome=PhaseOneResult.Outcome.MEMORY,
+    ).values("rollout_id")
+    return sorted(
+        RolloutSummary.objects.filter(
+            layout=layout, file__missing_since__isnull=True, rollout_id__in=extracted
+        ).values_list("file__path", flat=True)
+    )
 
 
 def _skill_files(layout: Layout) -> list[tuple[str, bytes | None, str, FileKind]]:

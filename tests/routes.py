@@ -125,7 +125,7 @@ def make_world(workspace_copy, name: str = "a") -> World:
         workspace__name=name, memories_dir="memories/engineering"
     )
     GenerationSettings.objects.create(layout=layout, concurrency=1)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
     # An agent's edit to review (agent_change).
     MemoryVersion.objects.filter(layout=layout, document=MD, number=1).update(needs_review=True)

@@ -53,7 +53,7 @@ def api(layout: Layout, rest: str = "") -> str:
 
 
 def proposal_for(layout: Layout) -> Proposal:
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
     return Proposal.objects.get(run=run)
 
@@ -498,7 +498,9 @@ def test_a_raw_document_is_the_exact_stored_bytes_of_that_version(layout):
 
 def test_starting_a_run_without_a_model_is_a_503_and_an_active_run_a_409(model, layout, settings):
     secret = token_for(make_user("ada", staff=True))
-    started = Client(enforce_csrf_checks=True).post(api(layout, "/runs"), **bearer(secret))
+    started = Client(enforce_csrf_checks=True).post(
+        api(layout, "/runs?reextract=true"), **bearer(secret)
+    )
     again = Client(enforce_csrf_checks=True).post(api(layout, "/runs"), **bearer(secret))
     status = Client().get(api(layout, f"/runs/{started.json()['id']}"), **bearer(secret))
     GenerationRun.objects.update(status=GenerationRun.Status.CANCELLED)

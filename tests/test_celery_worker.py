@@ -58,7 +58,7 @@ def medium(fixtures_dir):
         import_workspace(fixtures_dir / "medium-300" / "workspace", "medium")
         layout = Layout.objects.get(workspace__name="medium", memories_dir="memories/engineering")
         GenerationSettings.objects.create(layout=layout, concurrency=concurrency)
-        run = pipeline.start_run(layout)
+        run = pipeline.start_run(layout, reextract=True)
         keep = list(run.jobs.order_by("pk").values_list("pk", flat=True)[:jobs])
         run.jobs.exclude(pk__in=keep).delete()
         return run

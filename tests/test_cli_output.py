@@ -61,8 +61,9 @@ def layout(workspace_copy):
 
 def test_generate_wait_uses_the_demo_model_quietly_and_ends_with_the_proposal_url(layout, tmp_path):
     result = manage(
-        "generate", "a", "--layout", "memories/engineering", "--wait", tmp_path=tmp_path
-    )
+        "generate", "a", "--layout", "memories/engineering", "--wait", "--reextract",
+        tmp_path=tmp_path,
+    )  # fmt: skip
 
     assert result.returncode == 0, result.stdout + result.stderr
     proposal = Proposal.objects.get(run__layout=layout)
@@ -77,7 +78,7 @@ def test_generate_wait_uses_the_demo_model_quietly_and_ends_with_the_proposal_ur
 
 def test_generate_shows_each_model_request_at_verbosity_2(layout, tmp_path):
     result = manage(
-        "generate", "a", "--layout", "memories/engineering", "--wait", "-v", "2",
+        "generate", "a", "--layout", "memories/engineering", "--wait", "--reextract", "-v", "2",
         tmp_path=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -57,7 +57,7 @@ def append_to_memory_md(text: str) -> list[Reply]:
 
 
 def proposal_for(layout: Layout) -> Proposal:
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
     return Proposal.objects.get(run=run)
 
@@ -229,7 +229,7 @@ def test_a_pin_survives_a_consolidation_whose_model_drops_it(model, layout):
     editor = member(Role.EDITOR, layout)
     key = first_key(layout)
     pin = curation.set_pin(layout, MD, key, True, user=editor)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     for _ in range(3):
         for job_id in pipeline.claim_window(run.pk):
             pipeline.process_job(job_id)
@@ -256,7 +256,7 @@ def test_a_pin_survives_a_consolidation_whose_model_drops_it(model, layout):
 @pytest.mark.django_db
 def test_edits_made_while_a_consolidation_runs_are_merged_not_overwritten(model, layout):
     editor = member(Role.EDITOR, layout)
-    run = pipeline.start_run(layout)  # based on the current version
+    run = pipeline.start_run(layout, reextract=True)  # based on the current version
     entries_before = review.entries(current_text(layout))
     edited = entries_before[-1]
     curation.edit_entry(
@@ -283,7 +283,7 @@ def test_edits_made_while_a_consolidation_runs_are_merged_not_overwritten(model,
 @pytest.mark.django_db
 def test_approving_with_an_undecided_conflict_is_refused(model, layout):
     editor = member(Role.EDITOR, layout)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     entry = review.entries(current_text(layout))[0]
     curation.edit_entry(
         layout,

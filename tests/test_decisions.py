@@ -317,7 +317,7 @@ def test_protect_clicked_twice_at_once_protects_once(layout):
 
 def consolidate_with(model, layout: Layout, memory_md: str) -> Proposal:
     """Run a consolidation whose agent rewrites MEMORY.md as ``memory_md``."""
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     for _ in range(3):
         for job_id in pipeline.claim_window(run.pk):
             pipeline.process_job(job_id)

@@ -41,7 +41,7 @@ def test_the_demo_writes_back_into_its_copy_never_into_the_tracked_sample(settin
     # Under the workspace roots: the dashboard may re-import and sync it.
     assert workspaces.resolve_source(workspace.source_path) == copy.resolve()
     layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
-    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1)
+    run = pipeline.run_inline(pipeline.start_run(layout, reextract=True).pk, threads=1)
     curation.approve(Proposal.objects.get(run=run), user=make_user("demo", staff=True))
     result = write_back(layout)
 

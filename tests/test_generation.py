@@ -46,7 +46,7 @@ def phase_one_requests(server):
 
 
 def run_now(layout, **kw):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     return pipeline.run_inline(run.pk, threads=1, sleep=kw.get("sleep", lambda s: None))
 
 
@@ -133,7 +133,7 @@ def test_schema_violating_output_fails_after_one_repair(model, layout):
 
 def test_phase_two_failure_fails_the_run_with_its_reason(model, layout):
     pipeline.settings_for(layout)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     # Three phase-one answers from the demo, then phase two gets a permanent error.
     for job_id in pipeline.claim_window(run.pk) + pipeline.claim_window(run.pk):
         pipeline.process_job(job_id)
@@ -147,9 +147,9 @@ def test_phase_two_failure_fails_the_run_with_its_reason(model, layout):
 
 
 def test_only_one_run_at_a_time_per_layout(model, layout):
-    pipeline.start_run(layout)
+    pipeline.start_run(layout, reextract=True)
     with pytest.raises(pipeline.RunConflict):
-        pipeline.start_run(layout)
+        pipeline.start_run(layout, reextract=True)
 
 
 def test_without_a_model_generation_is_unavailable(settings, layout):
@@ -157,11 +157,11 @@ def test_without_a_model_generation_is_unavailable(settings, layout):
     settings.OPENAI_BASE_URL = ""
     settings.MEMORYUI_DEMO_MODEL = "off"
     with pytest.raises(pipeline.GenerationUnavailable):
-        pipeline.start_run(layout)
+        pipeline.start_run(layout, reextract=True)
 
 
 def test_cancelled_run_stops_its_jobs(model, layout):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     assert pipeline.cancel_run(run.pk)
 
     run = pipeline.run_inline(run.pk, threads=1)
@@ -172,7 +172,7 @@ def test_cancelled_run_stops_its_jobs(model, layout):
 
 
 def test_concurrency_window_never_dispatches_more_than_the_limit(model, layout):
-    run = pipeline.start_run(layout)  # concurrency 2, three rollouts
+    run = pipeline.start_run(layout, reextract=True)  # concurrency 2, three rollouts
     first = pipeline.claim_window(run.pk)
     assert len(first) == 2 and pipeline.claim_window(run.pk) == []
     pipeline.process_job(first[0])
@@ -180,7 +180,7 @@ def test_concurrency_window_never_dispatches_more_than_the_limit(model, layout):
 
 
 def test_a_job_delivered_twice_runs_once(model, layout):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     job_id = pipeline.claim_window(run.pk)[0]
     pipeline.process_job(job_id)
     calls = len(model.requests)
@@ -214,7 +214,7 @@ def sent(monkeypatch):
 def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layout, settings, sent):
     from memoryui.tasks import recover_stalled_runs
 
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     lost = pipeline.claim_window(run.pk)  # marked sent; the worker died before sending
     recover_stalled_runs()
     assert sent["phase_one"] == []  # too early to tell from a busy queue
@@ -236,7 +236,7 @@ def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
 ):
     from memoryui.tasks import recover_stalled_runs
 
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     job_id = pipeline.claim_window(run.pk)[0]
     lease = settings.MEMORYUI_JOB_LEASE_SECONDS
     job = run.jobs.filter(pk=job_id)
@@ -256,7 +256,7 @@ def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
 def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
     from memoryui.tasks import recover_stalled_runs
 
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run.pk, threads=1)  # phase one and two, for the answers' sake
     run.jobs.update(status=PhaseOneJob.Status.DONE)
     Proposal.objects.filter(run=run).delete()
@@ -279,7 +279,7 @@ def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
 def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
     from memoryui.tasks import recover_stalled_runs
 
-    run = pipeline.start_run(layout)  # start_generation was lost: nothing sent yet
+    run = pipeline.start_run(layout, reextract=True)  # start_generation was lost: nothing sent yet
     recover_stalled_runs()
     assert len(sent["phase_one"]) == 2  # the layout's concurrency
     assert run.jobs.filter(dispatched_at__isnull=False).count() == 2
@@ -290,7 +290,7 @@ def test_a_run_queued_under_the_former_task_names_still_runs(model, layout):
     were before they moved to ``memoryui.tasks``."""
     from memoryui.celery import app
 
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # sent tasks run here
     try:
         app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
@@ -317,7 +317,9 @@ def test_a_run_queued_under_the_former_task_names_still_runs(model, layout):
 def test_staff_start_a_run_and_watch_it(client, model, layout, django_capture_on_commit_callbacks):
     client.force_login(make_user(staff=True))
     with django_capture_on_commit_callbacks(execute=False):
-        response = client.post(reverse("memoryui:generation_start", args=["a", layout.pk]))
+        response = client.post(
+            reverse("memoryui:generation_start", args=["a", layout.pk]), {"reextract": "on"}
+        )
     run = GenerationRun.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"/runs/{run.pk}/")
     pipeline.run_inline(run.pk, threads=1)
@@ -332,7 +334,7 @@ def test_staff_start_a_run_and_watch_it(client, model, layout, django_capture_on
 
 
 def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layout, settings):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     client.force_login(make_user())
     url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
     assert 'id="stalled"' not in client.get(url).content.decode()
@@ -353,7 +355,7 @@ def test_a_run_that_stopped_moving_says_so_and_what_to_check(client, model, layo
 def test_a_run_waiting_on_a_slow_model_call_of_a_live_worker_is_not_called_stalled(
     client, model, layout
 ):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     client.force_login(make_user())
     url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
     first, second = pipeline.claim_window(run.pk)
@@ -372,7 +374,7 @@ def test_a_run_waiting_on_a_slow_model_call_of_a_live_worker_is_not_called_stall
 
 
 def test_running_run_page_polls_for_progress(client, model, layout):
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     client.force_login(make_user())
     page = client.get(
         reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
@@ -382,7 +384,7 @@ def test_running_run_page_polls_for_progress(client, model, layout):
 
 def test_non_staff_cannot_start_cancel_or_change_settings(client, model, layout):
     client.force_login(make_user())
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     assert (
         client.post(reverse("memoryui:generation_start", args=["a", layout.pk])).status_code == 403
     )
@@ -438,7 +440,15 @@ def test_offline_demo_runs_are_labelled_and_answered_in_process(client, model, l
 def test_generate_command_waits_and_reports(model, layout):
     out = io.StringIO()
     call_command(
-        "generate", "a", "--layout", "memories/engineering", "--wait", "--threads", "1", stdout=out
+        "generate",
+        "a",
+        "--layout",
+        "memories/engineering",
+        "--wait",
+        "--threads",
+        "1",
+        "--reextract",
+        stdout=out,
     )
     text = out.getvalue()
     assert "Done" in text and "3/3 rollouts" in text and "proposal #" in text

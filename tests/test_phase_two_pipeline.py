@@ -53,7 +53,7 @@ def url(name, layout, *args):
 
 def to_phase_two(layout):
     """A run whose phase one is done (by the demo model), ready for phase two."""
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     while ids := pipeline.claim_window(run.pk):
         for job_id in ids:
             pipeline.process_job(job_id)
@@ -199,7 +199,9 @@ def test_cancelling_during_phase_two_stops_the_agent_before_its_next_turn(model,
 
 
 def test_the_run_page_shows_phase_two_turns_tokens_and_files_touched(model, layout):
-    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
+    run = pipeline.run_inline(
+        pipeline.start_run(layout, reextract=True).pk, threads=1, sleep=lambda s: None
+    )
 
     page = staff_client().get(url("run_detail", layout, run.pk)).content.decode()
 
@@ -210,7 +212,9 @@ def test_the_run_page_shows_phase_two_turns_tokens_and_files_touched(model, layo
 
 def test_the_sdk_prompt_set_sends_the_prompt_the_installed_sdk_renders(model, layout):
     GenerationSettings.objects.filter(layout=layout).update(prompt_set="sdk", extra_prompt="Terse.")
-    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
+    run = pipeline.run_inline(
+        pipeline.start_run(layout, reextract=True).pk, threads=1, sleep=lambda s: None
+    )
 
     proposal = Proposal.objects.get(run=run)
     items = [PhaseTwoSelectionItem(**item) for item in proposal.selection]
@@ -232,7 +236,9 @@ def test_the_sdk_prompt_set_sends_the_sdks_own_phase_one_prompts(model, layout):
     from agents.sandbox.memory.prompts import render_rollout_extraction_prompt
 
     GenerationSettings.objects.filter(layout=layout).update(prompt_set="sdk", extra_prompt="Terse.")
-    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
+    run = pipeline.run_inline(
+        pipeline.start_run(layout, reextract=True).pk, threads=1, sleep=lambda s: None
+    )
 
     sessions = Path(layout.tree, layout.sessions_dir)
     expected = {
@@ -248,7 +254,9 @@ def test_the_sdk_prompt_set_sends_the_sdks_own_phase_one_prompts(model, layout):
 
 
 def test_both_prompt_sets_render_and_the_memoryui_one_is_our_own(model, layout):
-    run = pipeline.run_inline(pipeline.start_run(layout).pk, threads=1, sleep=lambda s: None)
+    run = pipeline.run_inline(
+        pipeline.start_run(layout, reextract=True).pk, threads=1, sleep=lambda s: None
+    )
 
     first = agent_requests(model)[0]
     assert first["instructions"].startswith("You curate the long-term memory of an AI agent by")
@@ -277,7 +285,7 @@ def test_settings_page_saves_prompt_set_turn_limit_and_budget(model, layout):
 
     gs = GenerationSettings.objects.get(layout=layout)
     assert (gs.prompt_set, gs.phase_two_max_turns, gs.phase_two_token_budget) == ("sdk", 40, 200000)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     assert run.settings_snapshot["phase_two_max_turns"] == 40
 
 

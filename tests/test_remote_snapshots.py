@@ -312,7 +312,7 @@ def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memo
     # memoryui has the upload and shows the agent's rollout, and the memory the SDK
     # generated for it, as the agent's (unreviewed) versions.
     assert UploadedSnapshot.objects.filter(workspace__name="sandbox", snapshot_id=snapshot_id)
-    assert remote.exists(snapshot_id) and not remote.exists("never-uploaded")
+    assert run(remote.exists(snapshot_id)) and not run(remote.exists("never-uploaded"))
     layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
     (rollout_file,) = (agent_tree / "sessions/engineering").glob("*.jsonl")
     listed = (
@@ -393,14 +393,14 @@ def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store
     hostile = tar_of([member("../../escaped.txt", b"owned")])
 
     with pytest.raises(MemoryuiError) as refused:
-        remote.upload("s1", io.BytesIO(hostile))
+        run(remote.upload("s1", io.BytesIO(hostile)))
     with pytest.raises(MemoryuiError) as unknown:
-        SnapshotClient(live_server.url, "mui_wrong", workspace="sandbox").exists("s1")
+        run(SnapshotClient(live_server.url, "mui_wrong", workspace="sandbox").exists("s1"))
 
     assert refused.value.status == 400 and "climbs out of the workspace" in refused.value.detail
     assert unknown.value.status == 401
     assert (
-        json.loads(json.dumps(remote.upload("s2", io.BytesIO(tar_of([member("a.txt")])))))[
+        json.loads(json.dumps(run(remote.upload("s2", io.BytesIO(tar_of([member("a.txt")]))))))[
             "snapshot_id"
         ]
         == "s2"

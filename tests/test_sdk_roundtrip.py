@@ -191,7 +191,7 @@ def test_the_sdks_memory_capability_injects_the_curated_summary_after_resuming(s
 
 def approved_proposal(layout: Layout) -> Proposal:
     GenerationSettings.objects.get_or_create(layout=layout, defaults={"concurrency": 1})
-    run_ = pipeline.start_run(layout)
+    run_ = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run_.pk, threads=1, sleep=lambda s: None)
     proposal = Proposal.objects.get(run=run_)
     curation.approve(proposal, user=make_user("approver"))

@@ -308,7 +308,7 @@ def test_a_file_path_that_leaves_the_skill_is_a_404(layout):
 
 
 def skill_proposal(layout: Layout, model, *tools) -> Proposal:
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout)  # phase one keeps the SDK's extractions
     while ids := pipeline.claim_window(run.pk):
         for job_id in ids:
             pipeline.process_job(job_id)

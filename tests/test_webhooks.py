@@ -132,17 +132,17 @@ def test_the_workspaces_events_are_queued_for_the_hooks_that_want_them(
     admin = make_user("ada", staff=True)
 
     with django_capture_on_commit_callbacks(execute=False) as sent:
-        run = pipeline.start_run(layout)
+        run = pipeline.start_run(layout, reextract=True)
         pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
         curation.approve(Proposal.objects.get(run=run), user=admin)
-        second = pipeline.start_run(layout)
+        second = pipeline.start_run(layout, reextract=True)
         # Phase one reuses every result: the script is phase two's.
         model.script(*append_to_memory_md("# Task Group: second\n\nscope: a second look\n"))
         pipeline.run_inline(second.pk, threads=1, sleep=lambda s: None)
         curation.reject_proposal(Proposal.objects.get(run=second), user=admin)
         writeback.write_back(layout, user=admin)
         export_snapshot(layout.workspace, snapshot_id="e1", base_path=tmp_path, user=admin)
-        failing = pipeline.start_run(layout)
+        failing = pipeline.start_run(layout, reextract=True)
         pipeline.fail_run(failing.pk, "the model went away")
 
     events = list(everything.deliveries.order_by("pk").values_list("event", flat=True))

@@ -814,7 +814,8 @@ def test_a_viewer_sees_the_plan_but_cannot_write(layout, ws, django_assert_max_n
     before = snapshot_tree(ws)
 
     # Constant in the number of files: one query per kind of row, not per file.
-    with django_assert_max_num_queries(13):  # one more: the curated skill files
+    # One more: the curated skill files; one more: the summaries re-extracted rollouts replace.
+    with django_assert_max_num_queries(14):
         page = viewer.get(writeback_url(layout))
     refused = viewer.post(writeback_url(layout), {"action": "write"})
 
@@ -1065,7 +1066,8 @@ def test_the_export_page_runs_a_bounded_number_of_queries(layout, django_assert_
     viewer = member(layout, Role.VIEWER, "vera")
 
     # About six per layout (two here), however many files they hold.
-    with django_assert_max_num_queries(18):  # the curated skill files: one per layout
+    # The curated skill files: one per layout; the replaced summaries: one per proposal.
+    with django_assert_max_num_queries(19):
         page = viewer.get(export_url(layout))
 
     html = page.content.decode()

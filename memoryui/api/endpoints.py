@@ -739,6 +739,7 @@ class RunOut(Schema):
     input_tokens: int
     output_tokens: int
     proposal_id: int | None
+    kept_extracted: int = 0  # rollouts already extracted on disk, left out of phase one
 
 
 def _run_out(run: GenerationRun) -> dict:
@@ -757,6 +758,7 @@ def _run_out(run: GenerationRun) -> dict:
         "input_tokens": progress.input_tokens,
         "output_tokens": progress.output_tokens,
         "proposal_id": proposal,
+        "kept_extracted": int(run.settings_snapshot.get("kept_extracted", 0)),
     }
 
 
@@ -765,15 +767,16 @@ def _run_out(run: GenerationRun) -> dict:
     response={201: RunOut, 503: Detail, **ERRORS},
     tags=["actions"],
 )
-def start_run(request: HttpRequest, name: str, layout_id: int):
-    """Start a generation run (admins): 409 while one is active, 503 without a model."""
+def start_run(request: HttpRequest, name: str, layout_id: int, reextract: bool = False):
+    """Start a generation run (admins): 409 while one is active, 503 without a model.
+    Rollouts already extracted on disk are kept unless ``reextract=true``."""
     from ninja.errors import HttpError
 
     from memoryui.tasks import start_generation
 
     lay = layout(request, name, layout_id, Role.ADMIN)
     try:
-        run = pipeline.start_run(lay, request.user)
+        run = pipeline.start_run(lay, request.user, reextract=reextract)
     except pipeline.RunConflict as exc:
         raise conflict(str(exc)) from exc
     except pipeline.GenerationUnavailable as exc:

@@ -1,6 +1,9 @@
 """The remote snapshot store's endpoints: what ``memoryui_client.SnapshotClient`` calls
 for the SDK's ``RemoteSnapshotSpec`` (upload, download, exists)."""
 
+import hashlib
+from typing import IO
+
 from django.http import FileResponse, Http404, HttpRequest
 from ninja import Path, Schema, Status
 from ninja.errors import HttpError
@@ -11,6 +14,8 @@ from .. import snapshot_store, tokens
 from ..models import Role, Workspace
 from .core import api, conflict, workspace
 from .endpoints import ERRORS, SNAPSHOT_ID_PATTERN, Detail
+
+SHA256_HEADER = "X-Memoryui-Sha256"
 
 
 class SnapshotIn(Schema):
@@ -92,7 +97,8 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):
 def download(request: HttpRequest, params: Path[SnapshotIn]):
     """The curated snapshot (the SDK's ``restore``): the last uploaded workspace with
     the approved memory of every layout applied, exactly what an export makes (admins,
-    as an export). 404 for an id never uploaded; 409 when lint findings block it."""
+    as an export). 404 for an id never uploaded; 409 when lint findings block it.
+    ``Content-Length`` and ``X-Memoryui-Sha256`` (hex) let the client verify the body."""
     ws = workspace(request, params.name, Role.ADMIN)
     if snapshot_store.uploaded(ws, params.snapshot_id) is None:
         raise Http404(f"No snapshot {params.snapshot_id} was uploaded to {ws.name}.")
@@ -100,9 +106,25 @@ def download(request: HttpRequest, params: Path[SnapshotIn]):
         archive = snapshot_store.curated_archive(ws, params.snapshot_id, user=request.user)
     except ExportError as exc:
         raise conflict(str(exc)) from exc
-    return FileResponse(
+    digest, size = _sha256_and_size(archive)
+    response = FileResponse(
         archive, filename=f"{params.snapshot_id}.tar", content_type="application/x-tar"
     )
+    # What memoryui_client verifies before the SDK may empty the workspace to restore.
+    response["Content-Length"] = str(size)
+    response[SHA256_HEADER] = digest
+    return response
+
+
+def _sha256_and_size(fileobj: IO[bytes]) -> tuple[str, int]:
+    """Hash a rewound file and rewind it again."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := fileobj.read(snapshot_store.CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    fileobj.seek(0)
+    return digest.hexdigest(), size
 
 
 @api.get(

@@ -31,6 +31,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads", type=int, default=None, help="with --wait: model calls at once"
         )
+        parser.add_argument(
+            "--reextract",
+            action="store_true",
+            help="also run phase one on rollouts already extracted on disk (by the SDK)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         quiet_http_logs(options["verbosity"])
@@ -48,7 +53,7 @@ class Command(BaseCommand):
         queued = False
         for layout in layouts:
             try:
-                run = pipeline.start_run(layout)
+                run = pipeline.start_run(layout, reextract=options["reextract"])
             except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
                 raise CommandError(str(exc)) from exc
             label = f"{workspace.name}: {layout.memories_dir} run #{run.pk}"
