@@ -23,6 +23,7 @@ from . import (
     documents,
     pipeline,
     search,
+    snapshot_store,
     workspaces,
     writeback,
 )
@@ -144,6 +145,7 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "is_admin": has_role(request.user, workspace, Role.ADMIN),
             "sync_form": SyncForm(instance=workspace),
             **workspaces.sync_status(workspace),
+            **snapshot_store.store_status(workspace),
         },
     )
 

@@ -2,6 +2,7 @@
 for the SDK's ``RemoteSnapshotSpec`` (upload, download, exists)."""
 
 from django.http import FileResponse, Http404, HttpRequest
+from django.urls import reverse
 from ninja import Path, Schema, Status
 from ninja.errors import HttpError
 
@@ -24,10 +25,8 @@ class UploadOut(Schema):
     size: int
     sha256: str
     import_status: str
-    layouts: list[dict]
-    errors: list[dict]
-    runs: list[int]
-    not_generated: str
+    import_job: int
+    progress_url: str
 
 
 class ExistsOut(Schema):
@@ -36,7 +35,7 @@ class ExistsOut(Schema):
 
 @api.put(
     "/workspaces/{name}/snapshots/{snapshot_id}",
-    response={201: UploadOut, 400: Detail, 413: Detail, **ERRORS},
+    response={202: UploadOut, 400: Detail, 413: Detail, **ERRORS},
     tags=["snapshot store"],
     openapi_extra={
         "requestBody": {
@@ -46,11 +45,12 @@ class ExistsOut(Schema):
     },
 )
 def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-untyped-def]
-    """Upload a sandbox workspace archive (the SDK's ``persist``), sent with a
-    ``Content-Length``. It is imported as a sync of the workspace (admins, as a
-    re-import; a staff member's token may create a workspace it names). 413 past the
-    size limit; 400 for an unsafe archive, with nothing stored. With the workspace's
-    generate-on-upload policy, ``runs`` lists the generation runs it started."""
+    """Upload a sandbox's workspace archive (the SDK's ``persist``) under its snapshot
+    id, sent with a ``Content-Length`` (admins; a staff member's token may create a
+    workspace it names). Answers 202 once the archive is stored durably and checked;
+    it is then merged into the workspace by a Celery task, whose progress
+    ``progress_url`` shows (the import job's page). 413 past the size limit; 400 for an
+    unsafe archive, with nothing stored."""
     name = params.name
     if Workspace.objects.filter(name=name).exists():
         workspace(request, name, Role.ADMIN)
@@ -67,19 +67,16 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-u
         )
     except snapshot_store.UploadRefused as exc:
         raise HttpError(exc.status, str(exc)) from exc
-    result = done.result
     return Status(
-        201,
+        202,
         {
-            "workspace": result.workspace.name,
+            "workspace": name,
             "snapshot_id": done.snapshot.snapshot_id,
             "size": done.snapshot.size,
             "sha256": done.snapshot.sha256,
-            "import_status": done.snapshot.import_run.status if done.snapshot.import_run else "",
-            "layouts": [layout.as_dict() for layout in result.layouts],
-            "errors": result.errors,
-            "runs": [run.pk for run in done.runs],
-            "not_generated": done.not_generated,
+            "import_status": done.job.status,
+            "import_job": done.job.pk,
+            "progress_url": reverse("memoryui:import_progress", args=[done.job.pk]),
         },
     )
 
@@ -90,14 +87,14 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-u
     tags=["snapshot store"],
 )
 def download(request: HttpRequest, params: Path[SnapshotIn]):  # type: ignore[no-untyped-def]
-    """The curated snapshot (the SDK's ``restore``): the last uploaded workspace with
-    the approved memory of every layout applied, exactly what an export makes (admins,
-    as an export). 404 for an id never uploaded; 409 when lint findings block it."""
+    """The sandbox's snapshot (the SDK's ``restore``; admins, as an export): the files
+    of that id's last upload outside the memory layouts, byte for byte, and each
+    layout's memories folder as the workspace serves it (the latest approved versions
+    that pass lint). An id never uploaded gets the served memory alone, for a fresh
+    sandbox."""
     ws = workspace(request, params.name, Role.ADMIN)
-    if snapshot_store.uploaded(ws, params.snapshot_id) is None:
-        raise Http404(f"No snapshot {params.snapshot_id} was uploaded to {ws.name}.")
     try:
-        archive = snapshot_store.curated_archive(ws, params.snapshot_id, user=request.user)
+        archive = snapshot_store.sandbox_archive(ws, params.snapshot_id, user=request.user)
     except ExportError as exc:
         raise conflict(str(exc)) from exc
     return FileResponse(
