@@ -57,6 +57,10 @@ ANALYZE_AFTER = 1000
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
+ROLLOUT_REUPLOADED = (
+    "rollout uploaded before with other bytes (by another sandbox, or rewritten by this "
+    "one): the workspace shows this upload's; each sandbox's download keeps its own"
+)
 WORKSPACE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -497,6 +501,8 @@ class _Sync:
             else:
                 item.file_id = old.file_id
                 changed.append(item)
+                if self.merge and kind == FileKind.ROLLOUT and old.present:
+                    self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
 
         self._step(1)
         parsed = _Parsed.build(new + changed, self.workspace, layouts)
