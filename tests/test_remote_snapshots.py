@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import io
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -456,3 +457,232 @@ def test_with_the_generate_on_upload_policy_an_uploads_import_starts_a_run_per_l
         "Start a generation run"
         in page.get(reverse("memoryui:webhook_list", args=["sandbox"])).content.decode()
     )
+
+
+# --- one workspace, many sandboxes, with the SDK -------------------------------------
+
+
+def sdk_sandbox(remote: SnapshotClient):
+    client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", remote))
+    return client, RemoteSnapshotSpec(client_dependency_key="memoryui")
+
+
+async def run_turns(session, model, turns: list[tuple[str, str | None]]) -> None:
+    """``Runner.run`` once per (prompt, shell command or None) in ``session``."""
+    from agents import RunConfig, Runner
+    from agents.run_config import SandboxRunConfig
+
+    for prompt, command in turns:
+        if command:
+            model.script(Reply.tools(("exec_command", {"cmd": command})), Reply(raw_text="Done."))
+        else:
+            model.script(Reply(raw_text="Done."))
+        await Runner.run(
+            memory_agent(model),
+            prompt,
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+
+
+async def fresh_session(remote: SnapshotClient, root: Path, model, turns) -> str:
+    """A new sandbox: its turns, then its close (the SDK's memory generation, with the
+    local test model's own answers, and the persist to memoryui). Its snapshot id."""
+    client, spec = sdk_sandbox(remote)
+    session = await client.create(snapshot=spec, manifest=Manifest(root=str(root)))
+    await session.start()
+    await run_turns(session, model, turns)
+    await session.aclose()
+    return session.state.snapshot.id
+
+
+async def resumed_session(remote: SnapshotClient, snapshot_id: str, root: Path, model, turns):
+    """Resume ``snapshot_id`` by its state into ``root``: the summary its ``Memory()``
+    injects, then its turns and close."""
+    client, spec = sdk_sandbox(remote)
+    state = client.deserialize_session_state(
+        {
+            "type": "unix_local",
+            "snapshot": spec.build(snapshot_id).model_dump(),
+            "manifest": {"root": str(root)},
+        }
+    )
+    session = await client.resume(state)
+    await session.start()
+    memory = Memory(layout=ENGINEERING, generate=None)
+    memory.bind(session)
+    injected = await memory.instructions(session.state.manifest) or ""
+    if turns:
+        await run_turns(session, model, turns)
+        await session.aclose()
+    else:
+        await session.shutdown()
+    return injected
+
+
+def reading_agent(server):
+    """A sandbox agent whose ``Memory()`` only reads: the summary goes into its
+    instructions."""
+    from agents.sandbox import SandboxAgent
+    from agents.sandbox.capabilities.capabilities import Capabilities
+
+    return SandboxAgent(
+        name="reader",
+        instructions="Answer.",
+        model=sdk_model(server),
+        capabilities=[*Capabilities.default(), Memory(layout=ENGINEERING, generate=None)],
+    )
+
+
+def own_tree(root: Path) -> dict[str, bytes | str]:
+    """Each file's bytes and each link's target outside the memories folders."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("memories/"):
+            continue
+        if path.is_symlink():
+            found[rel] = f"-> {os.readlink(path)}"
+        elif path.is_file():
+            found[rel] = path.read_bytes()
+    return found
+
+
+def curate_summary(layout: Layout, user) -> None:
+    """A person writes the summary sandboxes should get."""
+    current = curation.latest(layout, SUMMARY)
+    curation.save_document(
+        layout,
+        SUMMARY,
+        APPROVED_SUMMARY,
+        user=user,
+        reason="reviewed",
+        based_on=current.number if current else None,
+    )
+
+
+def accept_agent_versions(user) -> None:
+    for version in MemoryVersion.objects.filter(needs_review=True):
+        curation.accept_agent_change(version, user=user)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated_memory(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    x_turns = [
+        ("Write the deploy notes.", "mkdir -p notes && printf 'x notes\\n' > notes/x.md"),
+        ("Link the latest notes.", "ln -s notes/x.md latest.md && chmod 755 notes"),
+        ("Summarize.", None),
+    ]
+    y_turns = [("Write y's notes.", "mkdir -p notes && printf 'y\\n' > notes/y.md"), ("Ok.", None)]
+    x_id = run(fresh_session(remote, tmp_path / "x", model, x_turns))
+    accept_agent_versions(staff)
+    y_id = run(fresh_session(remote, tmp_path / "y", model, y_turns))
+    accept_agent_versions(staff)
+
+    downloaded = tmp_path / "x-download"
+    with tarfile.open(fileobj=remote.download(x_id)) as archive:
+        archive.extractall(downloaded, filter="data")
+
+    # X's own files and link, byte for byte; none of Y's.
+    assert own_tree(downloaded) == own_tree(tmp_path / "x")
+    assert (downloaded / "latest.md").is_symlink() and not (downloaded / "notes/y.md").exists()
+    # Both sandboxes' rollouts are the workspace's; the curated memory is in both.
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    listed = Client().get(
+        f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret)
+    )
+    rollouts = {
+        p.stem
+        for d in ("x", "y")
+        for p in (tmp_path / d / ENGINEERING.sessions_dir).glob("*.jsonl")
+    }
+    assert len(rollouts) >= 2 and {r["rollout_id"] for r in listed.json()["items"]} == rollouts
+    curate_summary(layout, staff)
+    for snapshot_id in (x_id, y_id):
+        with tarfile.open(fileobj=remote.download(snapshot_id)) as archive:
+            member = archive.extractfile("./memories/engineering/memory_summary.md")
+            assert member is not None and member.read().decode() == APPROVED_SUMMARY
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agents_rewrite_of_the_summary_reaches_a_restore_only_after_approval(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    x_id = run(fresh_session(remote, tmp_path / "one", model, [("Deploy billing.", None)]))
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    curate_summary(layout, staff)
+    accept_agent_versions(staff)
+    rewrite = f"printf %s {shlex.quote(AGENTS_SUMMARY)} > memories/engineering/memory_summary.md"
+
+    # The sandbox resumes with the approved summary, and its agent rewrites it.
+    injected = run(
+        resumed_session(remote, x_id, tmp_path / "two", model, [("Rewrite it.", rewrite)])
+    )
+    agents = (tmp_path / "two/memories/engineering/memory_summary.md").read_text()
+    pending = curation.latest(layout, SUMMARY)
+    after_rewrite = run(resumed_session(remote, x_id, tmp_path / "three", model, []))
+    curation.accept_agent_change(pending, user=staff)
+    after_approval = run(resumed_session(remote, x_id, tmp_path / "four", model, []))
+
+    assert APPROVED_SUMMARY.strip() in injected
+    assert pending.needs_review and curation.text_of(pending) == agents != APPROVED_SUMMARY
+    assert APPROVED_SUMMARY.strip() in after_rewrite and agents.strip() not in after_rewrite
+    assert agents.strip() in after_approval
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fresh_sandbox_starts_with_the_curated_summary_as_the_readme_shows(
+    live_server, model, store, tmp_path, no_tracing, eager, monkeypatch
+):
+    from agents import RunConfig, Runner
+    from agents.run_config import SandboxRunConfig
+
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    store_client = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    run(fresh_session(store_client, tmp_path / "first", model, [("Deploy billing.", None)]))
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    curate_summary(layout, staff)
+    monkeypatch.chdir(tmp_path)
+
+    async def readme_fresh_sandbox() -> str:
+        store, workspace_root = store_client, tmp_path / "fresh"
+        # --- the README's fresh-sandbox snippet, as it is written there ---
+        import tarfile
+        import tempfile
+        import uuid
+
+        from agents.sandbox.entries import LocalDir
+
+        seed = Path(tempfile.mkdtemp(dir="."))
+        with tarfile.open(fileobj=store.download(uuid.uuid4().hex)) as curated:
+            curated.extractall(seed, filter="data")
+        client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", store))
+        session = await client.create(
+            snapshot=RemoteSnapshotSpec(client_dependency_key="memoryui"),
+            manifest=Manifest(
+                root=str(workspace_root), entries={"memories": LocalDir(src=seed / "memories")}
+            ),
+        )
+        # --- end of the snippet ---
+        await session.start()
+        model.script(Reply(raw_text="Hello."))
+        before = len(model.requests)
+        await Runner.run(
+            reading_agent(model),
+            "Hello.",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+        await session.shutdown()
+        return json.dumps(model.requests[before])
+
+    sent = run(readme_fresh_sandbox())
+
+    assert "Reviewed in memoryui: deploys go through the runbook." in sent
