@@ -7,10 +7,13 @@ import gzip
 import io
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.snapshot import RemoteSnapshotSpec
+from asgiref.sync import sync_to_async
 from django.test import Client
 from django.urls import reverse
 
@@ -637,42 +641,90 @@ def test_an_agents_rewrite_of_the_summary_reaches_a_restore_only_after_approval(
     assert agents.strip() in after_approval
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_snippets() -> tuple[str, str]:
+    """The remote snapshot store's two Python snippets in the README: persist and
+    resume, then a fresh sandbox."""
+    text = README.read_text()
+    section = text[text.index("**Remote snapshot store.**") : text.index("**Webhooks.**")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, blocks
+    return blocks[0], blocks[1]
+
+
+async def run_snippet(code: str, namespace: dict) -> None:
+    """Run README code (top-level ``await`` included) in ``namespace``."""
+    body = textwrap.indent(code, "    ")
+    exec(  # noqa: S102 (the README's own code, under test)
+        f"async def _snippet():\n{body}\n    globals().update(locals())\n", namespace
+    )
+    await namespace["_snippet"]()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_fresh_sandbox_starts_with_the_curated_summary_as_the_readme_shows(
+def test_the_readmes_snippet_persists_and_resumes_a_sandbox_with_its_files(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
+    persist, _ = readme_snippets()
+    first, later = persist.split("\n# Later")
+    later = later.split("\n", 1)[1]
+    start, close = first.split("...  #")
+    close = close.split("\n", 1)[1]
+    namespace = {"memoryui_url": live_server.url, "token": token}
+    namespace["workspace_root"] = str(tmp_path / "sandbox")
+
+    async def loop() -> str:
+        await run_snippet(start, namespace)
+        session = namespace["session"]
+        await run_turns(session, model, [("Note it.", "printf 'kept\\n' > notes.md")])
+        await run_snippet(close, namespace)
+        layout = await sync_to_async(Layout.objects.get)(workspace__name="support-bot")
+        await sync_to_async(curate_summary)(layout, staff)
+        shutil.rmtree(tmp_path / "sandbox")  # even a new machine
+        await run_snippet(later, namespace)
+        memory = Memory(layout=ENGINEERING, generate=None)
+        memory.bind(namespace["session"])
+        try:
+            return await memory.instructions(namespace["session"].state.manifest) or ""
+        finally:
+            await namespace["session"].shutdown()
+
+    injected = run(loop())
+
+    assert (tmp_path / "sandbox/notes.md").read_text() == "kept\n"
+    assert APPROVED_SUMMARY.strip() in injected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
     live_server, model, store, tmp_path, no_tracing, eager, monkeypatch
 ):
     from agents import RunConfig, Runner
     from agents.run_config import SandboxRunConfig
 
     staff = make_user("ops", staff=True)
-    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
-    store_client = SnapshotClient(live_server.url, secret, workspace="sandbox")
-    run(fresh_session(store_client, tmp_path / "first", model, [("Deploy billing.", None)]))
-    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
+    remote = SnapshotClient(live_server.url, token, workspace="support-bot")
+    run(fresh_session(remote, tmp_path / "first", model, [("Deploy billing.", None)]))
+    layout = Layout.objects.get(
+        workspace__name="support-bot", memories_dir=ENGINEERING.memories_dir
+    )
     curate_summary(layout, staff)
+    persist, fresh = readme_snippets()
+    setup = persist.split("session = await")[0]
+    namespace = {"memoryui_url": live_server.url, "token": token}
+    namespace["workspace_root"] = str(tmp_path / "fresh")
     monkeypatch.chdir(tmp_path)
 
-    async def readme_fresh_sandbox() -> str:
-        store, workspace_root = store_client, tmp_path / "fresh"
-        # --- the README's fresh-sandbox snippet, as it is written there ---
-        import tarfile
-        import tempfile
-        import uuid
-
-        from agents.sandbox.entries import LocalDir
-
-        seed = Path(tempfile.mkdtemp(dir="."))
-        with tarfile.open(fileobj=store.download(uuid.uuid4().hex)) as curated:
-            curated.extractall(seed, filter="data")
-        client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", store))
-        session = await client.create(
-            snapshot=RemoteSnapshotSpec(client_dependency_key="memoryui"),
-            manifest=Manifest(
-                root=str(workspace_root), entries={"memories": LocalDir(src=seed / "memories")}
-            ),
-        )
-        # --- end of the snippet ---
-        await session.start()
+    async def start_fresh() -> str:
+        await run_snippet(setup + fresh, namespace)
+        session = namespace["session"]
+        # A new id, never uploaded: the memory came from the seed, not from a restore.
+        assert not await sync_to_async(remote.exists)(session.state.snapshot.id)
         model.script(Reply(raw_text="Hello."))
         before = len(model.requests)
         await Runner.run(
@@ -681,8 +733,8 @@ def test_a_fresh_sandbox_starts_with_the_curated_summary_as_the_readme_shows(
             run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
         )
         await session.shutdown()
-        return json.dumps(model.requests[before])
+        return json.dumps(model.requests[before]["instructions"])
 
-    sent = run(readme_fresh_sandbox())
+    instructions = run(start_fresh())
 
-    assert "Reviewed in memoryui: deploys go through the runbook." in sent
+    assert json.dumps(APPROVED_SUMMARY.strip())[1:-1] in instructions
