@@ -396,3 +396,24 @@ def test_links_the_sdk_refuses_are_refused(store, ops, target, kind):
 
     assert answer.status_code == 400 and "docs/link" in answer.json()["detail"]
     assert not UploadedSnapshot.objects.exists()
+
+
+@pytest.mark.django_db
+def test_reverting_the_agents_first_version_leaves_an_empty_served_document(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    first = curation.latest(layout(), MEMORY_MD)
+    page = Client()
+    page.force_login(user)
+
+    answer = page.post(
+        reverse("memoryui:agent_change", args=["w", layout().pk, "memory_md", first.number]),
+        {"action": "revert"},
+    )
+
+    assert answer.status_code == 302
+    current = curation.latest(layout(), MEMORY_MD)
+    assert current.number == 2 and curation.text_of(current) == "" and not current.needs_review
+    assert download(secret, "x")[f"{M}/MEMORY.md"] == b""
