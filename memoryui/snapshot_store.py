@@ -254,6 +254,14 @@ def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:
 
 
 SANDBOXES_SHOWN = 10
+NO_SOURCE = (
+    "sandboxes upload this workspace to the remote snapshot store; each upload is "
+    "imported as it arrives, and there is no source folder to re-import"
+)
+
+
+def has_uploads(workspace: Workspace) -> bool:
+    return UploadedSnapshot.objects.filter(workspace=workspace).exists()
 
 
 def store_status(workspace: Workspace) -> dict[str, Any]:

@@ -417,3 +417,19 @@ def test_reverting_the_agents_first_version_leaves_an_empty_served_document(
     current = curation.latest(layout(), MEMORY_MD)
     assert current.number == 2 and curation.text_of(current) == "" and not current.needs_review
     assert download(secret, "x")[f"{M}/MEMORY.md"] == b""
+
+
+@pytest.mark.django_db
+def test_a_workspace_sandboxes_upload_has_no_source_to_reimport(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    page = Client()
+    page.force_login(user)
+
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        answer = page.post(reverse("memoryui:workspace_reimport", args=["w"]), follow=True)
+
+    assert queued == [] and "there is no source folder to re-import" in answer.content.decode()
+    assert "Re-import from source" not in answer.content.decode()
