@@ -316,6 +316,19 @@ def approve_changes(proposal: Proposal, *, user: Any) -> list[SkillFileVersion]:
 # --- import ----------------------------------------------------------------------------
 
 
+def accept_agent_change(version: SkillFileVersion, *, user: Any) -> None:
+    """A sandbox's change that awaited review is accepted: sandboxes get it."""
+    SkillFileVersion.objects.filter(pk=version.pk).update(needs_review=False)
+    AuditEvent.record(
+        version.layout.workspace,
+        "skill.accept_agent_change",
+        user=user,
+        layout=version.layout,
+        target=f"{version.layout.memories_dir}/{version.path}",
+        version=version.number,
+    )
+
+
 def record_import(
     layout_files: dict[int, list[tuple[str, str | None]]], *, now: Any, uploaded_by: str = ""
 ) -> list[str]:

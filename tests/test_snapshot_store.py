@@ -219,8 +219,15 @@ def test_an_agents_memory_change_reaches_no_sandbox_before_approval(
     assert "gated" in shown and f"{M}/MEMORY.md</code> version {pending.number}" in shown
     assert "awaits review" in shown
 
+    history = reverse("memoryui:skill_file_history", args=["w", layout().pk, "deploy", "SKILL.md"])
+    assert "awaits review" in page.get(history).content.decode()
     curation.accept_agent_change(pending, user=user)
-    SkillFileVersion.objects.filter(path="skills/deploy/SKILL.md").update(needs_review=False)
+    accepted = page.post(
+        reverse("memoryui:skill_file_accept", args=["w", layout().pk, "deploy", "SKILL.md", 1])
+    )
+    assert accepted.status_code == 302
+    assert AuditEvent.objects.filter(action="skill.accept_agent_change").exists()
+    assert not SkillFileVersion.objects.get(path="skills/deploy/SKILL.md").needs_review
     served = download(secret, "x")
     assert served[f"{M}/MEMORY.md"] == AGENTS_MD and SKILL in served
 
