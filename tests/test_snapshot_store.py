@@ -440,3 +440,28 @@ def test_a_workspace_sandboxes_upload_has_no_source_to_reimport(
 
     assert queued == [] and "there is no source folder to re-import" in answer.content.decode()
     assert "Re-import from source" not in answer.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_workspace_pages_store_section_costs_the_same_queries_for_many_sandboxes(
+    store, ops, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user, secret = ops
+    page = Client()
+    page.force_login(user)
+    url = reverse("memoryui:workspace_detail", args=["w"])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as done:
+            assert page.get(url).status_code == 200
+        return len(done)
+
+    upload(secret, "s0", sandbox("r0", {}), django_capture_on_commit_callbacks)
+    one = queries()
+    for n in range(1, 12):
+        upload(secret, f"s{n}", sandbox(f"r{n}", {}), django_capture_on_commit_callbacks)
+
+    assert queries() == one
