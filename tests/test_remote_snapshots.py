@@ -23,7 +23,6 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.snapshot import RemoteSnapshotSpec
-from asgiref.sync import sync_to_async
 from django.test import Client
 from django.urls import reverse
 
@@ -669,22 +668,20 @@ def test_the_readmes_snippet_persists_and_resumes_a_sandbox_with_its_files(
 ):
     staff = make_user("ops", staff=True)
     token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
-    persist, _ = readme_snippets()
-    first, later = persist.split("\n# Later")
+    snippet, _ = readme_snippets()
+    first, later = snippet.split("\n# Later")
     later = later.split("\n", 1)[1]
     start, close = first.split("...  #")
     close = close.split("\n", 1)[1]
     namespace = {"memoryui_url": live_server.url, "token": token}
     namespace["workspace_root"] = str(tmp_path / "sandbox")
 
-    async def loop() -> str:
+    async def persist() -> None:
         await run_snippet(start, namespace)
-        session = namespace["session"]
-        await run_turns(session, model, [("Note it.", "printf 'kept\\n' > notes.md")])
+        await run_turns(namespace["session"], model, [("Note it.", "printf 'kept\\n' > notes.md")])
         await run_snippet(close, namespace)
-        layout = await sync_to_async(Layout.objects.get)(workspace__name="support-bot")
-        await sync_to_async(curate_summary)(layout, staff)
-        shutil.rmtree(tmp_path / "sandbox")  # even a new machine
+
+    async def resume() -> str:
         await run_snippet(later, namespace)
         memory = Memory(layout=ENGINEERING, generate=None)
         memory.bind(namespace["session"])
@@ -693,7 +690,10 @@ def test_the_readmes_snippet_persists_and_resumes_a_sandbox_with_its_files(
         finally:
             await namespace["session"].shutdown()
 
-    injected = run(loop())
+    run(persist())
+    curate_summary(Layout.objects.get(workspace__name="support-bot"), staff)
+    shutil.rmtree(tmp_path / "sandbox")  # even a new machine
+    injected = run(resume())
 
     assert (tmp_path / "sandbox/notes.md").read_text() == "kept\n"
     assert APPROVED_SUMMARY.strip() in injected
@@ -724,7 +724,7 @@ def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
         await run_snippet(setup + fresh, namespace)
         session = namespace["session"]
         # A new id, never uploaded: the memory came from the seed, not from a restore.
-        assert not await sync_to_async(remote.exists)(session.state.snapshot.id)
+        assert not remote.exists(session.state.snapshot.id)
         model.script(Reply(raw_text="Hello."))
         before = len(model.requests)
         await Runner.run(
