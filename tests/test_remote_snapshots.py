@@ -738,3 +738,59 @@ def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
     instructions = run(start_fresh())
 
     assert json.dumps(APPROVED_SUMMARY.strip())[1:-1] in instructions
+
+
+@pytest.fixture
+def tasks_to(broker):
+    """This process sends its tasks (the live server's, on commit) to ``broker``, where
+    a real worker takes them."""
+    from memoryui.celery import app
+
+    before = app.conf.broker_url
+    app.conf.broker_url = broker
+    app._pool = None  # the producers were made for the previous broker
+    app.amqp._producer_pool = None
+    yield broker
+    app.conf.broker_url = before
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_uploads_are_imported_by_a_real_worker_and_each_sandbox_gets_its_own_files(
+    live_server, model, store, tmp_path, no_tracing, tasks_to
+):
+    from memoryui.models import ImportJob
+    from tests.test_celery_worker import start_worker, stop, wait_for
+
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    worker = start_worker(tasks_to, model.base_url, "store", tmp_path, beat=False)
+    try:
+        x_id = run(fresh_session(remote, tmp_path / "x", model, [("Write x.", "echo x > x.md")]))
+        y_id = run(fresh_session(remote, tmp_path / "y", model, [("Write y.", "echo y > y.md")]))
+        wait_for(
+            lambda: ImportJob.objects.filter(status=ImportJob.Status.DONE).count() == 2,
+            60,
+            "the worker to import both uploads",
+            worker,
+        )
+    finally:
+        log = stop(worker)
+
+    assert UploadedSnapshot.objects.filter(import_run__isnull=False).count() == 2, log
+    downloaded = tmp_path / "x-download"
+    with tarfile.open(fileobj=remote.download(x_id)) as archive:
+        archive.extractall(downloaded, filter="data")
+    assert own_tree(downloaded) == own_tree(tmp_path / "x") and "y.md" not in own_tree(downloaded)
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    listed = Client().get(
+        f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret)
+    )
+    rollouts = {
+        p.stem
+        for d in ("x", "y")
+        for p in (tmp_path / d / ENGINEERING.sessions_dir).glob("*.jsonl")
+    }
+    assert {r["rollout_id"] for r in listed.json()["items"]} == rollouts and y_id != x_id
