@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 ROLLOUT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
@@ -87,6 +87,33 @@ class Entry:
     @property
     def is_dir(self) -> bool:
         return self.data is None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A symbolic link of a workspace whose target stays inside it (``target`` relative),
+    as the SDK archives and restores them."""
+
+    path: str
+    target: str
+    mode: int
+    mtime_ns: int
+
+
+def link_stays_inside(path: str, target: str) -> bool:
+    """The SDK's restore rule: a relative target that, from the link's folder, never
+    climbs above the workspace root."""
+    if not target or PurePosixPath(target).is_absolute():
+        return False
+    depth = len(PurePosixPath(path).parts) - 1
+    for part in PurePosixPath(target).parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
 
 
 @dataclass(frozen=True)
@@ -355,9 +382,21 @@ def check_tar_archive(path: Path, limits: Limits = Limits()) -> None:
         raise TreeError(f"{path.name} is neither a directory nor a tar archive.") from exc
 
 
-def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Problem]:
+@overload
+def read_archive(
+    path: Path, limits: Limits = ..., *, links: Literal[False] = False
+) -> Iterator[Entry | Problem]: ...
+@overload
+def read_archive(
+    path: Path, limits: Limits = ..., *, links: Literal[True]
+) -> Iterator[Entry | Link | Problem]: ...
+def read_archive(
+    path: Path, limits: Limits = Limits(), *, links: bool = False
+) -> Iterator[Entry | Link | Problem]:
     """Read an SDK snapshot tar (plain or compressed) member by member, refusing what
-    the SDK's own restore refuses: absolute names, ``..``, links, devices, FIFOs.
+    the SDK's own restore refuses: absolute names, ``..``, hard links, devices, FIFOs.
+    Symbolic links are refused too, unless ``links``: then one whose target stays inside
+    the workspace is a Link (what the SDK archives and restores), others are refused.
     Member data and extended headers both count against ``limits``."""
     budget = _ArchiveBudget(limits)
     seen: set[str] = set()
@@ -383,6 +422,20 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
                     continue
                 if ".." in PurePosixPath(rel).parts:
                     yield Problem(name, "path climbs out of the workspace with '..'; skipped")
+                    continue
+                if links and member.issym():
+                    if rel in seen:
+                        yield Problem(rel, "appears twice in the archive; kept the first")
+                        continue
+                    seen.add(rel)
+                    if link_stays_inside(rel, member.linkname):
+                        yield Link(rel, member.linkname, member.mode & 0o7777, _mtime_ns(member))
+                    else:
+                        yield Problem(
+                            rel,
+                            f"symbolic link to {member.linkname!r} points outside the "
+                            "workspace (absolute or climbing out); skipped",
+                        )
                     continue
                 if member.issym() or member.islnk():
                     kind = "symbolic" if member.issym() else "hard"
@@ -424,6 +477,10 @@ def read_archive(path: Path, limits: Limits = Limits()) -> Iterator[Entry | Prob
             )
         except HeaderLimitExceeded as exc:
             yield Problem(path.name, str(exc), stops=True)
+
+
+def _mtime_ns(member: tarfile.TarInfo) -> int:
+    return int(member.mtime) * 10**9
 
 
 def _ends_cleanly(archive: tarfile.TarFile) -> bool:

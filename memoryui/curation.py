@@ -741,8 +741,20 @@ def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
 
 
 def revert_agent_change(version: MemoryVersion, *, user: Any) -> MemoryVersion:
-    """Put back the version before the agent's edit (as a new version)."""
-    restored = restore(version.layout, version.document, version.number - 1, user=user)
+    """Put back the version before the agent's edit (as a new version); an empty
+    document when the agent's was the first (a sandbox's upload brought it)."""
+    if version.number > 1:
+        restored = restore(version.layout, version.document, version.number - 1, user=user)
+    else:
+        current = latest(version.layout, version.document)
+        restored = save_document(
+            version.layout,
+            version.document,
+            "",
+            user=user,
+            reason="reverted the agent's first version",
+            based_on=current.number if current else None,
+        )
     MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
     AuditEvent.record(
         version.layout.workspace,

@@ -21,6 +21,7 @@ import gc
 import hashlib
 import os
 import re
+import tarfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,6 +57,10 @@ ANALYZE_AFTER = 1000
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
+ROLLOUT_REUPLOADED = (
+    "rollout uploaded before with other bytes (by another sandbox, or rewritten by this "
+    "one): the workspace shows this upload's; each sandbox's download keeps its own"
+)
 WORKSPACE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -162,8 +167,15 @@ def import_workspace(
     progress: Progress | None = None,
     user: Any = None,
     scheduled: bool = False,
+    merge: str = "",
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
+
+    ``merge`` (a snapshot id): the source is one sandbox's upload to the remote snapshot
+    store, merged into the workspace rather than synced: nothing it lacks is marked gone
+    (other sandboxes have their own files), its in-tree symbolic links are left to its
+    stored archive, and every change it brings to the memory documents or skills is an
+    agent version to review, a layout's first one included.
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
     has one writer). Raises ``tree.TreeError`` when the source cannot be read at all.
@@ -173,7 +185,7 @@ def import_workspace(
     if source.is_symlink():
         raise tree.TreeError(f"{source} is a symbolic link; give the real path.")
     is_dir = source.is_dir()
-    archive = None if is_dir else tree.read_source(source, limits)  # raises TreeError
+    archive = None if is_dir else _read(source, limits, bool(merge))  # raises TreeError
     started = timezone.now()
     kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
     with _gc_paused(), transaction.atomic():
@@ -182,15 +194,29 @@ def import_workspace(
             defaults={"source_kind": kind, "source_path": str(source)},
         )
         workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
-        if (workspace.source_kind, workspace.source_path) != (kind, str(source)):
+        if not merge and (workspace.source_kind, workspace.source_path) != (kind, str(source)):
             workspace.source_kind, workspace.source_path = kind, str(source)
             workspace.save(update_fields=["source_kind", "source_path"])
-        sync = _Sync(workspace, limits, progress, started)
+        sync = _Sync(workspace, limits, progress, started, merge)
         if archive is None:
             sync.collect_directory(source)
         else:
             sync.collect_entries(archive)
         return sync.finish(user, scheduled)
+
+
+def _read(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:
+    """The archive's entries; with ``links``, in-tree symbolic links are passed over
+    (the remote store serves them from the stored archive) and hostile ones refused."""
+    if not links:
+        return tree.read_source(source, limits)
+    if not tarfile.is_tarfile(source):
+        raise tree.TreeError(f"{source} is not a tar archive.")
+    return (
+        item
+        for item in tree.read_archive(source, limits, links=True)
+        if not isinstance(item, tree.Link)
+    )
 
 
 @dataclass(slots=True)
@@ -228,8 +254,10 @@ class _Sync:
         limits: tree.Limits,
         progress: Progress | None,
         started: datetime,
+        merge: str = "",
     ) -> None:
         self.workspace = workspace
+        self.merge = merge
         self.limits = limits
         self.progress = progress
         self.now = started
@@ -378,6 +406,8 @@ class _Sync:
                 layout.sessions_dir = d.sessions_dir
                 layout.missing_since = None
                 layout.save(update_fields=["sessions_dir", "missing_since"])
+        if self.merge:
+            return {m: existing[m] for m in wanted}  # another sandbox's layouts stay
         Layout.objects.filter(
             workspace=self.workspace,
             memories_dir__in=[m for m in existing if m not in wanted],
@@ -395,6 +425,15 @@ class _Sync:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
         dirs = self._layout_dirs()
+        if self.merge:
+            found = {d.memories_dir for d in dirs}
+            dirs += [
+                LayoutDirs(m, sessions)
+                for m, sessions in self.workspace.layouts.present().values_list(
+                    "memories_dir", "sessions_dir"
+                )
+                if m not in found
+            ]
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
         # With the same layouts, a file trusted by its stat keeps its stored placement.
@@ -462,6 +501,8 @@ class _Sync:
             else:
                 item.file_id = old.file_id
                 changed.append(item)
+                if self.merge and kind == FileKind.ROLLOUT and old.present:
+                    self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
 
         self._step(1)
         parsed = _Parsed.build(new + changed, self.workspace, layouts)
@@ -474,7 +515,7 @@ class _Sync:
         missing = [
             old.file_id
             for path, old in self.stored.items()
-            if old.present and path not in self.items and self.complete
+            if old.present and path not in self.items and self.complete and not self.merge
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
         new_versions = self._record_versions(new + changed, layouts)
@@ -592,18 +633,25 @@ class _Sync:
             )
             if latest is not None and latest.blob_id == item.digest:
                 continue
+            if self.merge and layout.versions.filter(document=document, blob_id=item.digest):
+                continue  # a text this layout had (a sandbox sending back what it got)
             MemoryVersion.objects.create(
                 layout=layout,
                 document=document,
                 number=(latest.number + 1) if latest else 1,
                 blob_id=item.digest,
                 author_kind=MemoryVersion.Author.AGENT,
-                reason="imported from disk" if latest is None else "changed on disk",
+                reason=self._reason(latest is None),
                 created_at=self.now,
-                needs_review=latest is not None,
+                needs_review=latest is not None or bool(self.merge),
             )
             created.append(item.path)
         return created
+
+    def _reason(self, first: bool) -> str:
+        if self.merge:
+            return f"uploaded by sandbox {self.merge}"
+        return "imported from disk" if first else "changed on disk"
 
     def _record_skill_versions(
         self, items: list[_Item], missing: list[int], layouts: dict[str, Layout]
@@ -622,7 +670,7 @@ class _Sync:
                 rel = path.removeprefix(by_id[old.layout_id] + "/")
                 found.setdefault(old.layout_id, []).append((rel, None))
         if found:
-            skills.record_import(found, now=self.now)
+            skills.record_import(found, now=self.now, uploaded_by=self.merge)
 
     def _report(
         self,

@@ -297,6 +297,9 @@ class SkillFileVersion(models.Model):
     )
     reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # A sandbox's change that arrived by upload: not served to sandboxes until a person
+    # saves it (the remote snapshot store's gate).
+    needs_review = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["layout", "path", "-number"]
@@ -358,6 +361,7 @@ class ImportJob(models.Model):
     class Kind(models.TextChoices):
         UPLOAD = "upload", "Uploaded snapshot"
         DIRECTORY = "directory", "Registered directory"
+        SANDBOX = "sandbox", "Sandbox upload (remote snapshot store)"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -959,6 +963,9 @@ class UploadedSnapshot(models.Model):
     import_run = models.ForeignKey(
         ImportRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    import_job = models.ForeignKey(
+        "ImportJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-uploaded_at", "-pk"]
@@ -1037,6 +1044,11 @@ class SnapshotStorePolicy(models.Model):
     generate_on_upload = models.BooleanField(
         default=False,
         help_text="Start a generation run for every layout after each upload.",
+    )
+    serve_unreviewed = models.BooleanField(
+        default=False,
+        help_text="Serve sandboxes the latest memory, agent changes not yet reviewed "
+        "included (by default they get the latest approved memory only).",
     )
 
     def __str__(self) -> str:

@@ -454,12 +454,30 @@ def skill_file_history(
             file=file,
             versions=versions,
             current=versions[0],
+            can_review=has_role(request.user, layout.workspace, Role.REVIEWER),
             chosen=chosen,
             chosen_text=skills.text_of(chosen)[:SHOWN_BYTES] if chosen else "",
             rows=rows,
             detail=_detail_url(layout, skill, file_anchor(rel)),
         ),
     )
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def skill_file_accept(
+    request: HtmxHttpRequest, name: str, layout_pk: int, skill: str, file: str, number: int
+) -> HttpResponse:
+    """Accept a sandbox's change to a skill file (reviewers): sandboxes get it from now
+    on (the remote snapshot store serves no agent change before this)."""
+    layout = request.layout
+    rel = _rel(skill, file)
+    version = get_object_or_404(
+        SkillFileVersion, layout=layout, path=rel, number=number, needs_review=True
+    )
+    skills.accept_agent_change(version, user=request.user)
+    messages.success(request, f"The agent's version {number} of {rel} is accepted.")
+    return redirect(_file_url("skill_file_history", layout, rel))
 
 
 @workspace_view(Role.EDITOR)

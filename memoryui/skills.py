@@ -312,10 +312,27 @@ def approve_changes(proposal: Proposal, *, user: Any) -> list[SkillFileVersion]:
 # --- import ----------------------------------------------------------------------------
 
 
-def record_import(layout_files: dict[int, list[tuple[str, str | None]]], *, now: Any) -> list[str]:
+def accept_agent_change(version: SkillFileVersion, *, user: Any) -> None:
+    """A sandbox's change that awaited review is accepted: sandboxes get it."""
+    SkillFileVersion.objects.filter(pk=version.pk).update(needs_review=False)
+    AuditEvent.record(
+        version.layout.workspace,
+        "skill.accept_agent_change",
+        user=user,
+        layout=version.layout,
+        target=f"{version.layout.memories_dir}/{version.path}",
+        version=version.number,
+    )
+
+
+def record_import(
+    layout_files: dict[int, list[tuple[str, str | None]]], *, now: Any, uploaded_by: str = ""
+) -> list[str]:
     """Versions for skill files an import found new, changed or gone: ``layout_files``
     maps a layout's pk to (path relative to its memories dir, blob sha256 or None for a
-    file gone from disk). A path whose latest version already says so gets none."""
+    file gone from disk). A path whose latest version already says so gets none.
+    ``uploaded_by``: the snapshot id of a sandbox's upload, whose versions await review
+    (one that any earlier version of the file had is not new)."""
     created: list[str] = []
     rows = []
     for layout_id, files in layout_files.items():
@@ -339,6 +356,13 @@ def record_import(layout_files: dict[int, list[tuple[str, str | None]]], *, now:
                 continue
             if not number and digest is None:
                 continue
+            if uploaded_by and (
+                digest is None
+                or SkillFileVersion.objects.filter(
+                    layout_id=layout_id, path=path, blob_id=digest
+                ).exists()
+            ):
+                continue  # uploads add and change; a text the file had is not new
             rows.append(
                 SkillFileVersion(
                     layout_id=layout_id,
@@ -346,12 +370,15 @@ def record_import(layout_files: dict[int, list[tuple[str, str | None]]], *, now:
                     number=number + 1,
                     blob_id=digest,
                     author_kind=Author.AGENT,
-                    reason="imported from disk"
+                    reason=f"uploaded by sandbox {uploaded_by}"
+                    if uploaded_by
+                    else "imported from disk"
                     if not number
                     else "deleted on disk"
                     if digest is None
                     else "changed on disk",
                     created_at=now,
+                    needs_review=bool(uploaded_by),
                 )
             )
             newest[path] = (number + 1, digest)

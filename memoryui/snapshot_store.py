@@ -1,36 +1,57 @@
-"""memoryui as the SDK's remote snapshot store.
+"""memoryui as the SDK's remote snapshot store: one workspace, many sandboxes.
 
-A sandbox session's ``RemoteSnapshotSpec`` client uploads its workspace archive here:
-it is received in chunks (never whole in memory), held to a size limit, checked member by
-member with the importer's own archive reader (``generation.tree.read_archive``) and
-refused whole if anything in it is unsafe, then kept as ``<store>/<workspace>/<id>.tar``
-and imported as a sync of the workspace. A download is the curated snapshot: the last
-uploaded workspace with the approved memory of every layout laid over it, exactly what
-``export_snapshot`` makes.
+A sandbox session's ``RemoteSnapshotSpec`` client uploads its workspace archive under
+its snapshot id: it is received in chunks (never whole in memory), held to a size
+limit, checked member by member with the importer's own archive reader
+(``generation.tree.read_archive``) and refused whole if anything in it is unsafe, then
+kept durably as ``<store>/<workspace>/<id>.tar``; a Celery task merges it into the
+workspace (new rollouts, raw memories and rollout summaries join the layouts; nothing
+is marked gone; memory changes are agent versions to review).
+
+A download of an id is that sandbox's own files, exactly as it last uploaded them,
+with each layout's memories folder as the workspace serves it
+(``memoryui.served_memory``): never another sandbox's files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import tempfile
+import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from generation import export, tree
 from generation.export import ExportError
+from generation.tree import Entry
 
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
-from .models import GenerationRun, ImportRun, SnapshotStorePolicy, UploadedSnapshot, Workspace
-from .snapshots import export_snapshot
+from .models import (
+    AuditEvent,
+    GenerationRun,
+    ImportJob,
+    ImportRun,
+    SnapshotStorePolicy,
+    UploadedSnapshot,
+    Workspace,
+    WorkspaceFile,
+)
+from .served_memory import ServedLayout, served_layouts
+from .snapshots import EXPORT_DOWNLOAD_ACTION
+from .writeback import DOCUMENT_FILES
 
 CHUNK = 1024 * 1024
+CHUNK_ROWS = 500
 MAX_PROBLEMS_SHOWN = 5
 
 
@@ -43,9 +64,7 @@ class UploadRefused(Exception):
 @dataclass
 class Upload:
     snapshot: UploadedSnapshot
-    result: ImportResult
-    runs: list[GenerationRun] = field(default_factory=list)
-    not_generated: str = ""  # why the policy's runs did not start
+    job: ImportJob
 
 
 def store_dir() -> Path:
@@ -65,7 +84,9 @@ def receive(
     user: Any,
 ) -> Upload:
     """Take an uploaded archive from ``read`` (``length`` bytes, when announced), check
-    it, keep it and import it into the workspace ``name`` (created when new).
+    it, keep it durably as ``<store>/<name>/<snapshot_id>.tar`` (replacing that id's
+    previous upload) and queue its import into the workspace ``name`` (created when
+    new) as a Celery task; returns once the archive is on disk.
 
     Raises UploadRefused (413: too large, 400: not a safe archive) with nothing kept."""
     try:
@@ -85,49 +106,96 @@ def receive(
         _check_archive(part)
         target = folder / f"{snapshot_id}.tar"
         os.replace(part, target)
+        _fsync_directory(folder)
     finally:
         part.unlink(missing_ok=True)
-    result = import_workspace(target, name, user=user)
+    return _queue_import(name, snapshot_id, target, size, digest, user)
+
+
+def _queue_import(
+    name: str, snapshot_id: str, target: Path, size: int, digest: str, user: Any
+) -> Upload:
+    from memoryui.tasks import import_new_workspace
+
+    person = user if getattr(user, "pk", None) else None
     with transaction.atomic():
+        workspace, _ = Workspace.objects.get_or_create(
+            name=name,
+            defaults={
+                "source_kind": Workspace.SourceKind.SNAPSHOT,
+                "source_path": str(target.parent),
+            },
+        )
+        job = ImportJob.objects.create(
+            name=name,
+            kind=ImportJob.Kind.SANDBOX,
+            source_path=str(target),
+            original_name=snapshot_id,
+            size=size,
+            workspace=workspace,
+            created_by=person,
+        )
         snapshot, _ = UploadedSnapshot.objects.update_or_create(
-            workspace=result.workspace,
+            workspace=workspace,
             snapshot_id=snapshot_id,
             defaults={
                 "size": size,
                 "sha256": digest,
                 "path": str(target),
-                "uploaded_by": user if getattr(user, "pk", None) else None,
-                "import_run": ImportRun.objects.filter(workspace=result.workspace).first(),
+                "uploaded_at": timezone.now(),
+                "uploaded_by": person,
+                "import_run": None,
+                "import_job": job,
             },
         )
-    upload = Upload(snapshot, result)
+        import_new_workspace.delay_on_commit(job.pk)
+    return Upload(snapshot, job)
+
+
+def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> ImportRun:
+    """The import a sandbox's upload queued (``run_import_job`` calls it in a worker):
+    merged into its workspace, then the workspace's generate-on-upload policy."""
+    result = import_workspace(
+        Path(job.source_path),
+        job.name,
+        user=job.created_by,
+        progress=progress,
+        merge=job.original_name,
+    )
+    UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
     if SnapshotStorePolicy.objects.filter(
         workspace=result.workspace, generate_on_upload=True
     ).exists():
-        _generate(upload, user)
-    return upload
+        _generate(result, job.created_by)
+    return result.run
 
 
-def _generate(upload: Upload, user: Any) -> None:
+def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
     """The workspace's policy: a generation run for every present layout (phase one
     reuses its results for rollouts it has seen, so only new ones cost model calls)."""
     from memoryui.tasks import start_generation
 
     from . import pipeline
 
-    skipped = []
-    for layout in upload.result.workspace.layouts.present().order_by("memories_dir"):
+    runs = []
+    for layout in result.workspace.layouts.present().order_by("memories_dir"):
         try:
             run = pipeline.start_run(layout, user)
-        except pipeline.GenerationUnavailable as exc:
-            upload.not_generated = str(exc)
-            return
-        except pipeline.RunConflict as exc:
-            skipped.append(str(exc))
+        except pipeline.GenerationUnavailable:
+            return runs
+        except pipeline.RunConflict:
             continue
         start_generation.delay_on_commit(run.pk)
-        upload.runs.append(run)
-    upload.not_generated = " ".join(skipped)
+        runs.append(run)
+    return runs
+
+
+def _fsync_directory(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _too_large(limit: int) -> str:
@@ -144,6 +212,8 @@ def _save(read: Callable[[int], bytes], path: Path, limit: int) -> tuple[str, in
                 raise UploadRefused(413, _too_large(limit))
             digest.update(chunk)
             fh.write(chunk)
+        fh.flush()
+        os.fsync(fh.fileno())
     if size == 0:
         raise UploadRefused(400, "the upload is empty; send the workspace's tar archive")
     return digest.hexdigest(), size
@@ -151,12 +221,12 @@ def _save(read: Callable[[int], bytes], path: Path, limit: int) -> tuple[str, in
 
 def _check_archive(path: Path) -> None:
     """Read every member as the importer will; refuse the archive whole if any member
-    is unsafe or unreadable (absolute paths, ``..``, links, devices, a size past the
-    import limits, a damaged archive)."""
+    is unsafe or unreadable (absolute paths, ``..``, hard links, symbolic links out of
+    the workspace, devices, a size past the import limits, a damaged archive)."""
     problems = []
     too_big = False
     try:
-        for item in tree.read_archive(path, default_limits()):
+        for item in tree.read_archive(path, default_limits(), links=True):
             if isinstance(item, tree.Problem):
                 problems.append(item)
                 too_big = too_big or "limit" in item.error or "expands past" in item.error
@@ -183,14 +253,132 @@ def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:
     return UploadedSnapshot.objects.filter(workspace=workspace, snapshot_id=snapshot_id).first()
 
 
-def curated_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> IO[bytes]:
-    """The curated snapshot as a temporary file, rewound (raises ExportError when lint
-    findings or file names block the export)."""
+SANDBOXES_SHOWN = 10
+NO_SOURCE = (
+    "sandboxes upload this workspace to the remote snapshot store; each upload is "
+    "imported as it arrives, and there is no source folder to re-import"
+)
+
+
+def has_uploads(workspace: Workspace) -> bool:
+    return UploadedSnapshot.objects.filter(workspace=workspace).exists()
+
+
+def store_status(workspace: Workspace) -> dict[str, Any]:
+    """The remote snapshot store on the workspace page: its policy, the latest uploads
+    with their import, and the memory held back from sandboxes (and why)."""
+    uploads = list(
+        UploadedSnapshot.objects.filter(workspace=workspace)
+        .select_related("import_job", "import_run")
+        .order_by("-uploaded_at", "-pk")[:SANDBOXES_SHOWN]
+    )
+    if not uploads:
+        return {"store_uploads": []}
+    policy = SnapshotStorePolicy.objects.filter(workspace=workspace).first()
+    held = [h for served in served_layouts(workspace) for h in served.held]
+    return {
+        "store_uploads": uploads,
+        "store_upload_count": UploadedSnapshot.objects.filter(workspace=workspace).count(),
+        "store_serves_unreviewed": bool(policy and policy.serve_unreviewed),
+        "store_held": held,
+    }
+
+
+def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> IO[bytes]:
+    """What ``download(snapshot_id)`` answers, as a temporary file, rewound: the files of
+    that id's last upload outside the memory layouts, byte for byte (modes and in-tree
+    links included), and each layout's memories folder as the workspace serves it
+    (``served_memory``). An id never uploaded gets the served memory alone: how a fresh
+    sandbox starts from the workspace's memory."""
+    snapshot = uploaded(workspace, snapshot_id)
+    served = served_layouts(workspace, user=user)
+    memory_dirs = [s.layout.memories_dir for s in served]
+    seen: set[str] = set()
+    own = _own_members(Path(snapshot.path), memory_dirs, seen) if snapshot else iter(())
+    members = itertools.chain(own, _memory_members(workspace, served, seen))
     fileobj = tempfile.TemporaryFile()
     try:
-        export_snapshot(workspace, snapshot_id=snapshot_id, fileobj=fileobj, user=user)
+        info = export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
     except BaseException:
         fileobj.close()
         raise
+    AuditEvent.record(
+        workspace,
+        EXPORT_DOWNLOAD_ACTION,
+        user=user,
+        target=f"{snapshot_id}.tar (sandbox download)",
+        snapshot_id=snapshot_id,
+        uploaded=snapshot is not None,
+        sha256=info.sha256,
+        size=info.size,
+        members=info.members,
+        layouts=memory_dirs,
+        held_back=[
+            {"path": h.path, "latest": h.latest, "served": h.served, "reason": h.reason}
+            for s in served
+            for h in s.held
+        ],
+    )
     fileobj.seek(0)
     return fileobj
+
+
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f + "/") for f in folders)
+
+
+def _own_members(path: Path, memory_dirs: list[str], seen: set[str]) -> Iterator[export.Member]:
+    """The upload's members outside the memory layouts, as it sent them."""
+    for item in tree.read_archive(path, default_limits(), links=True):
+        if isinstance(item, tree.Problem) or _inside(item.path, memory_dirs):
+            continue  # problems were refused when it was uploaded
+        seen.add(item.path)
+        if isinstance(item, tree.Link):
+            yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
+        else:
+            yield item
+
+
+def _memory_members(
+    workspace: Workspace, served: list[ServedLayout], seen: set[str]
+) -> Iterator[Entry]:
+    """Each layout's memories folder: the workspace's files (rollout summaries, raw
+    memories from every sandbox), with the served documents and skills in place of
+    theirs. Streamed from one query per layout."""
+    now_ns = time.time_ns()
+    for layout in served:
+        folder = layout.layout.memories_dir
+        curated = [f"{folder}/{name}" for name in DOCUMENT_FILES.values()]
+        rows = (
+            WorkspaceFile.objects.present()
+            .filter(workspace=workspace, path__startswith=f"{folder}/")
+            .filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+            .exclude(path__startswith=f"{folder}/skills/")
+            .exclude(path__in=[*curated, *layout.files])
+            .order_by("path")
+            .values_list("path", "kind", "mode", "mtime_ns", "blob__data")
+        )
+        yield from _parents(folder, seen, now_ns)
+        for path, kind, mode, mtime_ns, data in rows.iterator(chunk_size=CHUNK_ROWS):
+            if path in seen:
+                continue
+            yield from _parents(path.rpartition("/")[0], seen, now_ns)
+            seen.add(path)
+            is_dir = kind == WorkspaceFile.Kind.DIRECTORY
+            yield Entry(path, None if is_dir else bytes(data), mode, mtime_ns)
+        for path, data in sorted(layout.files.items()):
+            if path not in seen:
+                yield from _parents(path.rpartition("/")[0], seen, now_ns)
+                seen.add(path)
+                yield Entry(path, data, 0o644, now_ns)
+
+
+def _parents(folder: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
+    """Directory members for ``folder`` and its parents not in the archive yet."""
+    missing = []
+    while folder and folder not in seen:
+        missing.append(folder)
+        folder = folder.rpartition("/")[0]
+    for directory in reversed(missing):
+        seen.add(directory)
+        yield Entry(directory, None, 0o755, mtime_ns)

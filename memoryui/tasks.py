@@ -22,7 +22,8 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
 
 @shared_task(acks_late=True)
 def import_new_workspace(job_id: int) -> None:
-    """Create a workspace from an uploaded snapshot or a registered directory."""
+    """Create a workspace from an uploaded snapshot or a registered directory, or merge
+    a sandbox's upload to the remote snapshot store into its workspace."""
     workspaces.run_import_job(job_id)
 
 

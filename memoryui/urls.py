@@ -132,6 +132,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
         skill_views.skill_file_restore,
         name="skill_file_restore",
     ),
+    path(
+        layout + "skills/<str:skill>/files/<path:file>/history/<int:number>/accept/",
+        skill_views.skill_file_accept,
+        name="skill_file_accept",
+    ),
     path("", include("memoryui.export_urls")),
     path("tokens/", token_views.token_list, name="token_list"),
     path("tokens/<int:pk>/revoke/", token_views.token_revoke, name="token_revoke"),

@@ -23,6 +23,7 @@ from . import (
     documents,
     pipeline,
     search,
+    snapshot_store,
     workspaces,
     writeback,
 )
@@ -144,6 +145,7 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "is_admin": has_role(request.user, workspace, Role.ADMIN),
             "sync_form": SyncForm(instance=workspace),
             **workspaces.sync_status(workspace),
+            **snapshot_store.store_status(workspace),
         },
     )
 
@@ -161,6 +163,9 @@ def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
 def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """Queue a re-import from the workspace's source path (admins)."""
     workspace = request.workspace
+    if snapshot_store.has_uploads(workspace):
+        messages.error(request, f"Not re-imported: {snapshot_store.NO_SOURCE}")
+        return redirect(workspace)
     try:
         workspaces.resolve_source(workspace.source_path)
     except workspaces.PathRefused as exc:

@@ -109,15 +109,29 @@ def webhook_redeliver(request: HttpRequest, name: str, pk: int) -> HttpResponse:
 @workspace_view(Role.ADMIN)
 @require_POST
 def snapshot_store_policy(request: HttpRequest, name: str) -> HttpResponse:
-    """Turn the remote snapshot store's generate-on-upload policy on or off (admins)."""
+    """Set the remote snapshot store's policies (admins): generate on upload, and
+    whether sandboxes get unreviewed agent memory (by default they do not)."""
     workspace = _workspace(request, name)
-    on = request.POST.get("generate_on_upload") == "on"
+    generate = request.POST.get("generate_on_upload") == "on"
+    unreviewed = request.POST.get("serve_unreviewed") == "on"
     SnapshotStorePolicy.objects.update_or_create(
-        workspace=workspace, defaults={"generate_on_upload": on}
+        workspace=workspace,
+        defaults={"generate_on_upload": generate, "serve_unreviewed": unreviewed},
     )
-    AuditEvent.record(workspace, "snapshot_store.policy", user=request.user, generate_on_upload=on)
+    AuditEvent.record(
+        workspace,
+        "snapshot_store.policy",
+        user=request.user,
+        generate_on_upload=generate,
+        serve_unreviewed=unreviewed,
+    )
     messages.info(
         request,
-        "Uploads now start a generation run." if on else "Uploads no longer start a run.",
+        ("Uploads now start a generation run. " if generate else "Uploads start no run. ")
+        + (
+            "Sandboxes get the latest memory, unreviewed agent changes included."
+            if unreviewed
+            else "Sandboxes get approved memory only."
+        ),
     )
     return redirect("memoryui:webhook_list", name=name)

@@ -54,6 +54,7 @@ EVENTS = [
     ("writeback.done", "A write-back wrote files"),
     ("export.done", "A snapshot was exported or downloaded"),
     ("run.failed", "A generation run failed"),
+    ("memory.held_back", "Lint holds back memory from sandboxes"),
 ]
 EVENT_NAMES = [name for name, _ in EVENTS]
 TIMEOUT_SECONDS = 10
@@ -180,6 +181,7 @@ AUDIT_EVENTS = {
     "writeback.write": "writeback.done",
     "export.snapshot": "export.done",
     "export.download": "export.done",
+    "snapshot_store.held_back": "memory.held_back",
 }
 
 

@@ -28,7 +28,7 @@ from . import workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
 from .importer import default_limits
 from .models import ImportJob, Role, Workspace
-from .roles import signed_in, workspace_view
+from .roles import has_role, signed_in, workspace_view
 from .views import HtmxHttpRequest
 
 # Room in a request for the multipart boundaries and the other fields of the form.
@@ -221,7 +221,13 @@ def workspace_register(request: HtmxHttpRequest) -> HttpResponse:
 def import_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A new workspace's import, live (htmx polls the fragment); its report once done."""
     job = get_object_or_404(ImportJob.objects.select_related("workspace"), pk=pk)
-    if not (request.user.is_staff or job.created_by_id == request.user.pk):
+    if not (
+        request.user.is_staff
+        or job.created_by_id == request.user.pk
+        or job.kind == ImportJob.Kind.SANDBOX
+        and job.workspace is not None
+        and has_role(request.user, job.workspace, Role.ADMIN)
+    ):
         raise Http404("No such import.")
     if job.status == ImportJob.Status.DONE and job.workspace is not None and job.run_id:
         url = reverse("memoryui:import_detail", args=[job.workspace.name, job.run_id])

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from generation.tree import TreeError, human_size, total_exceeded
 
+from . import snapshot_store
 from .importer import default_limits, import_workspace
 from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
 
@@ -149,17 +150,21 @@ class _ProgressFile:
 def run_import_job(job_id: int) -> ImportJob | None:
     """Create the job's workspace and import it, all or nothing: a source that cannot
     be read, an archive that expands past ``MEMORYUI_MAX_IMPORT_BYTES`` or holds nothing
-    leaves no workspace, and an uploaded file is deleted. Claimed with a conditional
-    update, so a second delivery of the task does nothing."""
+    leaves no workspace, and an uploaded file is deleted. A sandbox's upload to the
+    remote snapshot store is merged into its workspace instead (its archive is kept).
+    Claimed with a conditional update, so a second delivery of the task does nothing."""
     claimed = ImportJob.objects.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
         status=ImportJob.Status.RUNNING, started_at=timezone.now()
     )
     if not claimed:
         return None
-    job = ImportJob.objects.select_related("created_by").get(pk=job_id)
+    job = ImportJob.objects.select_related("created_by", "workspace").get(pk=job_id)
     progress = _ProgressFile(progress_path(job.pk))
     try:
-        workspace, run = _create_and_import(job, progress)
+        if job.kind == ImportJob.Kind.SANDBOX:
+            workspace, run = job.workspace, snapshot_store.import_upload(job, progress)
+        else:
+            workspace, run = _create_and_import(job, progress)
     except (ImportRefused, PathRefused, TreeError) as exc:
         return _fail(job, str(exc))
     except Exception:

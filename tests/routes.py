@@ -24,6 +24,7 @@ from memoryui.models import (
     Role,
     Rollout,
     RolloutSummary,
+    SkillFileVersion,
     Webhook,
     WebhookDelivery,
     WorkspaceFile,
@@ -129,6 +130,8 @@ def make_world(workspace_copy, name: str = "a") -> World:
     pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
     # An agent's edit to review (agent_change).
     MemoryVersion.objects.filter(layout=layout, document=MD, number=1).update(needs_review=True)
+    # A sandbox's skill change to review (skill_file_accept).
+    SkillFileVersion.objects.filter(layout=layout, number=1).update(needs_review=True)
     summary = RolloutSummary.objects.filter(layout=layout).select_related("file").first()
     skill = (
         WorkspaceFile.objects.filter(layout=layout, kind=WorkspaceFile.Kind.SKILL)

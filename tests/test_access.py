@@ -85,6 +85,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:skill_file_delete": {"GET": E, "POST": E},
     "memoryui:skill_file_history": {"GET": V},
     "memoryui:skill_file_restore": {"GET": E, "POST": E},
+    "memoryui:skill_file_accept": {"POST": R},
     "memoryui:proposal_skill_decide": {"POST": R},
     "memoryui:layout_writeback": {"GET": V, "POST": A},
     "memoryui:workspace_export": {"GET": V, "POST": A},

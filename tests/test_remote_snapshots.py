@@ -6,10 +6,14 @@ import asyncio
 import gzip
 import io
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -42,6 +46,18 @@ ENGINEERING = MemoryLayoutConfig(
     memories_dir="memories/engineering", sessions_dir="sessions/engineering"
 )
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
+
+
+@pytest.fixture
+def eager():
+    """Tasks sent run at once, in the sender's thread (the live server's, for an
+    upload): the import a worker would run."""
+    from memoryui.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
 
 
 @pytest.fixture
@@ -188,7 +204,7 @@ def test_the_store_needs_the_roles_of_reimport_and_export(store, workspace_copy)
     nobody = tokens.create_token(make_user("outsider"), "t", ["new-one"]).secret
 
     assert answers[Role.VIEWER][:2] == (403, 403) and answers[Role.EDITOR][:2] == (403, 403)
-    assert answers[Role.ADMIN][:2] == (201, 200)
+    assert answers[Role.ADMIN][:2] == (202, 200)
     assert answers[Role.VIEWER][2] == {"exists": False}  # asked before the admin uploaded
     assert answers[Role.ADMIN][2] == {"exists": True}
     assert put(nobody, "new-one", "s1", data).status_code == 404  # only staff create
@@ -256,7 +272,7 @@ def memory_agent(server):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memory(
-    live_server, model, store, tmp_path, no_tracing
+    live_server, model, store, tmp_path, no_tracing, eager
 ):
     from agents import RunConfig, Runner
     from agents.run_config import SandboxRunConfig
@@ -387,7 +403,7 @@ def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store):
+def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store, eager):
     secret = tokens.create_token(make_user("ops", staff=True), "t", ["sandbox"]).secret
     remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
     hostile = tar_of([member("../../escaped.txt", b"owned")])
@@ -408,32 +424,373 @@ def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store
 
 
 @pytest.mark.django_db
-def test_with_the_generate_on_upload_policy_an_upload_starts_a_run_per_layout(
+def test_with_the_generate_on_upload_policy_an_uploads_import_starts_a_run_per_layout(
     model, store, fixtures_dir, django_capture_on_commit_callbacks
 ):
-    from memoryui.models import GenerationRun
+    from memoryui.models import GenerationRun, ImportJob
+    from memoryui.workspaces import run_import_job
 
     admin = make_user("ops", staff=True)
     secret = tokens.create_token(admin, "t", ["sandbox"]).secret
     archive = next((fixtures_dir / "small-a" / "snapshots").glob("*.tar")).read_bytes()
-    with django_capture_on_commit_callbacks(execute=False):
-        first = put(secret, "sandbox", "s1", archive)
-    assert first.status_code == 201 and first.json()["runs"] == []
+
+    def upload_and_import(snapshot_id: str) -> int:
+        with django_capture_on_commit_callbacks(execute=False) as queued:
+            answer = put(secret, "sandbox", snapshot_id, archive)
+        assert answer.status_code == 202 and answer.json()["import_status"] == "queued"
+        assert len(queued) == 1  # the import, in a worker
+        with django_capture_on_commit_callbacks(execute=False) as started:
+            job = run_import_job(answer.json()["import_job"])
+        assert job is not None and job.status == ImportJob.Status.DONE
+        return len(started)
+
+    assert upload_and_import("s1") == 0
     page = Client()
     page.force_login(admin)
     page.post(
         reverse("memoryui:snapshot_store_policy", args=["sandbox"]), {"generate_on_upload": "on"}
     )
 
-    with django_capture_on_commit_callbacks(execute=False) as sent:
-        second = put(secret, "sandbox", "s2", archive)
+    sent = upload_and_import("s2")
 
     layouts = Layout.objects.filter(workspace__name="sandbox", missing_since__isnull=True)
     runs = GenerationRun.objects.filter(layout__in=layouts)
-    assert second.status_code == 201
-    assert sorted(second.json()["runs"]) == sorted(runs.values_list("pk", flat=True))
-    assert runs.count() == layouts.count() > 0 and len(sent) == runs.count()
+    assert runs.count() == layouts.count() > 0 and sent == runs.count()
     assert (
         "Start a generation run"
         in page.get(reverse("memoryui:webhook_list", args=["sandbox"])).content.decode()
     )
+
+
+# --- one workspace, many sandboxes, with the SDK -------------------------------------
+
+
+def sdk_sandbox(remote: SnapshotClient):
+    client = UnixLocalSandboxClient(dependencies=Dependencies().bind_value("memoryui", remote))
+    return client, RemoteSnapshotSpec(client_dependency_key="memoryui")
+
+
+async def run_turns(session, model, turns: list[tuple[str, str | None]]) -> None:
+    """``Runner.run`` once per (prompt, shell command or None) in ``session``."""
+    from agents import RunConfig, Runner
+    from agents.run_config import SandboxRunConfig
+
+    for prompt, command in turns:
+        if command:
+            model.script(Reply.tools(("exec_command", {"cmd": command})), Reply(raw_text="Done."))
+        else:
+            model.script(Reply(raw_text="Done."))
+        await Runner.run(
+            memory_agent(model),
+            prompt,
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+
+
+async def fresh_session(remote: SnapshotClient, root: Path, model, turns) -> str:
+    """A new sandbox: its turns, then its close (the SDK's memory generation, with the
+    local test model's own answers, and the persist to memoryui). Its snapshot id."""
+    client, spec = sdk_sandbox(remote)
+    session = await client.create(snapshot=spec, manifest=Manifest(root=str(root)))
+    await session.start()
+    await run_turns(session, model, turns)
+    await session.aclose()
+    return session.state.snapshot.id
+
+
+async def resumed_session(remote: SnapshotClient, snapshot_id: str, root: Path, model, turns):
+    """Resume ``snapshot_id`` by its state into ``root``: the summary its ``Memory()``
+    injects, then its turns and close."""
+    client, spec = sdk_sandbox(remote)
+    state = client.deserialize_session_state(
+        {
+            "type": "unix_local",
+            "snapshot": spec.build(snapshot_id).model_dump(),
+            "manifest": {"root": str(root)},
+        }
+    )
+    session = await client.resume(state)
+    await session.start()
+    memory = Memory(layout=ENGINEERING, generate=None)
+    memory.bind(session)
+    injected = await memory.instructions(session.state.manifest) or ""
+    if turns:
+        await run_turns(session, model, turns)
+        await session.aclose()
+    else:
+        await session.shutdown()
+    return injected
+
+
+def reading_agent(server):
+    """A sandbox agent whose ``Memory()`` only reads: the summary goes into its
+    instructions."""
+    from agents.sandbox import SandboxAgent
+    from agents.sandbox.capabilities.capabilities import Capabilities
+
+    return SandboxAgent(
+        name="reader",
+        instructions="Answer.",
+        model=sdk_model(server),
+        capabilities=[*Capabilities.default(), Memory(layout=ENGINEERING, generate=None)],
+    )
+
+
+def own_tree(root: Path) -> dict[str, bytes | str]:
+    """Each file's bytes and each link's target outside the memories folders."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("memories/"):
+            continue
+        if path.is_symlink():
+            found[rel] = f"-> {os.readlink(path)}"
+        elif path.is_file():
+            found[rel] = path.read_bytes()
+    return found
+
+
+def curate_summary(layout: Layout, user) -> None:
+    """A person writes the summary sandboxes should get."""
+    current = curation.latest(layout, SUMMARY)
+    curation.save_document(
+        layout,
+        SUMMARY,
+        APPROVED_SUMMARY,
+        user=user,
+        reason="reviewed",
+        based_on=current.number if current else None,
+    )
+
+
+def accept_agent_versions(user) -> None:
+    for version in MemoryVersion.objects.filter(needs_review=True):
+        curation.accept_agent_change(version, user=user)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated_memory(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    x_turns = [
+        ("Write the deploy notes.", "mkdir -p notes && printf 'x notes\\n' > notes/x.md"),
+        ("Link the latest notes.", "ln -s notes/x.md latest.md && chmod 755 notes"),
+        ("Summarize.", None),
+    ]
+    y_turns = [("Write y's notes.", "mkdir -p notes && printf 'y\\n' > notes/y.md"), ("Ok.", None)]
+    x_id = run(fresh_session(remote, tmp_path / "x", model, x_turns))
+    accept_agent_versions(staff)
+    y_id = run(fresh_session(remote, tmp_path / "y", model, y_turns))
+    accept_agent_versions(staff)
+
+    downloaded = tmp_path / "x-download"
+    with tarfile.open(fileobj=run(remote.download(x_id))) as archive:
+        archive.extractall(downloaded, filter="data")
+
+    # X's own files and link, byte for byte; none of Y's.
+    assert own_tree(downloaded) == own_tree(tmp_path / "x")
+    assert (downloaded / "latest.md").is_symlink() and not (downloaded / "notes/y.md").exists()
+    # Both sandboxes' rollouts are the workspace's; the curated memory is in both.
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    listed = Client().get(
+        f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret)
+    )
+    rollouts = {
+        p.stem
+        for d in ("x", "y")
+        for p in (tmp_path / d / ENGINEERING.sessions_dir).glob("*.jsonl")
+    }
+    assert len(rollouts) >= 2 and {r["rollout_id"] for r in listed.json()["items"]} == rollouts
+    curate_summary(layout, staff)
+    for snapshot_id in (x_id, y_id):
+        with tarfile.open(fileobj=run(remote.download(snapshot_id))) as archive:
+            member = archive.extractfile("./memories/engineering/memory_summary.md")
+            assert member is not None and member.read().decode() == APPROVED_SUMMARY
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agents_rewrite_of_the_summary_reaches_a_restore_only_after_approval(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    x_id = run(fresh_session(remote, tmp_path / "one", model, [("Deploy billing.", None)]))
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    curate_summary(layout, staff)
+    accept_agent_versions(staff)
+    rewrite = f"printf %s {shlex.quote(AGENTS_SUMMARY)} > memories/engineering/memory_summary.md"
+
+    # The sandbox resumes with the approved summary, and its agent rewrites it.
+    injected = run(
+        resumed_session(remote, x_id, tmp_path / "two", model, [("Rewrite it.", rewrite)])
+    )
+    agents = (tmp_path / "two/memories/engineering/memory_summary.md").read_text()
+    pending = curation.latest(layout, SUMMARY)
+    after_rewrite = run(resumed_session(remote, x_id, tmp_path / "three", model, []))
+    curation.accept_agent_change(pending, user=staff)
+    after_approval = run(resumed_session(remote, x_id, tmp_path / "four", model, []))
+
+    assert APPROVED_SUMMARY.strip() in injected
+    assert pending.needs_review and curation.text_of(pending) == agents != APPROVED_SUMMARY
+    assert APPROVED_SUMMARY.strip() in after_rewrite and agents.strip() not in after_rewrite
+    assert agents.strip() in after_approval
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_snippets() -> tuple[str, str]:
+    """The remote snapshot store's two Python snippets in the README: persist and
+    resume, then a fresh sandbox."""
+    text = README.read_text()
+    section = text[text.index("**Remote snapshot store.**") : text.index("**The client**")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, blocks
+    return blocks[0], blocks[1]
+
+
+async def run_snippet(code: str, namespace: dict) -> None:
+    """Run README code (top-level ``await`` included) in ``namespace``."""
+    body = textwrap.indent(code, "    ")
+    exec(  # noqa: S102 (the README's own code, under test)
+        f"async def _snippet():\n{body}\n    globals().update(locals())\n", namespace
+    )
+    await namespace["_snippet"]()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readmes_snippet_persists_and_resumes_a_sandbox_with_its_files(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    staff = make_user("ops", staff=True)
+    token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
+    snippet, _ = readme_snippets()
+    first, later = snippet.split("\n# Later")
+    later = later.split("\n", 1)[1]
+    start, close = first.split("...  #")
+    close = close.split("\n", 1)[1]
+    namespace = {"memoryui_url": live_server.url, "token": token}
+    namespace["workspace_root"] = str(tmp_path / "sandbox")
+
+    async def persist() -> None:
+        await run_snippet(start, namespace)
+        await run_turns(namespace["session"], model, [("Note it.", "printf 'kept\\n' > notes.md")])
+        await run_snippet(close, namespace)
+
+    async def resume() -> str:
+        await run_snippet(later, namespace)
+        memory = Memory(layout=ENGINEERING, generate=None)
+        memory.bind(namespace["session"])
+        try:
+            return await memory.instructions(namespace["session"].state.manifest) or ""
+        finally:
+            await namespace["session"].shutdown()
+
+    run(persist())
+    curate_summary(Layout.objects.get(workspace__name="support-bot"), staff)
+    shutil.rmtree(tmp_path / "sandbox")  # even a new machine
+    injected = run(resume())
+
+    assert (tmp_path / "sandbox/notes.md").read_text() == "kept\n"
+    assert APPROVED_SUMMARY.strip() in injected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
+    live_server, model, store, tmp_path, no_tracing, eager, monkeypatch
+):
+    from agents import RunConfig, Runner
+    from agents.run_config import SandboxRunConfig
+
+    staff = make_user("ops", staff=True)
+    token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
+    remote = SnapshotClient(live_server.url, token, workspace="support-bot")
+    run(fresh_session(remote, tmp_path / "first", model, [("Deploy billing.", None)]))
+    layout = Layout.objects.get(
+        workspace__name="support-bot", memories_dir=ENGINEERING.memories_dir
+    )
+    curate_summary(layout, staff)
+    persist, fresh = readme_snippets()
+    setup = persist.split("session = await")[0]
+    namespace = {"memoryui_url": live_server.url, "token": token}
+    namespace["workspace_root"] = str(tmp_path / "fresh")
+    monkeypatch.chdir(tmp_path)
+
+    async def start_fresh() -> str:
+        await run_snippet(setup + fresh, namespace)
+        session = namespace["session"]
+        # A new id, never uploaded: the memory came from the seed, not from a restore.
+        assert not await remote.exists(session.state.snapshot.id)
+        model.script(Reply(raw_text="Hello."))
+        before = len(model.requests)
+        await Runner.run(
+            reading_agent(model),
+            "Hello.",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+        await session.shutdown()
+        return json.dumps(model.requests[before]["instructions"])
+
+    instructions = run(start_fresh())
+
+    assert json.dumps(APPROVED_SUMMARY.strip())[1:-1] in instructions
+
+
+@pytest.fixture
+def tasks_to(broker):
+    """This process sends its tasks (the live server's, on commit) to ``broker``, where
+    a real worker takes them."""
+    from memoryui.celery import app
+
+    before = app.conf.broker_url
+    app.conf.broker_url = broker
+    app._pool = None  # the producers were made for the previous broker
+    app.amqp._producer_pool = None
+    yield broker
+    app.conf.broker_url = before
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_uploads_are_imported_by_a_real_worker_and_each_sandbox_gets_its_own_files(
+    live_server, model, store, tmp_path, no_tracing, tasks_to
+):
+    from memoryui.models import ImportJob
+    from tests.test_celery_worker import start_worker, stop, wait_for
+
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    worker = start_worker(tasks_to, model.base_url, "store", tmp_path, beat=False)
+    try:
+        x_id = run(fresh_session(remote, tmp_path / "x", model, [("Write x.", "echo x > x.md")]))
+        y_id = run(fresh_session(remote, tmp_path / "y", model, [("Write y.", "echo y > y.md")]))
+        wait_for(
+            lambda: ImportJob.objects.filter(status=ImportJob.Status.DONE).count() == 2,
+            60,
+            "the worker to import both uploads",
+            worker,
+        )
+    finally:
+        log = stop(worker)
+
+    assert UploadedSnapshot.objects.filter(import_run__isnull=False).count() == 2, log
+    downloaded = tmp_path / "x-download"
+    with tarfile.open(fileobj=run(remote.download(x_id))) as archive:
+        archive.extractall(downloaded, filter="data")
+    assert own_tree(downloaded) == own_tree(tmp_path / "x") and "y.md" not in own_tree(downloaded)
+    layout = Layout.objects.get(workspace__name="sandbox", memories_dir="memories/engineering")
+    listed = Client().get(
+        f"/api/workspaces/sandbox/layouts/{layout.pk}/rollouts?limit=200", **bearer(secret)
+    )
+    rollouts = {
+        p.stem
+        for d in ("x", "y")
+        for p in (tmp_path / d / ENGINEERING.sessions_dir).glob("*.jsonl")
+    }
+    assert {r["rollout_id"] for r in listed.json()["items"]} == rollouts and y_id != x_id

@@ -5,6 +5,7 @@ import hashlib
 from typing import IO
 
 from django.http import FileResponse, Http404, HttpRequest
+from django.urls import reverse
 from ninja import Path, Schema, Status
 from ninja.errors import HttpError
 
@@ -29,10 +30,8 @@ class UploadOut(Schema):
     size: int
     sha256: str
     import_status: str
-    layouts: list[dict]
-    errors: list[dict]
-    runs: list[int]
-    not_generated: str
+    import_job: int
+    progress_url: str
 
 
 class ExistsOut(Schema):
@@ -41,7 +40,7 @@ class ExistsOut(Schema):
 
 @api.put(
     "/workspaces/{name}/snapshots/{snapshot_id}",
-    response={201: UploadOut, 400: Detail, 413: Detail, **ERRORS},
+    response={202: UploadOut, 400: Detail, 413: Detail, **ERRORS},
     tags=["snapshot store"],
     openapi_extra={
         "requestBody": {
@@ -51,11 +50,12 @@ class ExistsOut(Schema):
     },
 )
 def upload(request: HttpRequest, params: Path[SnapshotIn]):
-    """Upload a sandbox workspace archive (the SDK's ``persist``), sent with a
-    ``Content-Length``. It is imported as a sync of the workspace (admins, as a
-    re-import; a staff member's token may create a workspace it names). 413 past the
-    size limit; 400 for an unsafe archive, with nothing stored. With the workspace's
-    generate-on-upload policy, ``runs`` lists the generation runs it started."""
+    """Upload a sandbox's workspace archive (the SDK's ``persist``) under its snapshot
+    id, sent with a ``Content-Length`` (admins; a staff member's token may create a
+    workspace it names). Answers 202 once the archive is stored durably and checked;
+    it is then merged into the workspace by a Celery task, whose progress
+    ``progress_url`` shows (the import job's page). 413 past the size limit; 400 for an
+    unsafe archive, with nothing stored."""
     name = params.name
     if Workspace.objects.filter(name=name).exists():
         workspace(request, name, Role.ADMIN)
@@ -72,19 +72,16 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):
         )
     except snapshot_store.UploadRefused as exc:
         raise HttpError(exc.status, str(exc)) from exc
-    result = done.result
     return Status(
-        201,
+        202,
         {
-            "workspace": result.workspace.name,
+            "workspace": name,
             "snapshot_id": done.snapshot.snapshot_id,
             "size": done.snapshot.size,
             "sha256": done.snapshot.sha256,
-            "import_status": done.snapshot.import_run.status if done.snapshot.import_run else "",
-            "layouts": [layout.as_dict() for layout in result.layouts],
-            "errors": result.errors,
-            "runs": [run.pk for run in done.runs],
-            "not_generated": done.not_generated,
+            "import_status": done.job.status,
+            "import_job": done.job.pk,
+            "progress_url": reverse("memoryui:import_progress", args=[done.job.pk]),
         },
     )
 
@@ -95,15 +92,15 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):
     tags=["snapshot store"],
 )
 def download(request: HttpRequest, params: Path[SnapshotIn]):
-    """The curated snapshot (the SDK's ``restore``): the last uploaded workspace with
-    the approved memory of every layout applied, exactly what an export makes (admins,
-    as an export). 404 for an id never uploaded; 409 when lint findings block it.
-    ``Content-Length`` and ``X-Memoryui-Sha256`` (hex) let the client verify the body."""
+    """The sandbox's snapshot (the SDK's ``restore``; admins, as an export): the files
+    of that id's last upload outside the memory layouts, byte for byte, and each
+    layout's memories folder as the workspace serves it (the latest approved versions
+    that pass lint). An id never uploaded gets the served memory alone, for a fresh
+    sandbox. ``Content-Length`` and ``X-Memoryui-Sha256`` (hex) let the client verify
+    the body."""
     ws = workspace(request, params.name, Role.ADMIN)
-    if snapshot_store.uploaded(ws, params.snapshot_id) is None:
-        raise Http404(f"No snapshot {params.snapshot_id} was uploaded to {ws.name}.")
     try:
-        archive = snapshot_store.curated_archive(ws, params.snapshot_id, user=request.user)
+        archive = snapshot_store.sandbox_archive(ws, params.snapshot_id, user=request.user)
     except ExportError as exc:
         raise conflict(str(exc)) from exc
     digest, size = _sha256_and_size(archive)

@@ -1,0 +1,467 @@
+"""The remote snapshot store's semantics over its HTTP API: one workspace, many
+sandboxes; each download is that sandbox's own files and the workspace's served memory
+(approved, passing lint); uploads answer before their import, which a worker runs."""
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from memoryui import curation, lint_allowances, served_memory, tokens
+from memoryui.models import (
+    AuditEvent,
+    ImportJob,
+    Layout,
+    Membership,
+    MemoryVersion,
+    Role,
+    Rollout,
+    SkillFileVersion,
+    UploadedSnapshot,
+    Webhook,
+    WebhookDelivery,
+    Workspace,
+    WorkspaceFile,
+)
+from memoryui.workspaces import run_import_job
+from tests.factories import make_user
+
+M = "memories/engineering"
+S = "sessions/engineering"
+MEMORY_MD = MemoryVersion.Document.MEMORY_MD
+SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
+APPROVED_MD = b"# Task Group: deploys\n\nscope: deploys\n\n## Task 1: canary first\n\nok\n"
+AGENTS_MD = b"# Task Group: deploys\n\nscope: deploys\n\n## Task 1: skip the canary\n\nfast\n"
+SUMMARY_MD = b"## User Profile\n\nDeploys go through the runbook.\n"
+SKILL = f"{M}/skills/deploy/SKILL.md"
+FAKE_AWS_KEY = "AKIAZ3MSJV4WWNKWW5FG"
+
+
+@pytest.fixture
+def store(settings, tmp_path):
+    settings.MEMORYUI_REMOTE_STORE_DIR = tmp_path / "store"
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def ops(db):
+    user = make_user("ops", staff=True)
+    return user, tokens.create_token(user, "t", ["w"]).secret
+
+
+def rollout(rid: str, text: str) -> bytes:
+    return (
+        b'{"timestamp":"2026-11-30T10:00:00Z","type":"session_meta","payload":{"id":"'
+        + rid.encode()
+        + b'"}}\n{"timestamp":"2026-11-30T10:00:01Z","type":"response_item","payload":'
+        + b'{"type":"message","role":"user","content":[{"type":"input_text","text":"'
+        + text.encode()
+        + b'"}]}}\n'
+    )
+
+
+def raw_memory(rid: str) -> bytes:
+    return (
+        f"rollout_id: {rid}\nupdated_at: 2026-11-30T10:00:00+00:00\n"
+        f"rollout_path: {S}/{rid}.jsonl\nrollout_summary_file: rollout_summaries/{rid}_work.md\n"
+        f"terminal_state: completed\n\n---\ndescription: {rid}\ntask: {rid}\n---\nDid {rid}.\n"
+    ).encode()
+
+
+def sandbox(
+    rid: str,
+    own: dict[str, bytes],
+    *,
+    memory_md: bytes = APPROVED_MD,
+    links: dict[str, str] | None = None,
+    more: dict[str, bytes] | None = None,
+) -> bytes:
+    """A sandbox's archive as the SDK persists it: its own files, one rollout, and the
+    layout's memory as phase one and two left it."""
+    files = {
+        **own,
+        f"{S}/{rid}.jsonl": rollout(rid, f"task of {rid}"),
+        f"{M}/MEMORY.md": memory_md,
+        f"{M}/memory_summary.md": SUMMARY_MD,
+        f"{M}/raw_memories/{rid}.md": raw_memory(rid),
+        f"{M}/rollout_summaries/{rid}_work.md": f"# {rid}\n\nWorked.\n".encode(),
+        **(more or {}),
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(f"./{path}")
+            info.size, info.mtime = len(data), 1_790_000_000
+            info.mode = 0o755 if path.endswith(".sh") else 0o644
+            archive.addfile(info, io.BytesIO(data))
+        for path, target in (links or {}).items():
+            info = tarfile.TarInfo(f"./{path}")
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+            archive.addfile(info)
+    return out.getvalue()
+
+
+def upload(secret: str, snapshot_id: str, data: bytes, capture) -> dict:
+    """PUT the archive, then run the import the worker would run."""
+    with capture(execute=False) as queued:
+        answer = Client().put(
+            f"/api/workspaces/w/snapshots/{snapshot_id}",
+            data,
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+    assert answer.status_code == 202, answer.content
+    assert len(queued) == 1
+    job = run_import_job(answer.json()["import_job"])
+    assert job is not None and job.status == ImportJob.Status.DONE, job and job.error
+    return answer.json()
+
+
+def download(secret: str, snapshot_id: str) -> dict[str, tarfile.TarInfo | bytes]:
+    """path -> bytes of each file; path -> TarInfo of each link and directory."""
+    answer = Client().get(
+        f"/api/workspaces/w/snapshots/{snapshot_id}", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert answer.status_code == 200, answer.content
+    found: dict[str, tarfile.TarInfo | bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(b"".join(answer.streaming_content))) as archive:
+        for info in archive:
+            name = info.name.removeprefix("./").rstrip("/")
+            if info.isreg():
+                found[name] = archive.extractfile(info).read()  # type: ignore[union-attr]
+                found[f"mode:{name}"] = info  # type: ignore[assignment]
+            elif name:
+                found[name] = info
+    return found
+
+
+def layout() -> Layout:
+    return Layout.objects.get(workspace__name="w", memories_dir=M)
+
+
+def accept_all(user) -> None:
+    for version in MemoryVersion.objects.filter(needs_review=True):
+        curation.accept_agent_change(version, user=user)
+
+
+@pytest.mark.django_db
+def test_each_sandbox_downloads_its_own_files_and_the_workspaces_merged_memory(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    x_own = {"README.md": b"sandbox X\n", "bin/run.sh": b"#!/bin/sh\necho x\n"}
+    upload(
+        secret,
+        "x",
+        sandbox("rx", x_own, links={"docs/readme.md": "../README.md"}),
+        django_capture_on_commit_callbacks,
+    )
+    accept_all(user)
+    upload(
+        secret,
+        "y",
+        sandbox("ry", {"README.md": b"sandbox Y\n", "y-only.txt": b"y\n"}),
+        django_capture_on_commit_callbacks,
+    )
+
+    x = download(secret, "x")
+
+    # X's own files, byte for byte, with their modes and in-tree link; none of Y's.
+    assert x["README.md"] == b"sandbox X\n" and x["bin/run.sh"] == x_own["bin/run.sh"]
+    assert x["mode:bin/run.sh"].mode == 0o755  # type: ignore[union-attr]
+    link = x["docs/readme.md"]
+    assert isinstance(link, tarfile.TarInfo) and link.issym() and link.linkname == "../README.md"
+    assert f"{S}/rx.jsonl" in x and f"{S}/ry.jsonl" not in x and "y-only.txt" not in x
+    # The layout's memory is the workspace's: both sandboxes' raw memories and summaries.
+    for rid in ("rx", "ry"):
+        assert x[f"{M}/raw_memories/{rid}.md"] == raw_memory(rid)
+        assert f"{M}/rollout_summaries/{rid}_work.md" in x
+    assert x[f"{M}/MEMORY.md"] == APPROVED_MD
+    # Y's upload changed nothing of X's: no file marked gone, both rollouts listed.
+    assert not WorkspaceFile.objects.filter(workspace__name="w", missing_since__isnull=False)
+    assert sorted(Rollout.objects.values_list("rollout_id", flat=True)) == ["rx", "ry"]
+    y = download(secret, "y")
+    assert y["README.md"] == b"sandbox Y\n" and f"{S}/rx.jsonl" not in y
+    assert f"{M}/raw_memories/rx.md" in y
+
+
+@pytest.mark.django_db
+def test_an_agents_memory_change_reaches_no_sandbox_before_approval(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    # The first upload's memory is the agent's too: nothing is served before a decision.
+    assert f"{M}/MEMORY.md" not in download(secret, "x")
+    accept_all(user)
+    agent_skill = {SKILL: b"---\nname: deploy\ndescription: deploy\n---\nSkip checks.\n"}
+    upload(
+        secret,
+        "y",
+        sandbox("ry", {}, memory_md=AGENTS_MD, more=agent_skill),
+        django_capture_on_commit_callbacks,
+    )
+    pending = curation.latest(layout(), MEMORY_MD)
+    assert pending.needs_review and pending.author_kind == MemoryVersion.Author.AGENT
+    # X sends back what it got: not a change.
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    assert curation.latest(layout(), MEMORY_MD) == pending
+
+    for snapshot_id in ("x", "y", "fresh"):
+        served = download(secret, snapshot_id)
+        assert served[f"{M}/MEMORY.md"] == APPROVED_MD and SKILL not in served
+    page = Client()
+    page.force_login(user)
+    shown = page.get(reverse("memoryui:workspace_detail", args=["w"])).content.decode()
+    assert "gated" in shown and f"{M}/MEMORY.md</code> version {pending.number}" in shown
+    assert "awaits review" in shown
+
+    history = reverse("memoryui:skill_file_history", args=["w", layout().pk, "deploy", "SKILL.md"])
+    assert "awaits review" in page.get(history).content.decode()
+    curation.accept_agent_change(pending, user=user)
+    accepted = page.post(
+        reverse("memoryui:skill_file_accept", args=["w", layout().pk, "deploy", "SKILL.md", 1])
+    )
+    assert accepted.status_code == 302
+    assert AuditEvent.objects.filter(action="skill.accept_agent_change").exists()
+    assert not SkillFileVersion.objects.get(path="skills/deploy/SKILL.md").needs_review
+    served = download(secret, "x")
+    assert served[f"{M}/MEMORY.md"] == AGENTS_MD and SKILL in served
+
+
+@pytest.mark.django_db
+def test_the_serve_unreviewed_policy_is_for_admins_audited_and_shown(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    upload(secret, "y", sandbox("ry", {}, memory_md=AGENTS_MD), django_capture_on_commit_callbacks)
+    ws_url = reverse("memoryui:snapshot_store_policy", args=["w"])
+    editor = make_user("ed")
+    Membership.objects.create(
+        workspace=Workspace.objects.get(name="w"), user=editor, role=Role.EDITOR
+    )
+    as_editor = Client()
+    as_editor.force_login(editor)
+    assert as_editor.post(ws_url, {"serve_unreviewed": "on"}).status_code == 403
+
+    admin = Client()
+    admin.force_login(user)
+    admin.post(ws_url, {"serve_unreviewed": "on"})
+
+    assert download(secret, "x")[f"{M}/MEMORY.md"] == AGENTS_MD
+    event = AuditEvent.objects.get(action="snapshot_store.policy")
+    assert event.detail["serve_unreviewed"] is True and event.user == user
+    shown = admin.get(reverse("memoryui:workspace_detail", args=["w"])).content.decode()
+    assert "serving unreviewed memory" in shown
+
+
+@pytest.mark.django_db
+def test_lint_holds_back_only_the_version_it_concerns_and_tells_the_team(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    hook = Webhook.objects.create(
+        workspace=layout().workspace, url="http://127.0.0.1:9/hook", secret="s", events=[]
+    )
+    leaked = APPROVED_MD.decode() + f"\n- deploy key: {FAKE_AWS_KEY}\n"
+    version = curation.save_document(
+        layout(), MEMORY_MD, leaked, user=user, reason="edit", based_on=1
+    )
+
+    with django_capture_on_commit_callbacks(execute=False):
+        first = download(secret, "x")
+        second = download(secret, "x")
+
+    # The sandbox starts, with the last approved version that passes; the summary,
+    # which has no finding, is served as it is.
+    assert first[f"{M}/MEMORY.md"] == second[f"{M}/MEMORY.md"] == APPROVED_MD
+    assert first[f"{M}/memory_summary.md"] == SUMMARY_MD
+    held = AuditEvent.objects.get(action=served_memory.HELD_BACK_ACTION)  # once, not twice
+    assert held.target == f"{M}/MEMORY.md" and held.detail["version"] == version.number
+    assert held.detail["served"] == 1
+    assert WebhookDelivery.objects.get(webhook=hook, event="memory.held_back")
+    page = Client()
+    page.force_login(user)
+    shown = page.get(reverse("memoryui:workspace_detail", args=["w"])).content.decode()
+    assert f"version {version.number}: lint:" in shown and "sandboxes get version 1" in shown
+
+    # An admin allows the finding for this content: the version is served.
+    served = served_memory.served_layouts(layout().workspace)[0]
+    finding = served.held[0].findings[0]
+    lint_allowances.record(
+        layout().workspace,
+        [finding],
+        {finding.path: MemoryVersion.objects.get(pk=version.pk).blob_id},
+        [finding.id],
+        user=user,
+    )
+    assert download(secret, "x")[f"{M}/MEMORY.md"] == leaked.encode()
+
+
+@pytest.mark.django_db
+def test_a_never_uploaded_id_gets_the_served_memory_alone(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    exists = Client().get(
+        "/api/workspaces/w/snapshots/new-one/exists", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+
+    fresh = download(secret, "new-one")
+
+    assert exists.json() == {"exists": False}  # the SDK starts it from its manifest
+    files = sorted(p for p, v in fresh.items() if isinstance(v, bytes))
+    assert files and all(p.startswith(f"{M}/") for p in files)
+    assert fresh[f"{M}/MEMORY.md"] == APPROVED_MD and f"{M}/raw_memories/rx.md" in fresh
+
+
+@pytest.mark.django_db
+def test_two_sandboxes_sending_one_rollout_id_with_different_bytes_each_keep_theirs(
+    store, ops, django_capture_on_commit_callbacks
+):
+    _, secret = ops
+    upload(secret, "x", sandbox("same", {}), django_capture_on_commit_callbacks)
+    other = sandbox("same", {}, more={f"{S}/same.jsonl": rollout("same", "another task")})
+    upload(secret, "y", other, django_capture_on_commit_callbacks)
+
+    assert download(secret, "x")[f"{S}/same.jsonl"] == rollout("same", "task of same")
+    assert download(secret, "y")[f"{S}/same.jsonl"] == rollout("same", "another task")
+    run = UploadedSnapshot.objects.get(snapshot_id="y").import_run
+    assert any(
+        e["path"] == f"{S}/same.jsonl" and "uploaded before with other bytes" in e["error"]
+        for e in run.errors
+    )
+    shown = WorkspaceFile.objects.get(path=f"{S}/same.jsonl").blob_id  # the latest upload's
+    assert shown == hashlib.sha256(rollout("same", "another task")).hexdigest()
+
+
+@pytest.mark.django_db
+def test_an_upload_answers_once_stored_and_its_import_shows_on_the_workspace_page(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        answer = Client().put(
+            "/api/workspaces/w/snapshots/x",
+            sandbox("rx", {}),
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+
+    body = answer.json()
+    assert answer.status_code == 202 and body["import_status"] == "queued"
+    assert (store / "w" / "x.tar").read_bytes() == sandbox("rx", {})
+    assert not Rollout.objects.exists() and len(queued) == 1  # not imported yet
+    page = Client()
+    page.force_login(user)
+    shown = page.get(reverse("memoryui:workspace_detail", args=["w"])).content.decode()
+    assert "<code>x</code>" in shown and body["progress_url"] in shown and "Queued" in shown
+    assert page.get(body["progress_url"]).status_code == 200
+
+    run_import_job(body["import_job"])  # what the queued task runs in a worker
+
+    assert Rollout.objects.filter(rollout_id="rx").exists()
+    snapshot = UploadedSnapshot.objects.get(snapshot_id="x")
+    assert snapshot.import_run is not None and snapshot.import_job.status == ImportJob.Status.DONE
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("target", "kind"),
+    [
+        ("/etc/passwd", tarfile.SYMTYPE),
+        ("../../outside", tarfile.SYMTYPE),
+        ("../docs/../../outside", tarfile.SYMTYPE),
+        ("README.md", tarfile.LNKTYPE),
+    ],
+)
+def test_links_the_sdk_refuses_are_refused(store, ops, target, kind):
+    _, secret = ops
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as archive:
+        info = tarfile.TarInfo("./README.md")
+        archive.addfile(info, io.BytesIO(b""))
+        info = tarfile.TarInfo("./docs/link")
+        info.type, info.linkname = kind, target
+        archive.addfile(info)
+
+    answer = Client().put(
+        "/api/workspaces/w/snapshots/x",
+        data.getvalue(),
+        content_type="application/x-tar",
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+    )
+
+    assert answer.status_code == 400 and "docs/link" in answer.json()["detail"]
+    assert not UploadedSnapshot.objects.exists()
+
+
+@pytest.mark.django_db
+def test_reverting_the_agents_first_version_leaves_an_empty_served_document(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    first = curation.latest(layout(), MEMORY_MD)
+    page = Client()
+    page.force_login(user)
+
+    answer = page.post(
+        reverse("memoryui:agent_change", args=["w", layout().pk, "memory_md", first.number]),
+        {"action": "revert"},
+    )
+
+    assert answer.status_code == 302
+    current = curation.latest(layout(), MEMORY_MD)
+    assert current.number == 2 and curation.text_of(current) == "" and not current.needs_review
+    assert download(secret, "x")[f"{M}/MEMORY.md"] == b""
+
+
+@pytest.mark.django_db
+def test_a_workspace_sandboxes_upload_has_no_source_to_reimport(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    page = Client()
+    page.force_login(user)
+
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        answer = page.post(reverse("memoryui:workspace_reimport", args=["w"]), follow=True)
+
+    assert queued == [] and "there is no source folder to re-import" in answer.content.decode()
+    assert "Re-import from source" not in answer.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_workspace_pages_store_section_costs_the_same_queries_for_many_sandboxes(
+    store, ops, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user, secret = ops
+    page = Client()
+    page.force_login(user)
+    url = reverse("memoryui:workspace_detail", args=["w"])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as done:
+            assert page.get(url).status_code == 200
+        return len(done)
+
+    upload(secret, "s0", sandbox("r0", {}), django_capture_on_commit_callbacks)
+    one = queries()
+    for n in range(1, 12):
+        upload(secret, f"s{n}", sandbox(f"r{n}", {}), django_capture_on_commit_callbacks)
+
+    assert queries() == one
