@@ -23,7 +23,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from generation.tree import human_size
-from memoryui.tasks import import_new_workspace
 
 from . import workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
@@ -183,7 +182,7 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
     finally:
         if upload is not None:
             upload.close()  # deletes the temp file unless it was moved
-    import_new_workspace.delay_on_commit(job.pk)
+    _send_import(job.pk)
     return redirect("memoryui:import_progress", job.pk)
 
 
@@ -200,7 +199,7 @@ def workspace_register(request: HtmxHttpRequest) -> HttpResponse:
         source_path=str(form.cleaned_data["path"]),
         created_by=request.user,
     )
-    import_new_workspace.delay_on_commit(job.pk)
+    _send_import(job.pk)
     return redirect("memoryui:import_progress", job.pk)
 
 
@@ -245,3 +244,9 @@ def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
     else:
         messages.info(request, f"Scheduled sync of {workspace.name} is off.")
     return redirect(workspace)
+
+
+def _send_import(job_id: int) -> None:
+    from memoryui.tasks import import_new_workspace  # Celery loads when a task is sent
+
+    import_new_workspace.delay_on_commit(job_id)

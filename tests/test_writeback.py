@@ -581,10 +581,12 @@ def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals):
 def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals):
     from celery.signals import worker_ready
 
+    from memoryui.celery import app  # what a worker runs, and what connects the recovery
+
     _, new = curated_write_back(layout, ws)
     kill_write_back(layout, 9)
 
-    worker_ready.send(sender=None)
+    worker_ready.send(sender=app)
 
     assert comparable(snapshot_tree(ws)) == new
     assert AuditEvent.objects.get(action="writeback.write").detail["completed_by_recovery"]
