@@ -323,8 +323,15 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
     }
 
-# The dashboard's address, for the links that commands print.
-MEMORYUI_BASE_URL = env_str("MEMORYUI_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# The dashboard's address, for the links that commands print: this variable, else the
+# address bin/start serves on (it writes it to VAR_DIR/base-url, for commands run in
+# another terminal), else runserver's default.
+BASE_URL_FILE = VAR_DIR / "base-url"
+MEMORYUI_BASE_URL = (
+    env_str("MEMORYUI_BASE_URL")
+    or (BASE_URL_FILE.read_text().strip() if BASE_URL_FILE.is_file() else "")
+    or "http://127.0.0.1:8000"
+).rstrip("/")
 
 # Where export_snapshot and the export page write <snapshot-id>.tar by default.
 MEMORYUI_SNAPSHOT_BASE_PATH = Path(
