@@ -1,6 +1,6 @@
 """bin/setup and bin/start on a copy of the project with a .venv of its own (never the
 checkout's): .venv is reused whatever launcher starts Python, and bin/start ends with
-the demo login, once the dashboard answers, and how to stop it."""
+the demo login, once the dashboard answers, and how to stop it; Ctrl-C stops it all."""
 
 import os
 import shutil
@@ -76,6 +76,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def group_ends(pgid: int, within: float) -> bool:
+    """Whether every process of the group has ended (waiting up to ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
     project = project_copy(tmp_path, with_app=True)
     port = free_port()
@@ -95,9 +108,12 @@ def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
             assert start.poll() is None, log.read_text()
             time.sleep(0.5)
         printed = log.read_text()
+        os.killpg(start.pid, signal.SIGINT)  # Ctrl-C in its terminal
+        start.wait(timeout=120)
+        assert group_ends(start.pid, within=120), "a server or the worker outlived Ctrl-C"
     finally:
-        os.killpg(start.pid, signal.SIGTERM)
-        start.wait(timeout=60)
+        if not group_ends(start.pid, within=0):
+            os.killpg(start.pid, signal.SIGKILL)
 
     lines = [line for line in printed.splitlines() if line.strip()]
     assert lines[-1].strip().startswith("Stop with Ctrl-C"), printed
