@@ -6,7 +6,7 @@ then time in interleaved rounds (three by default, medians reported):
 
 - ``tar``: GNU tar archiving the same tree, ``tar -cf OUT -C TREE .``;
 - ``export``: ``memoryui.snapshots.export_snapshot`` of the imported workspace into a
-  snapshot directory, everything included: the plan of every layout and its lint (cached
+  snapshot directory, everything included: the plan of every layout and its lint (kept
   by content after the first export, which is timed on its own, before the rounds),
   reading every blob from the database, writing the archive, fsync, and the audit
   record.
@@ -90,12 +90,11 @@ def curate() -> None:
 
 
 def clear_lint_caches() -> None:
-    from django.core.cache import cache
-
     from generation import lint
+    from memoryui.models import LintResult
 
     lint._LINT_CACHE.clear()
-    cache.clear()
+    LintResult.objects.all().delete()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,13 +16,17 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
-import openai
 from jsonschema.exceptions import best_match  # type: ignore[import-untyped, unused-ignore]
 
 from generation import prompts
+
+if TYPE_CHECKING:
+    # Loaded by the functions that call a model (the client is heavy to import): pages
+    # and commands that only use this module's types and errors never load it.
+    import openai
 
 JSONDict = dict[str, Any]
 MAX_REASON_CHARS = 300
@@ -79,6 +83,8 @@ class PermanentModelError(ModelError):
 
 
 def make_client(config: ModelConfig) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(
         api_key=config.api_key or "not-needed",
         base_url=config.base_url,
@@ -158,6 +164,8 @@ def _request(
     schema_name: str,
     schema: JSONDict,
 ) -> tuple[str, Usage]:
+    import openai
+
     try:
         if config.api == "chat":
             return _chat(client, config, instructions, messages, schema_name, schema)
@@ -309,6 +317,8 @@ _UNSUPPORTED_JSON_SCHEMA = "Input should be 'text' or 'json_object'"
 
 def translate_error(exc: openai.OpenAIError) -> ModelError:
     """Map the client's exceptions onto transient and permanent errors."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError) and _UNSUPPORTED_JSON_SCHEMA in _error_message(exc):
         # llama.cpp answers 500 to OpenAI's json_schema form: retrying cannot help.
         return PermanentModelError(

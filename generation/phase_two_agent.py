@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 from generation import llm, patches
+
+if TYPE_CHECKING:
+    import openai  # loaded by run_agent, which is given a client
 
 JSONDict = dict[str, Any]
 Change = tuple[bytes | None, bytes | None]
@@ -655,6 +656,8 @@ def run_agent(
 ) -> AgentResult:
     """Let the model edit ``staging`` until it answers without a tool call. Never raises
     for the model's or the server's doing: a failure is a result with its reason."""
+    import openai
+
     conversation = _Conversation(config, instructions, prompt, limits.max_answer_tokens)
     usage = llm.Usage()
     turns = 0

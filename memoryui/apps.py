@@ -9,15 +9,9 @@ class MemoryuiConfig(AppConfig):
     verbose_name = "memoryui"
 
     def ready(self) -> None:
-        # Write-backs and exports that died are finished or undone when a worker starts
-        # (here) or the web server does (wsgi.py), never merely on start-up of Django:
-        # migrations and other management commands must not touch workspaces.
-        from celery.signals import worker_ready
-
-        from . import webhooks  # noqa: F401  (its signal receivers and Celery task)
-        from .recovery import recover_at_start
-
-        worker_ready.connect(recover_at_start, weak=False, dispatch_uid="memoryui-recover")
+        # Light on purpose: every command and process runs this. The Celery app, which
+        # recovers interrupted write-backs when a worker starts, lives in memoryui.celery.
+        from . import webhooks  # noqa: F401  (its signal receivers)
 
         checks.register(check_workspace_routes, checks.Tags.urls)
 

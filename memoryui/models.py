@@ -1079,3 +1079,17 @@ class LintAllowance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.finding_id} in {self.path} ({self.sha256[:12]})"
+
+
+class LintResult(models.Model):
+    """What the lint found in one content of a file (``generation.lint.lint_file``), kept
+    so that write-back and export, in whichever process they run, scan only content never
+    scanned before. ``key``: the lint's version, the path, the content's sha256 and the
+    workspace's layouts, hashed (each is part of what the lint looks at)."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    findings = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"lint result {self.key[:12]} ({len(self.findings)} findings)"

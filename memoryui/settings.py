@@ -7,6 +7,7 @@ The defaults are a safe local setup: SQLite and a Celery broker on the file syst
 
 import os
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -61,7 +62,9 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin's modules (and what they import) load with the site's routes
+    # (memoryui/site_urls.py), not in every command.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -72,9 +75,12 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
-    "ninja",
     "memoryui",
 ]
+# django-ninja is not an installed app: importing it (and pydantic) would cost every
+# command and process a quarter of a second; the API loads it on its first request.
+# Its templates and static files (the Swagger UI, served locally) are found here instead.
+NINJA_DIR = Path(find_spec("ninja").origin).parent  # type: ignore[union-attr, arg-type]
 
 MIDDLEWARE = [
     # /healthz first: load balancers probe it by IP over plain HTTP, without a login.
@@ -94,13 +100,13 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "memoryui.urls"
+ROOT_URLCONF = "memoryui.site_urls"
 WSGI_APPLICATION = "memoryui.wsgi.application"
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -176,6 +182,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+STATICFILES_DIRS = [NINJA_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
 if DEBUG:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
@@ -316,8 +323,15 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
     }
 
-# The dashboard's address, for the links that commands print.
-MEMORYUI_BASE_URL = env_str("MEMORYUI_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# The dashboard's address, for the links that commands print: this variable, else the
+# address bin/start serves on (it writes it to VAR_DIR/base-url, for commands run in
+# another terminal), else runserver's default.
+BASE_URL_FILE = VAR_DIR / "base-url"
+MEMORYUI_BASE_URL = (
+    env_str("MEMORYUI_BASE_URL")
+    or (BASE_URL_FILE.read_text().strip() if BASE_URL_FILE.is_file() else "")
+    or "http://127.0.0.1:8000"
+).rstrip("/")
 
 # Where export_snapshot and the export page write <snapshot-id>.tar by default.
 MEMORYUI_SNAPSHOT_BASE_PATH = Path(

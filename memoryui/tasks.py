@@ -1,15 +1,18 @@
-"""Celery tasks: thin wrappers that take ids and call plain functions."""
+"""Celery tasks: thin wrappers that take ids and call plain functions. Importing this
+module loads the Celery app (``memoryui.celery``) the tasks are sent with: modules that
+send a task import it where they send it, so that pages and commands that send none
+never load Celery."""
 
-from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from generation.llm import TransientModelError
-from memoryui import pipeline, workspaces
+from memoryui import pipeline, webhooks, workspaces
+from memoryui.celery import app
 from memoryui.models import GenerationRun, WorkerHeartbeat, Workspace
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     """Re-run the import of a workspace from its recorded source, if it is under the
     workspace roots. Safe to run twice: the import is a sync that skips unchanged files."""
@@ -20,14 +23,14 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     workspaces.reimport(workspace, user)
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def import_new_workspace(job_id: int) -> None:
     """Create a workspace from an uploaded snapshot or a registered directory, or merge
     a sandbox's upload to the remote snapshot store into its workspace."""
     workspaces.run_import_job(job_id)
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def sync_workspaces() -> None:
     """Periodic (Celery beat, every minute): re-import each workspace whose sync
     interval has passed, each claimed by one beat only."""
@@ -35,12 +38,12 @@ def sync_workspaces() -> None:
         sync_workspace.delay(workspace_id)
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def sync_workspace(workspace_id: int) -> None:
     workspaces.sync_workspace(workspace_id)
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def phase_one_task(self, job_id: int) -> None:
     """Phase one for one rollout, then keep the layout's window of jobs full and start
     phase two after the last one."""
@@ -61,7 +64,7 @@ def advance_run(run_id: int) -> None:
         phase_two_task.delay(run_id)
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def phase_two_task(self, run_id: int) -> None:
     """Phase two for a run: consolidate into a proposal for review."""
     try:
@@ -74,7 +77,7 @@ def phase_two_task(self, run_id: int) -> None:
         raise self.retry(countdown=pipeline.retry_delay(attempt, exc.retry_after)) from exc
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def recover_stalled_runs() -> None:
     """Periodic (Celery beat): send again the work of active runs whose task message was
     lost with a worker, and keep every extracting run's window of jobs full."""
@@ -88,13 +91,22 @@ def recover_stalled_runs() -> None:
         advance_run(run_id)
 
 
-@shared_task(acks_late=True)
+@app.task(acks_late=True)
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)
 
 
-@shared_task(ignore_result=True)
+# Named as when it lived in memoryui.webhooks: messages queued then still run.
+@app.task(name="memoryui.webhooks.deliver_webhook", bind=True, acks_late=True, max_retries=None)
+def deliver_webhook(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]
+    """POST a webhook delivery; a failing receiver is tried again with backoff."""
+    retry_in = webhooks.attempt(delivery_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+@app.task(ignore_result=True)
 def heartbeat() -> None:
     """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``."""
     WorkerHeartbeat.objects.update_or_create(name="worker", defaults={"seen_at": timezone.now()})
@@ -118,4 +130,4 @@ FORMER_NAMES = {
     "generation.tasks.start_generation": start_generation,
 }
 for _former, _task in FORMER_NAMES.items():
-    shared_task(name=_former, acks_late=True)(_forward_to(_task))
+    app.task(name=_former, acks_late=True)(_forward_to(_task))

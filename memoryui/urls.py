@@ -1,9 +1,11 @@
-from django.contrib import admin
+"""The dashboard's routes. The site's URLconf (``memoryui.site_urls``) adds the admin's
+and the API's; commands reverse the links they print with this one alone, which loads
+neither the admin's modules nor django-ninja, pydantic or the ``openai`` client."""
+
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
 from . import (
-    api,
     member_views,
     review_views,
     rollout_views,
@@ -162,6 +164,4 @@ urlpatterns = [
     path("", include((memoryui_patterns, "memoryui"))),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("admin/", admin.site.urls),
-    path("api/", api.urls()),
 ]

@@ -15,7 +15,6 @@ from django_htmx.middleware import HtmxDetails
 
 from generation import review, tree
 from generation.summary import injected_summary
-from memoryui.tasks import reimport_workspace, start_generation
 
 from . import (
     charts,
@@ -171,6 +170,8 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     except workspaces.PathRefused as exc:
         messages.error(request, f"Not re-imported: {exc}")
         return redirect(workspace)
+    from memoryui.tasks import reimport_workspace  # Celery loads when a task is sent
+
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")
     return redirect(workspace)
@@ -495,6 +496,8 @@ def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
     except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
         messages.error(request, str(exc))
         return redirect("memoryui:generation", name=name, layout_pk=layout.pk)
+    from memoryui.tasks import start_generation  # Celery loads when a task is sent
+
     start_generation.delay_on_commit(run.pk)
     return redirect("memoryui:run_detail", name=name, layout_pk=layout.pk, run_pk=run.pk)
 

@@ -1,6 +1,7 @@
 """Webhooks: a workspace's events POSTed as JSON to the receivers its admins register,
-signed with HMAC-SHA256 over a timestamp and the body, delivered by a Celery task that
-retries a failing receiver with exponential backoff. Every attempt is logged.
+signed with HMAC-SHA256 over a timestamp and the body, delivered by a Celery task
+(``memoryui.tasks.deliver_webhook``) that retries a failing receiver with exponential
+backoff. Every attempt is logged.
 
 Events: ``proposal.ready``, ``proposal.approved``, ``proposal.rejected``,
 ``writeback.done``, ``export.done``, ``run.failed``.
@@ -30,7 +31,6 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
@@ -106,8 +106,14 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
             },
         )
         made.append(delivery)
-        transaction.on_commit(lambda pk=delivery.pk: deliver_webhook.delay(pk))
+        transaction.on_commit(lambda pk=delivery.pk: _send(pk))
     return made
+
+
+def _send(delivery_id: int) -> None:
+    from .tasks import deliver_webhook  # the tasks (and Celery) load when a task is sent
+
+    deliver_webhook.delay(delivery_id)
 
 
 def attempt(delivery_id: int) -> float | None:
@@ -160,17 +166,10 @@ def attempt(delivery_id: int) -> float | None:
     return retry_in
 
 
-@shared_task(bind=True, acks_late=True, max_retries=None)
-def deliver_webhook(self, delivery_id: int) -> None:
-    retry_in = attempt(delivery_id)
-    if retry_in is not None:
-        raise self.retry(countdown=retry_in)
-
-
 def redeliver(delivery: WebhookDelivery) -> None:
     """Send a delivery again (a new series of attempts, logged after the old ones)."""
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.PENDING)
-    transaction.on_commit(lambda: deliver_webhook.delay(delivery.pk))
+    transaction.on_commit(lambda: _send(delivery.pk))
 
 
 # --- where events come from ------------------------------------------------------------------

@@ -22,7 +22,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
-from memoryui.tasks import import_new_workspace
 
 from . import workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
@@ -184,7 +183,7 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
     finally:
         if upload is not None:
             upload.close()  # deletes the temp file unless it was moved
-    import_new_workspace.delay_on_commit(job.pk)
+    _send_import(job.pk)
     return redirect("memoryui:import_progress", job.pk)
 
 
@@ -213,7 +212,7 @@ def workspace_register(request: HtmxHttpRequest) -> HttpResponse:
         source_path=str(form.cleaned_data["path"]),
         created_by=signed_in(request),
     )
-    import_new_workspace.delay_on_commit(job.pk)
+    _send_import(job.pk)
     return redirect("memoryui:import_progress", job.pk)
 
 
@@ -264,3 +263,9 @@ def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
     else:
         messages.info(request, f"Scheduled sync of {workspace.name} is off.")
     return redirect(workspace)
+
+
+def _send_import(job_id: int) -> None:
+    from memoryui.tasks import import_new_workspace  # Celery loads when a task is sent
+
+    import_new_workspace.delay_on_commit(job_id)

@@ -27,20 +27,20 @@ import difflib
 import hashlib
 import re
 from collections.abc import Callable, Collection, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field, fields
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
 from generation import export, journal, tree
 from generation.export import ExportError, WrittenFile
-from generation.lint import LINT_VERSION, Finding, lint_file
+from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import FileKind, LayoutDirs
 
 from . import diffs, importer, lint_allowances, skills
@@ -48,6 +48,7 @@ from .models import (
     AuditEvent,
     Blob,
     Layout,
+    LintResult,
     MemoryVersion,
     PhaseOneJob,
     PhaseOneResult,
@@ -64,7 +65,6 @@ _PHASE_ONE_PATH = re.compile(r"^(?:raw_memories|rollout_summaries)/[^/]+\.md$")
 # Texts larger than this are not diffed line by line on a page (difflib is quadratic
 # in the worst case).
 DIFF_LIMIT_BYTES = 400_000
-LINT_CACHE_SECONDS = 30 * 24 * 3600
 DOCUMENT_FILES = {
     MemoryVersion.Document.MEMORY_MD: "MEMORY.md",
     MemoryVersion.Document.MEMORY_SUMMARY: "memory_summary.md",
@@ -287,26 +287,62 @@ def plan_layout(
 
 
 def lint_planned(files: list[PlannedFile], dirs: list[LayoutDirs]) -> list[Finding]:
-    """``generation.lint.lint_file`` for each file, remembered in the cache (shared between
-    processes when one is configured): a large MEMORY.md takes a second to lint."""
-    keys = {
-        f.path: "memoryui:lint:"
-        + hashlib.sha256(f"{LINT_VERSION}\0{f.path}\0{f.sha256}\0{dirs}".encode()).hexdigest()
-        for f in files
-    }
-    cached = cache.get_many(list(keys.values()))
+    """``generation.lint.lint_file`` for each file, its results kept in the database
+    (``LintResult``): a content is scanned once, whichever process (web, worker, command)
+    meets it first; a large MEMORY.md takes a second to lint."""
+    keys = {f.path: lint_key(f.path, f.sha256, dirs) for f in files if f.data is not None}
+    known = dict(
+        LintResult.objects.filter(key__in=set(keys.values())).values_list("key", "findings")
+    )
     findings: list[Finding] = []
-    fresh = {}
+    fresh: list[LintResult] = []
     for f in files:
         if f.data is None:
             continue  # a deletion: nothing to lint
-        found = cached.get(keys[f.path])
-        if found is None:
-            found = fresh[keys[f.path]] = lint_file(f.path, f.data, dirs)
+        key = keys[f.path]
+        if key in known:
+            findings.extend(_finding_of(row) for row in known[key])
+            continue
+        found = lint_file(f.path, f.data, dirs)
+        known[key] = [asdict(finding) for finding in found]
+        fresh.append(LintResult(key=key, findings=known[key]))
         findings.extend(found)
-    if fresh:
-        cache.set_many(fresh, timeout=LINT_CACHE_SECONDS)
+    # ignore_conflicts: another process may have scanned the same content meanwhile.
+    LintResult.objects.bulk_create(fresh, ignore_conflicts=True)
+    kept = _KEPT_WHEN_REFUSED.get()
+    if kept is not None:
+        kept.extend(fresh)
     return findings
+
+
+# Lint results found by a write-back that is refused (its transaction rolled back).
+_KEPT_WHEN_REFUSED: ContextVar[list[LintResult] | None] = ContextVar(
+    "memoryui_lint_kept_when_refused", default=None
+)
+
+
+@contextmanager
+def _lint_kept_when_refused() -> Iterator[None]:
+    """A write-back refused for its findings rolls back its transaction, lint results
+    included: saved again here, so that the next attempt, in any process, does not scan
+    the same content again."""
+    kept: list[LintResult] = []
+    token = _KEPT_WHEN_REFUSED.set(kept)
+    try:
+        yield
+    except Refused:
+        LintResult.objects.bulk_create(kept, ignore_conflicts=True)
+        raise
+    finally:
+        _KEPT_WHEN_REFUSED.reset(token)
+
+
+def lint_key(path: str, sha256: str | None, dirs: list[LayoutDirs]) -> str:
+    return hashlib.sha256(f"{LINT_VERSION}\0{path}\0{sha256}\0{dirs}".encode()).hexdigest()
+
+
+def _finding_of(row: dict[str, Any]) -> Finding:
+    return Finding(**{**row, "kind": FindingKind(row["kind"])})
 
 
 def _imported(layout: Layout, paths: list[str]) -> dict[str, str | None]:
@@ -595,6 +631,7 @@ def write_back(
         except (journal.JournalError, OSError) as exc:
             raise WritebackError(f"an earlier write-back could not be recovered: {exc}") from exc
         step("begin")
+        held.enter_context(_lint_kept_when_refused())
         with transaction.atomic():
             # One write-back per layout at a time (the lock above covers this server).
             Layout.objects.select_for_update().filter(pk=layout.pk).first()

@@ -12,6 +12,19 @@ FIXTURES = Path(
 FIXTURE_NAMES = ["small-a", "small-b", "medium-300"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hasher():
+    """Every test user's password is hashed with MD5: the production hasher (PBKDF2) is
+    made to be slow, 0.6 s of CPU per user. Subprocesses (commands, workers, gunicorn)
+    keep the settings' hashers, whose hashes are still checked here."""
+    from django.conf import global_settings
+    from django.test.utils import override_settings
+
+    fast = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]
+    with override_settings(PASSWORD_HASHERS=fast):
+        yield
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The SDK-written fixture trees (read-only); the suite cannot run without them."""

@@ -3,6 +3,7 @@ tests walk them all, so a new route is covered (or names the argument it needs).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from memoryui.models import (
     WebhookDelivery,
     WorkspaceFile,
 )
-from tests.factories import make_user
+from tests.factories import built_once, copy_workspace, make_user
 
 MD = MemoryVersion.Document.MEMORY_MD
 
@@ -169,3 +170,18 @@ def make_world(workspace_copy, name: str = "a") -> World:
 def world(db, model, workspace_copy, settings, tmp_path) -> World:
     settings.MEMORYUI_SNAPSHOT_BASE_PATH = tmp_path / "snapshots"
     return make_world(workspace_copy)
+
+
+@pytest.fixture(scope="class")
+def shared_world(
+    django_db_setup, django_db_blocker, tmp_path_factory, fixtures_dir
+) -> Iterator[World]:
+    """``world``, made once for a class of tests: each test's changes to the database are
+    rolled back after it; its files on disk are shared as they are."""
+    root = tmp_path_factory.mktemp("world")
+
+    def copy(name: str = "small-a") -> Path:
+        return copy_workspace(fixtures_dir, name, root / name)
+
+    with built_once(django_db_blocker, lambda: make_world(copy)) as world:
+        yield world

@@ -25,7 +25,7 @@ from memoryui.models import (
     Role,
     Rollout,
 )
-from tests.factories import make_user
+from tests.factories import built_once, copy_workspace, make_user
 
 pytestmark = pytest.mark.django_db
 MD = MemoryVersion.Document.MEMORY_MD
@@ -38,6 +38,24 @@ def layout(workspace_copy, settings, tmp_path):
     layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
     GenerationSettings.objects.create(layout=layout, concurrency=1)
     return layout
+
+
+@pytest.fixture(scope="class")
+def parity_world(django_db_setup, django_db_blocker, tmp_path_factory, fixtures_dir):
+    """Workspace "a" and a generated proposal, made once for all the parity cases (each
+    case's own changes are rolled back after it)."""
+    path = copy_workspace(fixtures_dir, "small-a", tmp_path_factory.mktemp("parity") / "a")
+
+    def build() -> tuple[Layout, Proposal]:
+        import_workspace(path, "a")
+        layout = Layout.objects.select_related("workspace").get(
+            workspace__name="a", memories_dir="memories/engineering"
+        )
+        GenerationSettings.objects.create(layout=layout, concurrency=1)
+        return layout, proposal_for(layout)
+
+    with built_once(django_db_blocker, build) as world:
+        yield world
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -304,40 +322,46 @@ def _call(client: Client, how, headers=None):
     return client.post(url, body)
 
 
-@pytest.mark.parametrize(
-    ("endpoint", "needed", "api_call", "page_call"), ENDPOINTS, ids=[e[0] for e in ENDPOINTS]
-)
-def test_the_api_allows_exactly_what_the_page_allows_for_every_role(
-    model,
-    layout,
-    settings,
-    endpoint,
-    needed,
-    api_call,
-    page_call,
-    django_capture_on_commit_callbacks,
-):
-    settings.MEMORYUI_DEFAULT_ROLE = "none"
-    proposal = proposal_for(layout)
-    run = GenerationRun.objects.get(pk=proposal.run_id)
-    seen = {}
-    for role in ROLES:  # weakest first: what is refused changes nothing for the next
-        user = make_user(f"u-{role or 'none'}")
-        if role:
-            Membership.objects.create(workspace=layout.workspace, user=user, role=role)
-        page = Client()
-        page.force_login(user)
-        with django_capture_on_commit_callbacks(execute=False):
-            from_api = _call(Client(), api_call(layout, proposal, run), bearer(token_for(user)))
-            from_page = _call(page, page_call(layout, proposal, run))
-        allowed = role is not None and ORDER.index(role) >= ORDER.index(needed)
-        seen[role] = (from_api.status_code, from_page.status_code)
-        assert from_api.status_code < 500 and from_page.status_code < 500, seen
-        assert (from_api.status_code not in (403, 404)) == allowed, (endpoint, seen)
-        assert (from_page.status_code not in (403, 404)) == allowed, (endpoint, seen)
-        if not allowed:
-            assert from_api.status_code == from_page.status_code, (endpoint, seen)
-            assert "detail" in from_api.json()
+class TestApiPageParity:
+    """Every case shares one workspace and proposal (``parity_world``), made once."""
+
+    @pytest.mark.parametrize(
+        ("endpoint", "needed", "api_call", "page_call"), ENDPOINTS, ids=[e[0] for e in ENDPOINTS]
+    )
+    def test_the_api_allows_exactly_what_the_page_allows_for_every_role(
+        self,
+        model,
+        parity_world,
+        settings,
+        tmp_path,
+        endpoint,
+        needed,
+        api_call,
+        page_call,
+        django_capture_on_commit_callbacks,
+    ):
+        settings.MEMORYUI_DEFAULT_ROLE = "none"
+        settings.MEMORYUI_SNAPSHOT_BASE_PATH = tmp_path / "snapshots"
+        layout, proposal = parity_world
+        run = GenerationRun.objects.get(pk=proposal.run_id)
+        seen = {}
+        for role in ROLES:  # weakest first: what is refused changes nothing for the next
+            user = make_user(f"u-{role or 'none'}")
+            if role:
+                Membership.objects.create(workspace=layout.workspace, user=user, role=role)
+            page = Client()
+            page.force_login(user)
+            with django_capture_on_commit_callbacks(execute=False):
+                from_api = _call(Client(), api_call(layout, proposal, run), bearer(token_for(user)))
+                from_page = _call(page, page_call(layout, proposal, run))
+            allowed = role is not None and ORDER.index(role) >= ORDER.index(needed)
+            seen[role] = (from_api.status_code, from_page.status_code)
+            assert from_api.status_code < 500 and from_page.status_code < 500, seen
+            assert (from_api.status_code not in (403, 404)) == allowed, (endpoint, seen)
+            assert (from_page.status_code not in (403, 404)) == allowed, (endpoint, seen)
+            if not allowed:
+                assert from_api.status_code == from_page.status_code, (endpoint, seen)
+                assert "detail" in from_api.json()
 
 
 def signed_in() -> Client:

@@ -1,7 +1,6 @@
 """The model client, through the real openai client over HTTP against FakeOpenAI."""
 
 import socket
-import time
 from email.utils import formatdate
 
 import pytest
@@ -151,12 +150,11 @@ def test_server_errors_are_transient(fake, status):
 
 def test_a_reply_slower_than_the_client_timeout_is_transient(fake):
     fake.script(Reply(json=GOOD, delay=2.0))
-    started = time.monotonic()
 
-    with pytest.raises(TransientModelError, match="did not answer in time"):
+    with pytest.raises(TransientModelError, match="did not answer in time"):  # the client's
         ask(fake, timeout=0.3)
 
-    assert time.monotonic() - started < 1.5
+    assert len(fake.requests) == 1  # asked once: the Celery task decides when to try again
 
 
 def test_connection_refused_is_transient():

@@ -13,12 +13,6 @@ from tests.factories import make_user
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_hashing(settings):
-    """Dozens of logins: a hasher made to be slow would make these tests slow."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 PASSWORD = "pw-for-tests-9"  # tests.factories
 LOCKED = "Too many failed logins for this account or from this address"
 

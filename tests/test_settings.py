@@ -90,3 +90,28 @@ def test_with_the_default_settings_a_dead_workers_work_is_taken_over_within_two_
     assert (lease, renew, recovery, model_timeout) == (60, 15, 30, 300)
     assert lease + recovery < 120  # the worst case after a worker's death: 90 s
     assert 4 * renew <= lease
+
+
+def test_commands_link_to_the_address_bin_start_serves_on(tmp_path):
+    """bin/start writes its address to VAR_DIR/base-url; MEMORYUI_BASE_URL wins."""
+    show = "from django.conf import settings; print(settings.MEMORYUI_BASE_URL)"
+    env = {k: v for k, v in os.environ.items() if k != "MEMORYUI_BASE_URL"}
+    env["MEMORYUI_VAR_DIR"] = str(tmp_path)
+
+    def base_url(**more: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", show],
+            cwd=ROOT,
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[-1]
+
+    assert base_url() == "http://127.0.0.1:8000"
+    (tmp_path / "base-url").write_text("http://127.0.0.1:8931\n")
+    assert base_url() == "http://127.0.0.1:8931"
+    assert base_url(MEMORYUI_BASE_URL="https://memory.example.com/") == (
+        "https://memory.example.com"
+    )

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from memoryui import curation, pipeline, webhooks, writeback
+from memoryui import curation, pipeline, tasks, webhooks, writeback
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -182,7 +182,7 @@ def test_a_failing_receiver_is_retried_with_backoff_by_a_worker_and_the_log_show
         worker = start_worker(broker, "", "hooks", tmp_path, beat=False)
         try:
             with app.connection_for_write(broker) as conn:
-                webhooks.deliver_webhook.apply_async((delivery.pk,), connection=conn)
+                tasks.deliver_webhook.apply_async((delivery.pk,), connection=conn)
             receiver.wait(3)
             wait_for(
                 lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "delivered",

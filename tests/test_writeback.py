@@ -18,13 +18,14 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from generation import export, journal, tree
+from generation import export, journal, lint, tree
 from memoryui import curation, recovery, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
     GenerationRun,
     Layout,
+    LintResult,
     Membership,
     MemoryVersion,
     PhaseOneJob,
@@ -361,6 +362,62 @@ def test_lint_findings_block_until_each_one_is_allowed(layout, ws):
     ) == sorted(ids)
 
 
+def test_a_second_write_back_or_export_scans_nothing_already_scanned(
+    layout, ws, tmp_path, monkeypatch
+):
+    """Lint results are kept in the database by content: a write-back or export in a
+    new process (the in-process cache forgotten) scans only content never scanned."""
+    scanned: list[str] = []
+    real_scan = lint.find_secrets
+
+    def counting_scan(path: str, text: str) -> list[lint.Finding]:
+        scanned.append(path)
+        return real_scan(path, text)
+
+    monkeypatch.setattr(lint, "find_secrets", counting_scan)
+
+    def in_a_new_process() -> list[str]:
+        lint._LINT_CACHE.clear()
+        scanned.clear()
+        return scanned
+
+    curate(layout, MD, "## Curated\n- a tip worth keeping\n")
+    scans = in_a_new_process()
+    writeback.write_back(layout)
+    assert f"{ENG}/MEMORY.md" in scans
+
+    scans = in_a_new_process()
+    writeback.write_back(layout)
+    assert scans == []
+
+    scans = in_a_new_process()
+    export_snapshot(layout.workspace, snapshot_id="s-1", base_path=tmp_path / "s")
+    assert f"{ENG}/MEMORY.md" not in scans  # the write-back scanned that content
+
+    scans = in_a_new_process()
+    export_snapshot(layout.workspace, snapshot_id="s-2", base_path=tmp_path / "s")
+    assert scans == []
+
+    curate(layout, MD, "## Curated\n- a tip worth keeping\n- and one more\n")
+    scans = in_a_new_process()
+    writeback.write_back(layout)
+    assert scans == [f"{ENG}/MEMORY.md"]  # the new content only
+
+
+def test_kept_lint_results_still_block_a_write_back(layout, ws):
+    curate(layout, MD, LINTED_MEMORY)
+    with pytest.raises(writeback.Refused) as first:
+        writeback.write_back(layout)
+    lint._LINT_CACHE.clear()  # as in another process: the findings come from the database
+
+    with pytest.raises(writeback.Refused) as again:
+        writeback.write_back(layout)
+
+    assert again.value.findings == first.value.findings
+    assert {f.kind for f in again.value.findings} >= {"secret", "injection"}
+    assert LintResult.objects.exists()
+
+
 # --- an interrupted write-back ----------------------------------------------------------
 
 
@@ -581,10 +638,12 @@ def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals):
 def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals):
     from celery.signals import worker_ready
 
+    from memoryui.celery import app  # what a worker runs, and what connects the recovery
+
     _, new = curated_write_back(layout, ws)
     kill_write_back(layout, 9)
 
-    worker_ready.send(sender=None)
+    worker_ready.send(sender=app)
 
     assert comparable(snapshot_tree(ws)) == new
     assert AuditEvent.objects.get(action="writeback.write").detail["completed_by_recovery"]
@@ -814,8 +873,9 @@ def test_a_viewer_sees_the_plan_but_cannot_write(layout, ws, django_assert_max_n
     before = snapshot_tree(ws)
 
     # Constant in the number of files: one query per kind of row, not per file.
-    # One more: the curated skill files; one more: the summaries re-extracted rollouts replace.
-    with django_assert_max_num_queries(14):
+    # The curated skill files; the summaries re-extracted rollouts replace; the lint results
+    # (read, kept).
+    with django_assert_max_num_queries(16):
         page = viewer.get(writeback_url(layout))
     refused = viewer.post(writeback_url(layout), {"action": "write"})
 
@@ -1065,9 +1125,10 @@ def test_the_export_page_runs_a_bounded_number_of_queries(layout, django_assert_
     approved_proposal(layout)
     viewer = member(layout, Role.VIEWER, "vera")
 
-    # About six per layout (two here), however many files they hold.
-    # The curated skill files: one per layout; the replaced summaries: one per proposal.
-    with django_assert_max_num_queries(19):
+    # About eight per layout (two here), however many files they hold: the curated
+    # skill files, the lint results read (and kept, the first time); one per proposal: the
+    # summaries re-extracted rollouts replace.
+    with django_assert_max_num_queries(23):
         page = viewer.get(export_url(layout))
 
     html = page.content.decode()

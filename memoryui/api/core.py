@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
@@ -56,6 +57,14 @@ def signed_in_or_token(view: Any) -> Any:
     return wrapper
 
 
+class LocalSwagger(Swagger):
+    """Swagger UI from django-ninja's own files, no CDN. Ninja renders that page only
+    when it is an installed app, which it is not (see the settings): its other page,
+    the template given here, is the same local one."""
+
+    template_cdn = str(settings.NINJA_DIR / "templates" / "ninja" / "swagger.html")
+
+
 api = NinjaAPI(
     title="memoryui API",
     version="1",
@@ -69,6 +78,7 @@ api = NinjaAPI(
     ),
     auth=TokenAuth(),
     urls_namespace="api",
+    docs=LocalSwagger(),
     docs_url="/docs",
     openapi_url="/openapi.json",
     docs_decorator=signed_in_or_token,

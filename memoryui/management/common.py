@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.core.management.color import Style
+from django.urls import reverse
 
 from generation.lint import Finding
 from memoryui.management.progress import ProgressBar
@@ -82,9 +83,10 @@ def quiet_http_logs(verbosity: int) -> None:
         logging.getLogger(name).setLevel(level)
 
 
-def dashboard_url(path: str) -> str:
-    """The dashboard's address of a page (MEMORYUI_BASE_URL + the page's path)."""
-    return settings.MEMORYUI_BASE_URL + path
+def dashboard_url(name: str, *args: object) -> str:
+    """The dashboard's address of a page: MEMORYUI_BASE_URL and the route ``name``'s path,
+    reversed with the dashboard's routes only (``memoryui.urls``: not the API's)."""
+    return settings.MEMORYUI_BASE_URL + reverse(name, args=args, urlconf="memoryui.urls")
 
 
 def progress_bar(verbosity: int) -> ProgressBar | None:

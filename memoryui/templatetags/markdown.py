@@ -1,15 +1,31 @@
 """Render model-written markdown safely: raw HTML off, unsafe links dropped."""
 
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
 from django import template
 from django.utils.safestring import SafeString, mark_safe
-from markdown_it import MarkdownIt
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 register = template.Library()
 
-# "js-default": CommonMark with raw HTML disabled and validateLink refusing
-# javascript:, vbscript:, file: and data: (except images) URLs. Tables and
-# strikethrough are on, as GitHub renders memory files.
-_md = MarkdownIt("js-default").enable(["table", "strikethrough"])
+
+@cache
+def _markdown() -> MarkdownIt:
+    """The renderer, built on first use (commands that render nothing never load it).
+
+    "js-default": CommonMark with raw HTML disabled and validateLink refusing
+    javascript:, vbscript:, file: and data: (except images) URLs. Tables and
+    strikethrough are on, as GitHub renders memory files."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("js-default").enable(["table", "strikethrough"])
+    md.add_render_rule("heading_open", _heading_open)
+    return md
 
 
 def _heading_open(self, tokens, idx, options, env):
@@ -19,13 +35,10 @@ def _heading_open(self, tokens, idx, options, env):
     return self.renderToken(tokens, idx, options, env)
 
 
-_md.add_render_rule("heading_open", _heading_open)
-
-
 def render_markdown(text: str, anchors: list[str] | None = None) -> SafeString:
     """Render untrusted markdown; ``anchors`` become the ids of its headings, in order."""
     env = {"anchors": list(anchors)} if anchors else {}
-    return mark_safe(_md.render(text or "", env))  # noqa: S308 - escaped by markdown-it
+    return mark_safe(_markdown().render(text or "", env))  # noqa: S308 - escaped by markdown-it
 
 
 @register.filter(name="markdown")

@@ -2,7 +2,6 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.urls import reverse
 
 from generation.export import ExportError
 from memoryui.management.common import (
@@ -84,5 +83,4 @@ class Command(BaseCommand):
         if result.session_state:
             source = result.session_state_source or "a fresh unix_local state"
             out.write(f"Wrote {result.session_state} (from {source})")
-        path = reverse("memoryui:workspace_export", args=[workspace.name])
-        out.write(f"  {dashboard_url(path)}")
+        out.write(f"  {dashboard_url('memoryui:workspace_export', workspace.name)}")

@@ -4,7 +4,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.urls import reverse
 
 from memoryui import pipeline
 from memoryui.management.common import dashboard_url, progress_bar, quiet_http_logs
@@ -62,7 +61,7 @@ class Command(BaseCommand):
             if not options["wait"]:
                 start_generation.delay_on_commit(run.pk)
                 self.stdout.write(f"queued {label}")
-                self.stdout.write(f"  {dashboard_url(_run_path(run))}")
+                self.stdout.write(f"  {_run_url(run)}")
                 queued = True
                 continue
             self.stdout.write(f"running {label}")
@@ -126,15 +125,14 @@ class Command(BaseCommand):
                 f"  proposal #{proposal.pk}: {len(proposal.selection)} raw memories selected "
                 f"({len(proposal.added)} added, {len(proposal.removed)} forgotten); review it at"
             )
-            path = reverse(
-                "memoryui:proposal_review",
-                args=[run.layout.workspace.name, run.layout_id, proposal.pk],
+            url = dashboard_url(
+                "memoryui:proposal_review", run.layout.workspace.name, run.layout_id, proposal.pk
             )
-            self.stdout.write(f"  {dashboard_url(path)}")
+            self.stdout.write(f"  {url}")
         else:
-            self.stdout.write(f"  {dashboard_url(_run_path(run))}")
+            self.stdout.write(f"  {_run_url(run)}")
         return run.status != GenerationRun.Status.DONE
 
 
-def _run_path(run: GenerationRun) -> str:
-    return reverse("memoryui:run_detail", args=[run.layout.workspace.name, run.layout_id, run.pk])
+def _run_url(run: GenerationRun) -> str:
+    return dashboard_url("memoryui:run_detail", run.layout.workspace.name, run.layout_id, run.pk)

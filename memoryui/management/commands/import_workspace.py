@@ -80,4 +80,4 @@ class Command(BaseCommand):
                 out.write(f"    {error['path']}: {error['error']}")
         else:
             out.write("  no problems")
-        out.write(f"  {dashboard_url(result.workspace.get_absolute_url())}")
+        out.write(f"  {dashboard_url('memoryui:workspace_detail', result.workspace.name)}")

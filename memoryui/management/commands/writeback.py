@@ -1,7 +1,6 @@
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.urls import reverse
 
 from generation.export import WrittenFile
 from memoryui.management.common import (
@@ -73,8 +72,8 @@ class Command(BaseCommand):
                 if bar is not None:
                     bar.close()
             self._report(result)
-            path = reverse("memoryui:layout_writeback", args=[workspace.name, layout.pk])
-            self.stdout.write(f"  {dashboard_url(path)}")
+            url = dashboard_url("memoryui:layout_writeback", workspace.name, layout.pk)
+            self.stdout.write(f"  {url}")
         if failed:
             raise CommandError(f"write-back not done for {', '.join(failed)}")
 

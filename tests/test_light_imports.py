@@ -1,0 +1,122 @@
+"""Commands start fast: starting Django, reversing a dashboard link and ``manage.py help``
+load neither Celery's app, the admin's modules, django-ninja (and pydantic), the
+``openai`` client nor markdown-it. Each case runs in a fresh interpreter and looks at
+``sys.modules``; the tasks, the admin and the API still load when used."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("openai", "celery.app", "memoryui.celery", "ninja", "pydantic", "markdown_it")
+# What the admin's autodiscovery pulled into every command (the importer, the curation).
+ADMIN_WORK = ("memoryui.admin", "memoryui.importer", "memoryui.curation")
+
+REPORT = """
+import json, sys
+print("\\n" + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
+    {"openai", "celery", "memoryui", "ninja", "pydantic", "markdown_it"})))
+"""
+
+
+def loaded(code: str, tmp_path: Path, **more_env: str) -> set[str]:
+    """The modules of interest in ``sys.modules`` after ``code`` ran in a new process."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryui.settings", **more_env}
+    env["MEMORYUI_VAR_DIR"] = str(tmp_path / "var")
+    done = subprocess.run(
+        [sys.executable, "-c", code + REPORT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def heavy_in(modules: set[str], heavy: tuple[str, ...] = HEAVY + ADMIN_WORK) -> list[str]:
+    return sorted(m for m in modules for name in heavy if m == name or m.startswith(name + "."))
+
+
+def test_starting_django_loads_nothing_heavy(tmp_path: Path) -> None:
+    modules = loaded("import django; django.setup()", tmp_path)
+    assert "memoryui.webhooks" in modules  # the app's ready() ran
+    assert heavy_in(modules) == []
+
+
+def test_reversing_a_dashboard_link_loads_neither_the_api_nor_the_admin(tmp_path: Path) -> None:
+    """As the commands print them: the dashboard's routes (``memoryui.urls``) only."""
+    code = (
+        "import django; django.setup()\n"
+        "from django.urls import reverse\n"
+        "from memoryui.management.common import dashboard_url\n"
+        "url = dashboard_url('memoryui:layout_writeback', 'w', 1)\n"
+        "assert url == 'http://dash.test:8123/w/w/layouts/1/writeback/', url\n"
+        "assert reverse('login', urlconf='memoryui.urls') == '/accounts/login/'\n"
+    )
+    modules = loaded(code, tmp_path, MEMORYUI_BASE_URL="http://dash.test:8123")
+    assert "memoryui.urls" in modules
+    assert heavy_in(modules, HEAVY + ("memoryui.admin", "memoryui.api")) == []
+
+
+@pytest.mark.parametrize("argv", [["help"], ["writeback", "--help"], ["export_snapshot", "--help"]])
+def test_manage_py_help_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from django.core.management import execute_from_command_line\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        f"        execute_from_command_line(['manage.py', *{argv!r}])\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code == 0\n"
+        "assert 'usage' in out.getvalue().lower() or 'subcommands' in out.getvalue().lower()\n"
+    )
+    # A command's own module loads with its help (the write-back's needs the importer).
+    heavy = HEAVY + ADMIN_WORK if argv == ["help"] else HEAVY + ("memoryui.admin",)
+    assert heavy_in(loaded(code, tmp_path), heavy) == []
+
+
+def test_sending_a_task_loads_the_configured_celery_app(tmp_path: Path) -> None:
+    """Tasks import the app themselves: what sends one (a view, a command) uses the
+    settings' broker, not Celery's default."""
+    code = (
+        "import django; django.setup()\n"
+        "from memoryui import tasks, celery_app\n"
+        "assert tasks.start_generation.app is celery_app\n"
+        "assert celery_app.conf.broker_url.startswith('filesystem://')\n"
+        "assert 'memoryui.webhooks.deliver_webhook' in celery_app.tasks\n"
+        "assert 'memoryui.tasks.phase_one_task' in celery_app.tasks\n"
+    )
+    assert "memoryui.celery" in loaded(code, tmp_path)
+
+
+def test_the_admin_and_the_api_load_on_their_first_request(tmp_path: Path) -> None:
+    code = (
+        "import django; django.setup()\n"
+        "from django.urls import resolve, reverse\n"
+        "assert reverse('api:openapi-json') == '/api/openapi.json'\n"
+        "assert resolve('/admin/').url_name == 'index'\n"
+        "assert reverse('memoryui:workspace_list') == '/'\n"
+        "from django.contrib import admin\n"
+        "from memoryui.models import Workspace\n"
+        "assert admin.site.is_registered(Workspace)\n"
+    )
+    modules = loaded(code, tmp_path)
+    assert {"ninja", "memoryui.api", "memoryui.admin"} <= modules
+
+
+def test_celery_finds_the_app_by_the_package_name(tmp_path: Path) -> None:
+    """``celery -A memoryui`` (bin/start, the Dockerfile) finds the app as Celery does."""
+    code = (
+        "import django; django.setup()\n"
+        "from celery.app.utils import find_app\n"
+        "app = find_app('memoryui')\n"
+        "app.loader.import_default_modules()  # as a starting worker does\n"
+        "assert app.main == 'memoryui' and 'memoryui.tasks.heartbeat' in app.tasks\n"
+    )
+    assert "memoryui.tasks" in loaded(code, tmp_path)
