@@ -409,6 +409,11 @@ def decide(
                 "decided_at": timezone.now(),
             },
         )
+        if getattr(user, "pk", None):  # deciding an entry is having looked at it
+            EntryView.objects.bulk_create(
+                [EntryView(proposal=proposal, document=document, key=key, user=user)],
+                ignore_conflicts=True,
+            )
         AuditEvent.record(
             proposal.layout.workspace,
             f"entry.{decision}",
@@ -508,7 +513,9 @@ def approve(
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
         reviews = document_reviews(proposal)
-        counts = review_counts(proposal, reviews, user=user)
+        from .review_cards import progress
+
+        counts = progress(proposal, user)
         if undecided == UNDECIDED_REJECT:
             _reject_undecided(proposal, reviews, user)
             reviews = document_reviews(proposal)  # with those rejections
@@ -631,40 +638,17 @@ def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: A
         )
 
 
-def review_counts(proposal: Proposal, reviews: list[DocumentReview], *, user: Any) -> dict:
-    """How far the review got: decided entries (accepted, of which edited; rejected),
-    undecided ones, and those ``user`` has not marked viewed."""
-    viewed = set(
-        EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", None)).values_list(
-            "document", "key"
-        )
-    )
-    counts = dict.fromkeys(
-        ("total", "accepted", "edited", "rejected", "undecided", "viewed", "not_viewed"), 0
-    )
-    for doc in reviews:
-        for change in decidable(doc):
-            counts["total"] += 1
-            decision = doc.decisions.get(change.key)
-            if decision is None:
-                counts["undecided"] += 1
-            elif decision.decision == EntryDecision.Decision.REJECT:
-                counts["rejected"] += 1
-            else:
-                counts["accepted"] += 1
-                counts["edited"] += bool(decision.edited_text)
-            seen = (doc.document, change.key) in viewed
-            counts["viewed" if seen else "not_viewed"] += 1
-    counts["decided"] = counts["total"] - counts["undecided"]
-    return counts
-
-
 def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
-    """Remember the text of every entry this approval accepts (explicitly or by
-    approving the proposal as it stands)."""
+    """Remember the text of every entry this proposal changed and this approval
+    accepts (explicitly or by approving the proposal as it stands). Entries it left as
+    they were were not approved here, so a later change to them is not "outdated"."""
     for change in doc.changes:
         decision = doc.decisions.get(change.key)
-        if not change.proposed or (decision and decision.decision == EntryDecision.Decision.REJECT):
+        if (
+            change.status == "unchanged"
+            or not change.proposed
+            or (decision and decision.decision == EntryDecision.Decision.REJECT)
+        ):
             continue
         if decision and decision.edited_text:
             parts = [(change.key, decision.edited_text)]
@@ -682,24 +666,6 @@ def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> Non
                     "approved_at": timezone.now(),
                 },
             )
-
-
-def approval_states(proposal: Proposal, document: str) -> dict[str, str]:
-    """Per entry key: "approved" while the proposed text is the approved one, else
-    "outdated" (it was approved once, and has changed since)."""
-    approved = dict(
-        ApprovedEntry.objects.filter(layout=proposal.layout, document=document)
-        .exclude(proposal=proposal)
-        .values_list("key", "text")
-    )
-    text = proposal.memory_md if document == Document.MEMORY_MD else proposal.memory_summary
-    states = {}
-    for entry in review.entries(text):
-        if entry.key in approved:
-            states[entry.key] = (
-                "approved" if review.same_text(approved[entry.key], entry.text) else "outdated"
-            )
-    return states
 
 
 def reject_proposal(proposal: Proposal, *, user: Any) -> None:

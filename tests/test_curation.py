@@ -517,30 +517,6 @@ def test_entries_citing_only_forgotten_rollouts_are_flagged_stale(layout):
 
 
 @pytest.mark.django_db
-def test_approvals_stick_while_the_text_is_unchanged_and_come_back_outdated(model, layout):
-    reviewer = member(Role.REVIEWER, layout)
-    first = proposal_for(layout)
-    curation.approve(first, user=reviewer)
-    approved = review.entries(first.memory_md)
-
-    model.script(*append_to_memory_md("# Task Group: later\n\nscope: later work\n"))
-    second = proposal_for(layout)
-    kept, changed = approved[0], approved[1]
-    second.memory_md = second.memory_md.replace(
-        changed.text, changed.text.rstrip("\n") + "\n- a new claim\n\n"
-    )
-    second.save(update_fields=["memory_md"])
-
-    states = curation.approval_states(second, MD)
-    page = (
-        login(reviewer).get(url("proposal_review", layout, second.pk) + "?all=1").content.decode()
-    )
-
-    assert states[kept.key] == "approved" and states[changed.key] == "outdated"
-    assert "still approved" in page and ">outdated<" in page
-
-
-@pytest.mark.django_db
 def test_the_edit_form_opens_inline_for_htmx_and_as_a_page_without(layout):
     client = login(member(Role.EDITOR, layout))
     edit = url("entry_edit", layout, MD) + "?key=" + first_key(layout)
