@@ -228,7 +228,7 @@ def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> 
     paired = {
         old_key: change
         for change in review.compare(before, after)
-        if change.paired
+        if change.previous
         for old_key in change.previous
     }
     impacts = []
@@ -239,7 +239,7 @@ def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> 
                 impacts.append(PinImpact(pin, "altered"))
         elif pin.key in paired:
             change = paired[pin.key]
-            impacts.append(PinImpact(pin, change.pairing, change.title))
+            impacts.append(PinImpact(pin, change.pairing or "renamed", change.title))
         else:
             impacts.append(PinImpact(pin, "dropped"))
     return impacts
@@ -531,7 +531,9 @@ def approve(
                 for conflict in merged.conflicts:
                     if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
                         parts[conflict.key] = conflict.model
-                final = review.join(t for t in parts.values() if t)
+                final = review.renumber(
+                    review.join(t for t in parts.values() if t), like=doc.proposed_text
+                )
             by_key = {c.key: c for c in doc.changes}
             for key, decision in doc.decisions.items():
                 if decision.decision == EntryDecision.Decision.REJECT:
@@ -548,11 +550,12 @@ def approve(
                                 rejected_by=user if getattr(user, "pk", None) else None,
                             )
             _record_approvals(proposal, doc, user)
-            # Pins follow the entries an accepted pair renamed, merged or split.
+            # Pins follow the entries an accepted change renamed, merged or split (and
+            # the sections of a renamed task group).
             renamed = {
                 old_key: change.key
                 for change in doc.changes
-                if change.paired
+                if change.previous
                 and (
                     change.key not in doc.decisions
                     or doc.decisions[change.key].decision == EntryDecision.Decision.ACCEPT

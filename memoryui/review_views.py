@@ -178,7 +178,10 @@ def _note_lint_and_stale(
     marks.lint = _lint_entries(proposal, changes, findings)
     forgotten = set(proposal.removed)
     marks.stale = {
-        (document, c.key) for document, cs in changes.items() for c in cs if _stale(c, forgotten)
+        (document, c.key)
+        for document, cs in changes.items()
+        for c in cs
+        if _stale(c, forgotten, proposal.memory_md)
     }
 
 
@@ -214,11 +217,12 @@ def _lint_entries(
     return found
 
 
-def _stale(change: review.Change, forgotten: set[str]) -> bool:
-    """Whether every rollout the entry cites is one this consolidation forgets."""
+def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
+    """Whether every rollout the entry (a task group: its tasks) cites is one this
+    consolidation forgets."""
     if not forgotten or not change.proposed:
         return False
-    cited = review_citations(change.proposed)
+    cited = review_citations(review.with_members(memory_md, change.key, change.proposed))
     return bool(cited) and all(_cited_rollout(path, forgotten) for path in cited)
 
 
@@ -371,7 +375,11 @@ def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[s
     or written by this proposal's run), and where it leads."""
     from . import documents
 
-    cited = {c.key: review_citations(c.proposed) for c in changes if c.proposed}
+    cited = {
+        c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
+        for c in changes
+        if c.proposed
+    }
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
     new_files: set[str] = set()
     for files in proposal.run.jobs.filter(result__isnull=False).values_list(

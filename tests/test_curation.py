@@ -284,7 +284,7 @@ def test_edits_made_while_a_consolidation_runs_are_merged_not_overwritten(model,
 def test_approving_with_an_undecided_conflict_is_refused(model, layout):
     editor = member(Role.EDITOR, layout)
     run = pipeline.start_run(layout)
-    entry = review.entries(current_text(layout))[0]
+    entry = next(e for e in review.entries(current_text(layout)) if e.kind == "task")
     curation.edit_entry(
         layout,
         MD,
@@ -296,7 +296,7 @@ def test_approving_with_an_undecided_conflict_is_refused(model, layout):
     pipeline.run_inline(run.pk, threads=1, sleep=lambda s: None)
     proposal = Proposal.objects.get(run=run)
     if not curation.document_reviews(proposal)[0].conflicts:
-        pytest.fail("the demo model rewrites every entry, so this edit must conflict")
+        pytest.fail("the demo model rewrites every task, so this edit must conflict")
 
     response = login(editor).post(url("proposal_approve", layout, proposal.pk), follow=True)
 
@@ -453,7 +453,11 @@ def test_review_queue_shows_pending_proposals_assignment_and_progress(model, lay
 def test_comments_on_a_proposal_and_on_an_entry(model, layout):
     proposal = proposal_for(layout)
     client = login(member(Role.REVIEWER, layout))
-    key = review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)[0].key
+    key = next(
+        c.key
+        for c in review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
+        if c.status != "unchanged"
+    )
     client.post(url("proposal_comment", layout, proposal.pk), {"text": "Looks right overall"})
     client.post(
         url("proposal_comment", layout, proposal.pk),
