@@ -499,7 +499,11 @@ UNDECIDED_ACCEPT, UNDECIDED_REJECT = "accept", "reject"
 
 
 def approve(
-    proposal: Proposal, *, user: Any, undecided: str = UNDECIDED_ACCEPT
+    proposal: Proposal,
+    *,
+    user: Any,
+    undecided: str = UNDECIDED_ACCEPT,
+    duplicates: list[Duplicate] | None = None,
 ) -> list[MemoryVersion]:
     """Turn the reviewed proposal into the current versions. Entries people changed
     while the consolidation ran are merged; a conflict must have been decided (accept:
@@ -580,7 +584,7 @@ def approve(
         # Skill files: the changes people did not reject become current versions.
         from . import skills
 
-        skill_versions = skills.approve_changes(proposal, user=user)
+        skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
         _decided(proposal, Proposal.Status.APPROVED, user)
         AuditEvent.record(
             proposal.layout.workspace,
@@ -595,6 +599,11 @@ def approve(
             undecided=undecided,
             counts=counts,
             **({"skill_files": [v.path for v in skill_versions]} if skill_versions else {}),
+            **(
+                {"duplicates_approved": [" / ".join(d.titles) for d in duplicates]}
+                if duplicates
+                else {}
+            ),
         )
     return created
 
@@ -621,6 +630,41 @@ def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
 def decidable(doc: DocumentReview) -> list[review.Change]:
     """The entries a reviewer decides on: every change (unchanged ones are not)."""
     return [c for c in doc.changes if c.status != "unchanged"]
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """Two entries of what approving would make that are likely one entry twice."""
+
+    document: str
+    keys: tuple[str, str]
+    titles: tuple[str, str]
+
+
+def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT) -> list[Duplicate]:
+    """The duplicates (``review.duplicates``) in the documents approval would make with
+    the decisions so far and ``undecided`` for the rest, when at least one of the two
+    is an entry this proposal adds or changes."""
+    found = []
+    for doc in reviews:
+        decisions = {k: d.decision for k, d in doc.decisions.items()}
+        if undecided == UNDECIDED_REJECT:
+            for change in decidable(doc):
+                decisions.setdefault(change.key, EntryDecision.Decision.REJECT)
+        edits = {k: d.edited_text for k, d in doc.decisions.items() if d.edited_text}
+        result = review.assemble(doc.changes, decisions, edits)
+        touched = {
+            key
+            for change in decidable(doc)
+            if change.proposed
+            for key in (change.key, *change.also)
+        }
+        for first, second in review.duplicates(result):
+            if first.key in touched or second.key in touched:
+                found.append(
+                    Duplicate(doc.document, (first.key, second.key), (first.title, second.title))
+                )
+    return found
 
 
 def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: Any) -> None:

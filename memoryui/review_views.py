@@ -431,9 +431,7 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     key,
                     decision,
                     user=request.user,
-                    edited_text=form.cleaned_data["edited_text"].replace("\r\n", "\n")
-                    if len(keys) == 1
-                    else "",
+                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
                 )
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "decision")
@@ -621,28 +619,22 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
     without. POST: approve with that choice."""
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
     if request.method == "GET":
-        reviews = curation.document_reviews(proposal)
-        counts = review_cards.progress(proposal, request.user)
-        template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
-        return render(
-            request,
-            template,
-            {
-                "proposal": proposal,
-                "layout": proposal.layout,
-                "workspace": proposal.layout.workspace,
-                "counts": counts,
-                "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
-                "pending": proposal.status == Proposal.Status.PENDING,
-                "held": curation.held_by_other(proposal, request.user),
-            },
-        )
+        return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
     form = forms.ApproveForm(request.POST)
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
     undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
+    reviews = curation.document_reviews(proposal)
+    duplicates = curation.duplicates(reviews, undecided)
+    if duplicates and not form.cleaned_data["duplicates_ok"]:
+        # Never approved silently: the dialog again, saying what to look at.
+        return _submit_dialog(
+            request, proposal, undecided, reviews=reviews, duplicates=duplicates, refused=True
+        )
     try:
-        versions = curation.approve(proposal, user=request.user, undecided=undecided)
+        versions = curation.approve(
+            proposal, user=request.user, undecided=undecided, duplicates=duplicates
+        )
     except curation.UnresolvedConflicts as exc:
         messages.error(
             request,
@@ -666,6 +658,67 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         response["HX-Redirect"] = reverse("memoryui:memory_md", args=[name, layout_pk])
         return response
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+def _submit_dialog(
+    request: HtmxHttpRequest,
+    proposal: Proposal,
+    undecided: str,
+    *,
+    reviews: list[curation.DocumentReview] | None = None,
+    duplicates: list[curation.Duplicate] | None = None,
+    refused: bool = False,
+) -> HttpResponse:
+    """The review's summary (counts, conflicts, likely duplicates with links to their
+    cards, skill files and what approval does to each) and the choice for undecided
+    entries: the dialog for htmx, a page without."""
+    if reviews is None:
+        reviews = curation.document_reviews(proposal)
+    if duplicates is None:
+        duplicates = curation.duplicates(reviews, undecided)
+    template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "counts": review_cards.progress(proposal, request.user),
+        "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
+        "pending": proposal.status == Proposal.Status.PENDING,
+        "held": curation.held_by_other(proposal, request.user),
+        "duplicates": _duplicate_links(proposal, reviews, duplicates),
+        "skill_files": consolidation.skill_diffs(proposal),
+        "undecided": undecided,
+        "refused": refused,
+    }
+    # A refusal in the dialog is swapped in like the dialog itself (htmx swaps 2xx).
+    status = 400 if refused and not request.htmx else 200
+    return render(request, template, context, status=status)
+
+
+def _duplicate_links(
+    proposal: Proposal,
+    reviews: list[curation.DocumentReview],
+    duplicates: list[curation.Duplicate],
+) -> list[dict]:  # type: ignore[type-arg]
+    """Each duplicate's two entries with a link to their cards (the page of "all
+    entries" that shows each)."""
+    where: dict[tuple[str, str], tuple[str, int]] = {}
+    for doc in reviews:
+        for index, change in enumerate(doc.changes):
+            for key in (change.key, *change.also):
+                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
+    out = []
+    for dup in duplicates:
+        links = []
+        for key, title in zip(dup.keys, dup.titles, strict=True):
+            card, page = where.get((dup.document, key), (key, 1))
+            query = urlencode({"show": "all", f"page_{dup.document}": page})
+            anchor = f"entry-{dup.document}-{_slug(card)}"
+            links.append(
+                {"title": title or key, "url": f"{_review_url(proposal)}?{query}#{anchor}"}
+            )
+        out.append({"document": MemoryVersion.Document(dup.document).label, "entries": links})
+    return out
 
 
 @workspace_view(Role.REVIEWER)
@@ -804,7 +857,7 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         if request.htmx:  # opened inline, inside the entry
             template += "#edit-form"
         return render(request, template, context)
-    text = form.cleaned_data["text"].replace("\r\n", "\n")
+    text = form.cleaned_data["text"]
     base = based_on
     if form.cleaned_data["preview"]:
         from .templatetags.markdown import render_markdown

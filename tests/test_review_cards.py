@@ -52,16 +52,15 @@ def proposal_over(layout: Layout, base: str, proposed: str) -> Proposal:
     )
 
 
-def api_get(user, layout: Layout, proposal: Proposal) -> dict:
+def api_token_client(user, layout: Layout) -> tuple[Client, dict[str, str]]:
     secret = tokens.create_token(user, "test", [layout.workspace.name]).secret
-    return (
-        Client()
-        .get(
-            f"/api/workspaces/{layout.workspace.name}/layouts/{layout.pk}/proposals/{proposal.pk}",
-            HTTP_AUTHORIZATION=f"Bearer {secret}",
-        )
-        .json()
-    )
+    return Client(raise_request_exception=False), {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def api_get(user, layout: Layout, proposal: Proposal) -> dict:
+    client, auth = api_token_client(user, layout)
+    path = f"/api/workspaces/{layout.workspace.name}/layouts/{layout.pk}/proposals/{proposal.pk}"
+    return client.get(path, **auth).json()
 
 
 def decide(client: Client, layout: Layout, proposal: Proposal, key: str, decision: str):

@@ -694,12 +694,28 @@ class ApproveOut(Schema):
     response={200: ApproveOut, **ERRORS},
     tags=["proposals"],
 )
-def approve(request: HttpRequest, name: str, layout_id: int, proposal_id: int):  # type: ignore[no-untyped-def]
+def approve(  # type: ignore[no-untyped-def]
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    proposal_id: int,
+    duplicates_ok: bool = Query(
+        False, description="approve even though the result holds likely duplicates"
+    ),
+):
     """Approve as the review page does: 409 when already decided, held by another
-    reviewer, or while conflicts are undecided."""
+    reviewer, while conflicts are undecided, or when the result holds likely duplicates
+    (entries citing mostly the same rollouts in mostly the same words) and
+    ``duplicates_ok`` is not set."""
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    duplicates = curation.duplicates(curation.document_reviews(p))
+    if duplicates and not duplicates_ok:
+        raise conflict(
+            "likely duplicates (approve with duplicates_ok=true to keep both): "
+            + "; ".join(" / ".join(d.titles) for d in duplicates)
+        )
     try:
-        versions = curation.approve(p, user=request.user)
+        versions = curation.approve(p, user=request.user, duplicates=duplicates)
     except curation.UnresolvedConflicts as exc:
         raise conflict(f"{exc}: " + ", ".join(c.title or c.key for c in exc.conflicts)) from exc
     except ValueError as exc:
