@@ -69,6 +69,21 @@ def with_members(document: str, entry_key: str, text: str) -> str:
     return _group_texts(document).get(entry_key, text)
 
 
+def group_title(documents: tuple[str, ...], group: str) -> str:
+    """The title of the task group ``group`` (a key) in the first of ``documents``
+    that has it."""
+    for document in documents:
+        title = _group_titles(document).get(group)
+        if title is not None:
+            return title
+    return group.removeprefix("task_group:")
+
+
+@lru_cache(maxsize=8)
+def _group_titles(document: str) -> dict[str, str]:
+    return {e.key: e.title for e in entries(document) if e.kind == "task_group" and not e.group}
+
+
 @lru_cache(maxsize=8)
 def _group_texts(document: str) -> dict[str, str]:
     texts: dict[str, str] = {}

@@ -110,6 +110,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 citations.get(change.key, []),
                 comments.get(change.key, []),
                 {"show": show, "page": page.number},
+                (doc.proposed_text, doc.base_text),
             )
             for change in page.object_list
         ]
@@ -270,6 +271,7 @@ def _row(
     cites: list,  # type: ignore[type-arg]
     comments: list,  # type: ignore[type-arg]
     place: dict,  # type: ignore[type-arg]
+    documents: tuple[str, ...] = (),
 ) -> dict:  # type: ignore[type-arg]
     """The template's view of one card (``review_cards.card``): its diff, folds and
     forms; ``place``: the filter and page its forms go back to."""
@@ -321,6 +323,8 @@ def _row(
         "id": slug,
         "comments": comments,
         "card": card,
+        # A task or section says which task group it is in (proposed, else current).
+        "group_title": review.group_title(documents, change.group) if change.group else "",
         "approval": card.approval,
         "approved_in": card.approved_in,
         "viewed": card.viewed,
@@ -574,6 +578,7 @@ def _card_response(
         cites,
         list(proposal.comments.filter(key=key).select_related("author")),
         {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
+        (proposal.memory_md, curation.text_of(proposal.base_memory_md)),
     )
     context = {
         "proposal": proposal,
