@@ -398,3 +398,15 @@ def test_query_counts_do_not_grow_with_the_number_of_tasks(layout):
     large = round_trip_queries(layout, reviewer, 400)
 
     assert small == large
+
+
+def test_people_and_the_model_changing_different_tasks_of_a_group_merge_without_conflict(world):
+    human = world.apply({"insert", "reword jobkit bug fixes"})  # edited while the run ran
+    model = world.apply({"reword acme_metrics bug fixes", "reword jobkit bug fixes", "merge"})
+
+    merged = review.merge(world.base, human, model)
+
+    assert merged.conflicts == []
+    assert merged.text == world.apply(
+        {"insert", "reword jobkit bug fixes", "reword acme_metrics bug fixes", "merge"}
+    )
