@@ -146,8 +146,7 @@ def _renumbered(parts: list[Entry]) -> Iterable[str]:
     for entry in parts:
         if entry.kind == "task" and entry.group and TASK_HEADING_RE.match(entry.text):
             count[entry.group] = count.get(entry.group, 0) + 1
-            n = count[entry.group]
-            yield TASK_HEADING_RE.sub(lambda m, n=n: f"{m.group(1)}{n}{m.group(3)}", entry.text, 1)
+            yield TASK_HEADING_RE.sub(rf"\g<1>{count[entry.group]}\g<3>", entry.text, count=1)
         else:
             yield entry.text
 
@@ -755,8 +754,31 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
             parts.append(_Part(change.home, change.current, change.home_group, change.key))
         else:  # keep what was there (or nothing, for an addition)
             parts.append(_Part(change.slot, change.current, change.group, change.key))
-    proposed = join(c.proposed for c in changes if c.proposed)
-    return renumber(join(_ordered([p for p in parts if p.text])), like=proposed)
+    ordered = _ordered([p for p in parts if p.text], renumber=_numbered_as_sdk(changes))
+    return join(ordered)
+
+
+def _numbered_as_sdk(changes: list[Change]) -> bool:
+    """Whether the proposal numbers each task group's tasks 1, 2, ... in order (read
+    from its changes, without parsing the document again)."""
+    proposed: list[tuple[int, str, str]] = []
+    for change in changes:
+        if change.pieces:
+            for index, (slot, side, _, text) in enumerate(change.pieces):
+                if side == "new":
+                    group = change.piece_groups[index] if change.piece_groups else change.group
+                    proposed.append((slot, group, text))
+        elif change.proposed:
+            proposed.append((change.slot, change.group, change.proposed))
+    count: dict[str, int] = {}
+    for _, group, text in sorted(proposed, key=lambda p: p[0]):
+        match = TASK_HEADING_RE.match(text) if group else None
+        if match is None:
+            continue
+        count[group] = count.get(group, 0) + 1
+        if int(match.group(2)) != count[group]:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -767,9 +789,10 @@ class _Part:
     key: str
 
 
-def _ordered(parts: list[_Part]) -> list[str]:
+def _ordered(parts: list[_Part], *, renumber: bool) -> list[str]:
     """Top-level entries in order, each task group's tasks and sections under it in
-    order; a task whose group is gone stays after the entry it followed."""
+    order (with ``renumber``, its tasks numbered 1, 2, ...); a task whose group is gone
+    stays after the entry it followed."""
     tops = sorted((p for p in parts if not p.group), key=lambda p: p.position)
     blocks: list[tuple[_Part | None, list[_Part]]] = [(None, [])]
     blocks += [(top, []) for top in tops]
@@ -784,7 +807,17 @@ def _ordered(parts: list[_Part]) -> list[str]:
     for top, members in blocks:
         if top is not None:
             out.append(top.text)
-        out.extend(m.text for m in members)
+        n = 0
+        for member in members:
+            match = TASK_HEADING_RE.match(member.text) if renumber else None
+            if match is None:
+                out.append(member.text)
+                continue
+            n += 1
+            same = int(match.group(2)) == n
+            out.append(
+                member.text if same else TASK_HEADING_RE.sub(rf"\g<1>{n}\g<3>", member.text, 1)
+            )
     return out
 
 
