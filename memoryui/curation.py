@@ -367,8 +367,10 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
         current = latest(proposal.layout, document)
         human = text_of(current) if current and (base is None or current.pk != base.pk) else None
         mine = {k: d for (doc, k), d in decisions.items() if doc == document}
-        assembled = _assembled(base_text, proposed, mine)
-        conflicts = review.merge(base_text, human, assembled).conflicts if human is not None else []
+        conflicts = []
+        if human is not None:  # only then: assembling a large document is not free
+            assembled = _assembled(base_text, proposed, mine)
+            conflicts = review.merge(base_text, human, assembled).conflicts
         out.append(
             DocumentReview(
                 document=document,

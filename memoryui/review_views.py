@@ -93,7 +93,13 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         shown = [
             c
             for c in doc.changes
-            if _shown(c, show, marks, doc.document, _unsupported(c, cites_all.get(c.key)))
+            if _shown(
+                c,
+                show,
+                marks,
+                doc.document,
+                show == "flagged" and _unsupported(c, cites_all.get(c.key)),
+            )
         ]
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
