@@ -9,11 +9,12 @@ that came back are reported. Nothing here writes files: the result is a proposal
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from generation import memory_md, prompts, tree
+from generation import memory_md, prompts, review, tree
 from generation.llm import ModelCall, PermanentModelError, Usage
 
 PHASE_TWO_SCHEMA_NAME = "memory_consolidation"
@@ -162,8 +163,8 @@ def restore_pins(document: str, pinned: Iterable[str]) -> tuple[str, list[str]]:
     aside) appears verbatim, so a model that kept it and wrote more under it is fine."""
     restored: list[str] = []
     for pin in pinned:
-        if not pin.strip() or pin.rstrip() in document:
-            continue
+        if not pin.strip() or _unnumbered(pin).rstrip() in _unnumbered(document):
+            continue  # a task renumbered by an insertion above it is still there
         document = _replace_same_heading(document, pin) or _append(document, pin)
         restored.append(pin)
     return document, restored
@@ -179,12 +180,28 @@ def _replace_same_heading(document: str, pin: str) -> str | None:
         if (
             block.level == head.level
             and block.kind == head.kind
-            and block.title.strip().casefold() == head.title.strip().casefold()
+            and _title(block).casefold() == _title(head).casefold()
         ):
-            block.text = pin if pin.endswith("\n") else pin + "\n"
+            text = pin if pin.endswith("\n") else pin + "\n"
+            if block.kind == "task":  # the task keeps the number it has now
+                now = review.TASK_HEADING_RE.match(block.text)
+                if now is not None:
+                    text = review.TASK_HEADING_RE.sub(rf"\g<1>{now.group(2)}\g<3>", text, count=1)
+            block.text = text
             block.children = []
             return root.dump()
     return None
+
+
+def _title(block: memory_md.Block) -> str:
+    return review.task_title(block.title).strip() if block.kind == "task" else block.title.strip()
+
+
+_TASK_NUMBER = re.compile(r"(?m)^(#{2,6}[ \t]+Task[ \t]+)\d+")
+
+
+def _unnumbered(text: str) -> str:
+    return _TASK_NUMBER.sub(r"\1#", text)
 
 
 def _append(document: str, pin: str) -> str:

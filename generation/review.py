@@ -1,13 +1,17 @@
 """Entry-level comparison, assembly and three-way merge of MEMORY.md and
 memory_summary.md, for reviewing consolidations like pull requests.
 
-An entry is a top-level block of the document (a task group, a section, a preamble);
-entries are matched across versions by kind and title, so a reworded entry is
-"changed" and one that changed place is "moved".
+An entry is what a reviewer decides on. In a document of the SDK's shape (``# Task
+Group:`` blocks) that is the SDK's own unit: a task group's head (its title, ``scope:``
+and place) is one entry, and each ``## Task <n>`` and each block-level section inside
+it is another. Other documents keep their top-level blocks as entries. Entries are
+matched across versions by kind and title (a task also by the first rollout it cites),
+never by a task's number: the number is rendered, not reviewed.
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from collections.abc import Iterable
@@ -23,24 +27,128 @@ class Entry:
     kind: str
     title: str
     text: str
+    group: str = ""  # the key of the task group holding a task or section ("" at the top)
 
 
 def entries(text: str) -> list[Entry]:
-    """The top-level entries of a document; joined back they give the text exactly."""
+    """The entries of a document; joined back they give the text exactly."""
     return list(_entries(text))
 
 
 @lru_cache(maxsize=32)
 def _entries(text: str) -> tuple[Entry, ...]:
     root = memory_md.parse(text)
+    grouped = any(block.kind == "task_group" for block in root.children)
     seen: dict[str, int] = {}
+
+    def unique(base: str) -> str:
+        seen[base] = seen.get(base, 0) + 1
+        return base if seen[base] == 1 else f"{base}#{seen[base]}"
+
     result = []
     for block in root.children:
-        base = f"{block.kind}:{normalize(block.title)}"
-        seen[base] = seen.get(base, 0) + 1
-        key = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        result.append(Entry(key, block.kind, block.title, block.dump()))
+        if not (grouped and block.kind == "task_group"):
+            key = unique(f"{block.kind}:{normalize(block.title)}")
+            result.append(Entry(key, block.kind, block.title, block.dump()))
+            continue
+        lead = 0  # bullets and paragraphs under the group's heading belong to its head
+        while lead < len(block.children) and block.children[lead].level == 0:
+            lead += 1
+        head = block.text + "".join(child.dump() for child in block.children[:lead])
+        group = unique(f"task_group:{normalize(block.title)}")
+        result.append(Entry(group, "task_group", block.title, head))
+        for child in block.children[lead:]:
+            key = unique(member_key(child.kind, child.title, group, child.citations))
+            result.append(Entry(key, child.kind, child.title, child.dump(), group))
     return tuple(result)
+
+
+def with_members(document: str, entry_key: str, text: str) -> str:
+    """A task group's head with the tasks and sections under it in ``document`` (what
+    the group as a whole cites); any other entry's ``text`` as it is."""
+    return _group_texts(document).get(entry_key, text)
+
+
+def group_title(documents: tuple[str, ...], group: str) -> str:
+    """The title of the task group ``group`` (a key) in the first of ``documents``
+    that has it."""
+    for document in documents:
+        title = _group_titles(document).get(group)
+        if title is not None:
+            return title
+    return group.removeprefix("task_group:")
+
+
+@lru_cache(maxsize=8)
+def _group_titles(document: str) -> dict[str, str]:
+    return {e.key: e.title for e in entries(document) if e.kind == "task_group" and not e.group}
+
+
+@lru_cache(maxsize=8)
+def _group_texts(document: str) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for entry in entries(document):
+        if entry.kind == "task_group" and not entry.group:
+            texts[entry.key] = entry.text
+        elif entry.group in texts:
+            texts[entry.group] += entry.text
+    return texts
+
+
+TASK_NUMBER_RE = re.compile(r"^Task[ \t]+\d+[ \t]*:[ \t]*", re.IGNORECASE)
+TASK_HEADING_RE = re.compile(r"^(#{2,6}[ \t]+Task[ \t]+)(\d+)([ \t]*:)", re.IGNORECASE)
+
+
+def member_key(kind: str, title: str, group: str, citations: list[str]) -> str:
+    """The key of a task or section inside a task group. A task's key is its title
+    without the number and the first rollout it cites, so it survives renumbering and
+    a move to another group; a section's key names its group."""
+    if kind == "task":
+        cited = citations[0].rsplit("/", 1)[-1] if citations else ""
+        return f"task:{normalize(task_title(title))}" + (f" @{cited}" if cited else "")
+    return f"{kind}:{normalize(title)} in {group}"
+
+
+def task_title(title: str) -> str:
+    """A task's title without its ``Task <n>:`` number."""
+    return TASK_NUMBER_RE.sub("", title)
+
+
+def unnumbered(text: str) -> str:
+    """An entry's text with a task heading's number taken out (for comparing)."""
+    return TASK_HEADING_RE.sub(r"\1#\3", text, count=1)
+
+
+def renumber(text: str, like: str) -> str:
+    """``text`` with the tasks of each task group numbered 1, 2, ... in order, when
+    ``like`` (the proposal) numbers them so, as the SDK does; otherwise (numbers given
+    by hand, or across groups) ``text`` as it is."""
+    if not _numbered_per_group(entries(like)):
+        return text
+    parts = entries(text)
+    return text if _numbered_per_group(parts) else "".join(_renumbered(parts))
+
+
+def _numbered_per_group(parts: list[Entry]) -> bool:
+    count: dict[str, int] = {}
+    for entry in parts:
+        if entry.kind != "task" or not entry.group:
+            continue
+        count[entry.group] = count.get(entry.group, 0) + 1
+        match = TASK_HEADING_RE.match(entry.text)
+        if match is None or int(match.group(2)) != count[entry.group]:
+            return False
+    return True
+
+
+def _renumbered(parts: list[Entry]) -> Iterable[str]:
+    count: dict[str, int] = {}
+    for entry in parts:
+        if entry.kind == "task" and entry.group and TASK_HEADING_RE.match(entry.text):
+            count[entry.group] = count.get(entry.group, 0) + 1
+            yield TASK_HEADING_RE.sub(rf"\g<1>{count[entry.group]}\g<3>", entry.text, count=1)
+        else:
+            yield entry.text
 
 
 def normalize(text: str) -> str:
@@ -48,7 +156,9 @@ def normalize(text: str) -> str:
 
 
 def same_text(a: str, b: str) -> bool:
-    return a.rstrip() == b.rstrip()
+    """Whether two entry texts say the same (trailing blank lines and a task's number
+    aside)."""
+    return unnumbered(a).rstrip() == unnumbered(b).rstrip()
 
 
 @dataclass(frozen=True)
@@ -67,6 +177,12 @@ class Change:
     pieces: tuple[tuple[int, str, str, str], ...] = ()
     slot: int = 0
     also: tuple[str, ...] = field(default=())  # further proposed keys of a split
+    group: str = ""  # the task group it is in (proposed, else current)
+    # Where a rejected move puts a task or section back (a slot between two others);
+    # None: it stays where it is proposed.
+    home: float | None = None
+    home_group: str = ""  # and the group it goes back to
+    piece_groups: tuple[str, ...] = ()  # the group of each of ``pieces``
 
     @property
     def paired(self) -> bool:
@@ -74,7 +190,12 @@ class Change:
 
     @property
     def previous_titles(self) -> list[str]:
-        return [title for _, side, _, title in self._titled() if side == "old"]
+        if not self.pieces and self.previous:  # renamed in place: its own old text
+            first = entries(self.current)
+            return [first[0].title if first else self.previous[0]]
+        old = [(key, title) for _, side, key, title in self._titled() if side == "old"]
+        old.sort(key=lambda kt: kt[0] != self.key)  # the entry that kept its key first
+        return [title for _, title in old]
 
     @property
     def proposed_titles(self) -> list[str]:
@@ -98,11 +219,13 @@ def compare(current: str, proposed: str, *, pairing: bool = True) -> list[Change
 
 @lru_cache(maxsize=32)
 def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change, ...]:
-    old = {e.key: e for e in entries(current)}
     new = entries(proposed)
-    matched = [e.key for e in new if e.key in old]
-    matched_set = set(matched)
-    in_place = _in_place([k for k in old if k in matched_set], matched)
+    renames = _group_renames(entries(current), new) if pairing else {}
+    olds = [_renamed(e, renames) for e in entries(current)]
+    old = {e.key: e for e, _ in olds}
+    was = {e.key: before for e, before in olds if before != e.key}
+    new_keys = {e.key for e in new}
+    in_place = _in_place_by_level([e for e, _ in olds if e.key in new_keys], new, old)
     changes: list[Change] = []
     for entry in new:
         before = old.get(entry.key)
@@ -122,16 +245,19 @@ def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change,
                 entry.title,
                 before.text if before else "",
                 entry.text,
+                previous=(was[entry.key],) if entry.key in was else (),
+                pairing="renamed" if entry.kind == "task_group" and entry.key in was else "",
+                group=entry.group,
             )
         )
-    new_keys = {e.key for e in new}
     old_order = list(old)
     position_of = {c.key: i for i, c in enumerate(changes)}
     removed_after: dict[int, list[Change]] = {}
     for index, key in enumerate(old_order):
         if key in new_keys:
             continue
-        removed = Change(key, "removed", old[key].kind, old[key].title, old[key].text, "")
+        e = old[key]
+        removed = Change(key, "removed", e.kind, e.title, e.text, "", group=e.group)
         # After the nearest earlier entry that is still there, else first.
         anchor = next((k for k in reversed(old_order[:index]) if k in new_keys), None)
         removed_after.setdefault(-1 if anchor is None else position_of[anchor], []).append(removed)
@@ -140,9 +266,131 @@ def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change,
         slots.append(change)
         slots.extend(removed_after.get(i, []))
     slots = [replace(c, slot=i) for i, c in enumerate(slots)]
+    slots = _homes(slots, [e for e, _ in olds], in_place, new_keys)
     if not pairing:
         return tuple(slots)
-    return tuple(_paired(slots))
+    # Citations and containment first: a merge or split that kept one entry's key
+    # must not leave its other part to be paired with an unrelated entry.
+    return tuple(_paired(_paired_in_place(slots)))
+
+
+def _renamed(entry: Entry, renames: dict[str, str]) -> tuple[Entry, str]:
+    """An entry of the current document as the proposal names it when its task group
+    was renamed (the head and the sections of the group take the new group's key),
+    with its own key."""
+    group = renames.get(entry.group, entry.group)
+    if entry.kind == "task_group" and entry.key in renames:
+        return replace(entry, key=renames[entry.key]), entry.key
+    if entry.group in renames:
+        key = entry.key
+        if entry.kind != "task":
+            key = member_key(entry.kind, entry.title, group, [])
+        return replace(entry, key=key, group=group), entry.key
+    return entry, entry.key
+
+
+def _group_renames(old: list[Entry], new: list[Entry]) -> dict[str, str]:
+    """Task groups the proposal renamed: old head key -> new, for a removed and an
+    added group that hold mostly the same tasks (or, without tasks, the same text under
+    the title). Indexed by task and by text, so thousands of groups stay fast."""
+    old_heads = {e.key: e for e in old if e.kind == "task_group"}
+    new_heads = {e.key: e for e in new if e.kind == "task_group"}
+    gone = [k for k in old_heads if k not in new_heads]
+    came = [k for k in new_heads if k not in old_heads]
+    if not gone or not came:
+        return {}
+    tasks_of: dict[str, set[str]] = {}
+    for e in (*old, *new):
+        if e.kind == "task" and e.group:
+            tasks_of.setdefault(e.group, set()).add(e.key)
+    gone_set = set(gone)
+    group_of_task = {
+        task: group for group in gone for task in tasks_of.get(group, ())
+    }  # a task key is in one old group
+    by_body: dict[str, list[str]] = {}
+    for key in gone:
+        if not tasks_of.get(key):
+            by_body.setdefault(_under_title(old_heads[key].text), []).append(key)
+    renames: dict[str, str] = {}
+    taken: set[str] = set()
+    for after in came:
+        mine = tasks_of.get(after, set())
+        if not mine:
+            under = _under_title(new_heads[after].text)
+            candidates = [k for k in by_body.get(under, []) if k not in taken]
+            if candidates:
+                renames[candidates[0]] = after
+                taken.add(candidates[0])
+            continue
+        shared: dict[str, int] = {}
+        for task in mine:
+            group = group_of_task.get(task)
+            if group is not None and group in gone_set and group not in taken:
+                shared[group] = shared.get(group, 0) + 1
+        best = max(shared, key=lambda g: (shared[g], g), default=None)
+        if best is None:
+            continue
+        union = len(mine | tasks_of.get(best, set()))
+        if shared[best] / union >= 0.5:
+            renames[best] = after
+            taken.add(best)
+    return renames
+
+
+def _under_title(text: str) -> str:
+    return normalize(text.split("\n", 1)[1]) if "\n" in text else ""
+
+
+def _in_place_by_level(old: list[Entry], new: list[Entry], by_key: dict[str, Entry]) -> set[str]:
+    """Keys that kept their place: top-level entries (task groups among them) by their
+    order among themselves, a task or section by its order inside its group; one in
+    another group than before has moved."""
+    present = {e.key for e in old}
+    in_place = _in_place(
+        [e.key for e in old if not e.group],
+        [e.key for e in new if not e.group and e.key in present],
+    )
+    members_old: dict[str, list[str]] = {}
+    members_new: dict[str, list[str]] = {}
+    for e in new:
+        if e.group and e.key in present and by_key[e.key].group == e.group:
+            members_new.setdefault(e.group, []).append(e.key)
+    kept = {k for ks in members_new.values() for k in ks}
+    for e in old:
+        if e.group and e.key in kept:
+            members_old.setdefault(e.group, []).append(e.key)
+    for group, keys in members_new.items():
+        in_place |= _in_place(members_old.get(group, []), keys)
+    return in_place
+
+
+def _homes(
+    slots: list[Change], old: list[Entry], in_place: set[str], present: set[str]
+) -> list[Change]:
+    """Give each entry that moved the place a rejection puts it back to: after the
+    nearest entry before it in the current document that stayed in place (a task
+    group among the top-level entries, a task or section in its old group)."""
+    slot_of = {c.key: c.slot for c in slots}
+    homes: dict[str, tuple[float, str]] = {}
+    last_top: str | None = None  # the last top-level entry in place so far
+    last_any: str | None = None
+    for index, entry in enumerate(old):
+        if entry.key in in_place:
+            last_any = entry.key
+            if not entry.group:
+                last_top = entry.key
+            continue
+        if entry.key not in present:
+            continue
+        anchor = last_any if entry.group else last_top
+        position = (slot_of[anchor] if anchor is not None else -1) + 0.5 + index * 1e-6
+        homes[entry.key] = (position, entry.group)
+    return [
+        replace(c, home=homes[c.key][0], home_group=homes[c.key][1])
+        if c.key in homes and c.status in ("moved", "changed")
+        else c
+        for c in slots
+    ]
 
 
 def _paired(slots: list[Change]) -> list[Change]:
@@ -156,6 +404,7 @@ def _paired(slots: list[Change]) -> list[Change]:
         for group in pair(
             [(c.key, c.current) for c in removed if c.kind == kind],
             [(c.key, c.proposed) for c in added if c.kind == kind],
+            by_citations=kind == "task",
         )
     ]  # a task group pairs with a task group, a section with a section
     if not groups:
@@ -174,15 +423,13 @@ def _paired(slots: list[Change]) -> list[Change]:
             how = "merged"
         elif len(news) > 1:
             how = "split"
-        elif normalize(olds[0].title) != normalize(first.title):
+        elif normalize(task_title(olds[0].title)) != normalize(task_title(first.title)):
             how = "renamed"
         else:
             how = "rewritten"
-        pieces = tuple(
-            sorted(
-                [(c.slot, "old", c.key, c.current) for c in olds]
-                + [(c.slot, "new", c.key, c.proposed) for c in news]
-            )
+        pieces, piece_groups = _pieces(
+            [(c.slot, "old", c.key, c.current, c.group) for c in olds]
+            + [(c.slot, "new", c.key, c.proposed, c.group) for c in news]
         )
         replaced[first.slot] = Change(
             first.key,
@@ -196,10 +443,98 @@ def _paired(slots: list[Change]) -> list[Change]:
             pieces=pieces,
             slot=first.slot,
             also=tuple(c.key for c in news[1:]),
+            group=first.group,
+            piece_groups=piece_groups,
         )
         dropped.update(c.slot for c in olds)
         dropped.update(c.slot for c in news[1:])
     return [replaced.get(c.slot, c) for c in slots if c.slot not in dropped]
+
+
+def _pieces(
+    members: list[tuple[int, str, str, str, str]],
+) -> tuple[tuple[tuple[int, str, str, str], ...], tuple[str, ...]]:
+    """A pair's (slot, side, key, text) pieces in slot order, and the group of each."""
+    ordered = sorted(members, key=lambda m: (m[0], m[1] == "new", m[2]))
+    return tuple(m[:4] for m in ordered), tuple(m[4] for m in ordered)
+
+
+def _paired_in_place(slots: list[Change]) -> list[Change]:
+    """Merges and splits that keep one entry's key: a changed entry that took in a
+    removed one (merged with it) or gave part of itself to an added one (split into
+    it), found by the rollouts they cite and by their words. Each becomes one change,
+    decided as one."""
+    changed = [
+        c for c in slots if c.status == "changed" and not c.pieces and c.kind != "task_group"
+    ]
+    removed = [c for c in slots if c.status == "removed"]
+    added = [c for c in slots if c.status == "added"]
+    if not changed or not (removed or added):
+        return slots
+    taken: set[int] = set()
+    replaced: dict[int, Change] = {}
+    for change in changed:
+        before, after = _words(change.current), _words(change.proposed)
+        cites_before = set(memory_md.CITATION_RE.findall(change.current))
+        cites_after = set(memory_md.CITATION_RE.findall(change.proposed))
+        merged = [
+            c
+            for c in removed
+            if c.slot not in taken
+            and c.kind == change.kind
+            and _went_into(c.current, after, before, cites_after - cites_before)
+        ]
+        split = [
+            c
+            for c in added
+            if c.slot not in taken
+            and c.kind == change.kind
+            and _went_into(c.proposed, before, after, cites_before - cites_after)
+        ]
+        if not merged and not split:
+            continue
+        taken.update(c.slot for c in (*merged, *split))
+        pieces, piece_groups = _pieces(
+            [(change.slot, "old", change.key, change.current, change.home_group or change.group)]
+            + [(c.slot, "old", c.key, c.current, c.group) for c in merged]
+            + [(change.slot, "new", change.key, change.proposed, change.group)]
+            + [(c.slot, "new", c.key, c.proposed, c.group) for c in split]
+        )
+        replaced[change.slot] = replace(
+            change,
+            current=join(c.current for c in sorted((change, *merged), key=lambda c: c.slot)),
+            proposed=join(c.proposed for c in sorted((change, *split), key=lambda c: c.slot)),
+            previous=tuple(c.key for c in merged),
+            pairing="merged" if merged else "split",
+            pieces=pieces,
+            piece_groups=piece_groups,
+            also=tuple(c.key for c in split),
+        )
+    return [replaced.get(c.slot, c) for c in slots if c.slot not in taken]
+
+
+def _went_into(
+    part: str, whole: tuple[str, ...], other: tuple[str, ...], cites_gained: set[str]
+) -> bool:
+    """Whether the entry ``part`` is now (almost all) inside ``whole`` and was not
+    inside ``other`` (the same entry on the other side): it cites rollouts ``whole``
+    gained, or its words are found there, in order."""
+    cites = set(memory_md.CITATION_RE.findall(part))
+    if cites and len(cites & cites_gained) / len(cites) >= CITED_SHARE:
+        return True
+    words = _body(part)
+    if len(words) < MIN_WORDS:
+        return False
+    vocabulary = set(words)
+    if len(vocabulary & set(whole)) < PART_CONTAINED * len(vocabulary):
+        return False  # most of its words are not even there
+    return _contained(words, whole) >= PART_CONTAINED and _contained(words, other) < CITED_SHARE
+
+
+def _contained(part: tuple[str, ...], whole: tuple[str, ...]) -> float:
+    """The share of ``part``'s words found, in order, in ``whole``."""
+    matcher = difflib.SequenceMatcher(None, part, whole, autojunk=False)
+    return sum(size for _, _, size in matcher.get_matching_blocks()) / max(len(part), 1)
 
 
 # --- pairing ---------------------------------------------------------------------
@@ -240,13 +575,14 @@ def _words(text: str) -> tuple[str, ...]:
 
 
 def pair(
-    removed: list[tuple[str, str]], added: list[tuple[str, str]]
+    removed: list[tuple[str, str]], added: list[tuple[str, str]], *, by_citations: bool = False
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Groups of (removed keys, added keys) that are one entry renamed or rewritten
     (1:1), merged (n:1) or split (1:n); every key is in at most one group. Candidates
     come from an index of rare words and citations, then difflib's quick_ratio
     prefilters before the exact ratio: near-linear for documents of thousands of
-    entries."""
+    entries. ``by_citations`` (tasks): two entries that both cite rollouts but none in
+    common are never the same."""
     old_words = [_words(t) for _, t in removed]
     new_words = [_words(t) for _, t in added]
     old_cites = [set(memory_md.CITATION_RE.findall(t)) for _, t in removed]
@@ -279,6 +615,8 @@ def pair(
             if budget <= 0:
                 break
             budget -= 1
+            if by_citations and old_cites[i] and new_cites[j] and not old_cites[i] & new_cites[j]:
+                continue  # tasks citing different rollouts are different tasks
             edge = _edge(old_words[i], words, old_cites[i], new_cites[j])
             if edge is not None:
                 edges.append((edge[0], i, j, edge[1], edge[2]))
@@ -342,6 +680,46 @@ def _in_place(before: list[str], after: list[str]) -> set[str]:
     return {key for a, _, size in matcher.get_matching_blocks() for key in before[a : a + size]}
 
 
+# --- duplicates --------------------------------------------------------------------
+#
+# Two entries of one document say the same thing twice when they share most of their
+# cited rollouts (at least half of the fewer's) and most of their words (at least half
+# of the distinct words of the shorter one's body are in the other's).
+DUPLICATE_CITED = 0.5
+DUPLICATE_WORDS = 0.5
+
+
+def duplicates(text: str) -> list[tuple[Entry, Entry]]:
+    """Pairs of entries of ``text`` that are likely one entry twice, in document order.
+    Only entries that cite a rollout take part, found through the rollouts they cite
+    (near-linear)."""
+    cited: list[tuple[Entry, set[str]]] = []
+    by_cite: dict[str, list[int]] = {}
+    for entry in entries(text):
+        cites = set(memory_md.CITATION_RE.findall(entry.text))
+        if not cites:
+            continue
+        for cite in cites:
+            by_cite.setdefault(cite, []).append(len(cited))
+        cited.append((entry, cites))
+    found: set[tuple[int, int]] = set()
+    for holders in by_cite.values():
+        for n, i in enumerate(holders):
+            for j in holders[n + 1 :]:
+                if (i, j) not in found and _duplicate(cited[i], cited[j]):
+                    found.add((i, j))
+    return [(cited[i][0], cited[j][0]) for i, j in sorted(found)]
+
+
+def _duplicate(a: tuple[Entry, set[str]], b: tuple[Entry, set[str]]) -> bool:
+    (first, cites_a), (second, cites_b) = a, b
+    if len(cites_a & cites_b) < DUPLICATE_CITED * min(len(cites_a), len(cites_b)):
+        return False
+    words_a, words_b = set(_body(first.text)), set(_body(second.text))
+    small, large = sorted((words_a, words_b), key=len)
+    return bool(small) and len(small & large) >= DUPLICATE_WORDS * len(small)
+
+
 ACCEPT, REJECT = "accept", "reject"
 
 
@@ -349,33 +727,98 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
     """The document a review produces. Undecided entries count as accepted: approving a
     proposal takes it as proposed, except for what was rejected or edited. An accepted
     pair puts its proposed entries where they are proposed and drops the entries they
-    replace; a rejected one keeps those where they were and adds nothing."""
-    parts: list[tuple[int, str]] = []
+    replace; a rejected one keeps those where they were and adds nothing. A rejected
+    move puts the entry back where it was (a task group with its tasks), and the tasks
+    of each group are numbered again as the proposal numbers them."""
+    changes = list(changes)
+    parts: list[_Part] = []
     for change in changes:
         decision = decisions.get(change.key, ACCEPT)
+        edited = edits.get(change.key)
         if change.pieces:
-            edited = edits.get(change.key)
             first = True
-            for slot, side, _, text in change.pieces:
+            for index, (slot, side, _, text) in enumerate(change.pieces):
+                group = change.piece_groups[index] if change.piece_groups else change.group
                 if side == "old" and decision != ACCEPT and edited is None:
-                    parts.append((slot, text))
+                    parts.append(_Part(slot, text, group, change.key))
                 elif side == "new" and (decision == ACCEPT or edited is not None):
-                    if edited is not None:
-                        if first:
-                            parts.append((slot, edited))
-                        first = False
-                    else:
-                        parts.append((slot, text))
+                    if edited is None or first:
+                        parts.append(_Part(slot, edited or text, group, change.key))
+                    first = False
             continue
-        if change.key in edits:
-            text = edits[change.key]
+        if edited is not None:
+            parts.append(_Part(change.slot, edited, change.group, change.key))
         elif decision == ACCEPT:
-            text = change.proposed
-        else:
-            text = change.current  # keep what was there (or nothing, for an addition)
-        parts.append((change.slot, text))
-    parts.sort(key=lambda p: p[0])
-    return join(text for _, text in parts if text)
+            parts.append(_Part(change.slot, change.proposed, change.group, change.key))
+        elif change.home is not None:  # keep what was there, where it was
+            parts.append(_Part(change.home, change.current, change.home_group, change.key))
+        else:  # keep what was there (or nothing, for an addition)
+            parts.append(_Part(change.slot, change.current, change.group, change.key))
+    ordered = _ordered([p for p in parts if p.text], renumber=_numbered_as_sdk(changes))
+    return join(ordered)
+
+
+def _numbered_as_sdk(changes: list[Change]) -> bool:
+    """Whether the proposal numbers each task group's tasks 1, 2, ... in order (read
+    from its changes, without parsing the document again)."""
+    proposed: list[tuple[int, str, str]] = []
+    for change in changes:
+        if change.pieces:
+            for index, (slot, side, _, text) in enumerate(change.pieces):
+                if side == "new":
+                    group = change.piece_groups[index] if change.piece_groups else change.group
+                    proposed.append((slot, group, text))
+        elif change.proposed:
+            proposed.append((change.slot, change.group, change.proposed))
+    count: dict[str, int] = {}
+    for _, group, text in sorted(proposed, key=lambda p: p[0]):
+        match = TASK_HEADING_RE.match(text) if group else None
+        if match is None:
+            continue
+        count[group] = count.get(group, 0) + 1
+        if int(match.group(2)) != count[group]:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Part:
+    position: float
+    text: str
+    group: str  # the task group it goes into ("" for a group's head or a top-level entry)
+    key: str
+
+
+def _ordered(parts: list[_Part], *, renumber: bool) -> list[str]:
+    """Top-level entries in order, each task group's tasks and sections under it in
+    order (with ``renumber``, its tasks numbered 1, 2, ...); a task whose group is gone
+    stays after the entry it followed."""
+    tops = sorted((p for p in parts if not p.group), key=lambda p: p.position)
+    blocks: list[tuple[_Part | None, list[_Part]]] = [(None, [])]
+    blocks += [(top, []) for top in tops]
+    index_of = {top.key: i for i, (top, _) in enumerate(blocks) if top is not None}
+    positions = [top.position for top in tops]
+    for part in sorted((p for p in parts if p.group), key=lambda p: p.position):
+        i = index_of.get(part.group)
+        if i is None:
+            i = bisect.bisect_right(positions, part.position)  # the block before it
+        blocks[i][1].append(part)
+    out = []
+    for top, members in blocks:
+        if top is not None:
+            out.append(top.text)
+        n = 0
+        for member in members:
+            match = TASK_HEADING_RE.match(member.text) if renumber else None
+            if match is None:
+                out.append(member.text)
+                continue
+            n += 1
+            same = int(match.group(2)) == n
+            out.append(
+                member.text if same else TASK_HEADING_RE.sub(rf"\g<1>{n}\g<3>", member.text, 1)
+            )
+    return out
 
 
 def join(parts: Iterable[str]) -> str:
@@ -427,7 +870,7 @@ def merge(base: str, human: str, model: str) -> Merge:
     b = {e.key: e for e in entries(base)}
     h = {e.key: e for e in entries(human)}
     m = {e.key: e for e in entries(model)}
-    order = [e.key for e in entries(model)] + [k for k in h if k not in m]
+    order = _with_human_additions([e.key for e in entries(model)], list(h))
     conflicts = []
     parts = []
     for key in order:
@@ -446,7 +889,21 @@ def merge(base: str, human: str, model: str) -> Merge:
             chosen = human_text
         if chosen:
             parts.append(chosen)
-    return Merge(join(parts), conflicts)
+    return Merge(renumber(join(parts), like=model), conflicts)
+
+
+def _with_human_additions(order: list[str], human: list[str]) -> list[str]:
+    """The model's entry order with the entries only people have put after the entry
+    they follow in the people's version (a task added by hand stays in its group)."""
+    out = list(order)
+    present = set(out)
+    for index, key in enumerate(human):
+        if key in present:
+            continue
+        before = next((k for k in reversed(human[:index]) if k in present), None)
+        out.insert(out.index(before) + 1 if before is not None else 0, key)
+        present.add(key)
+    return out
 
 
 def _same(a: str | None, b: str | None) -> bool:

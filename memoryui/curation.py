@@ -228,7 +228,7 @@ def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> 
     paired = {
         old_key: change
         for change in review.compare(before, after)
-        if change.paired
+        if change.previous
         for old_key in change.previous
     }
     impacts = []
@@ -239,7 +239,7 @@ def pins_affected_by(layout: Layout, document: str, before: str, after: str) -> 
                 impacts.append(PinImpact(pin, "altered"))
         elif pin.key in paired:
             change = paired[pin.key]
-            impacts.append(PinImpact(pin, change.pairing, change.title))
+            impacts.append(PinImpact(pin, change.pairing or "renamed", change.title))
         else:
             impacts.append(PinImpact(pin, "dropped"))
     return impacts
@@ -361,8 +361,10 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
         current = latest(proposal.layout, document)
         human = text_of(current) if current and (base is None or current.pk != base.pk) else None
         mine = {k: d for (doc, k), d in decisions.items() if doc == document}
-        assembled = _assembled(base_text, proposed, mine)
-        conflicts = review.merge(base_text, human, assembled).conflicts if human is not None else []
+        conflicts = []
+        if human is not None:  # only then: assembling a large document is not free
+            assembled = _assembled(base_text, proposed, mine)
+            conflicts = review.merge(base_text, human, assembled).conflicts
         out.append(
             DocumentReview(
                 document=document,
@@ -403,6 +405,11 @@ def decide(
                 "decided_at": timezone.now(),
             },
         )
+        if getattr(user, "pk", None):  # deciding an entry is having looked at it
+            EntryView.objects.bulk_create(
+                [EntryView(proposal=proposal, document=document, key=key, user=user)],
+                ignore_conflicts=True,
+            )
         AuditEvent.record(
             proposal.layout.workspace,
             f"entry.{decision}",
@@ -488,7 +495,11 @@ UNDECIDED_ACCEPT, UNDECIDED_REJECT = "accept", "reject"
 
 
 def approve(
-    proposal: Proposal, *, user: Any, undecided: str = UNDECIDED_ACCEPT
+    proposal: Proposal,
+    *,
+    user: Any,
+    undecided: str = UNDECIDED_ACCEPT,
+    duplicates: list[Duplicate] | None = None,
 ) -> list[MemoryVersion]:
     """Turn the reviewed proposal into the current versions. Entries people changed
     while the consolidation ran are merged; a conflict must have been decided (accept:
@@ -502,7 +513,9 @@ def approve(
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
         reviews = document_reviews(proposal)
-        counts = review_counts(proposal, reviews, user=user)
+        from .review_cards import progress
+
+        counts = progress(proposal, user)
         if undecided == UNDECIDED_REJECT:
             _reject_undecided(proposal, reviews, user)
             reviews = document_reviews(proposal)  # with those rejections
@@ -518,7 +531,9 @@ def approve(
                 for conflict in merged.conflicts:
                     if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
                         parts[conflict.key] = conflict.model
-                final = review.join(t for t in parts.values() if t)
+                final = review.renumber(
+                    review.join(t for t in parts.values() if t), like=doc.proposed_text
+                )
             by_key = {c.key: c for c in doc.changes}
             for key, decision in doc.decisions.items():
                 if decision.decision == EntryDecision.Decision.REJECT:
@@ -535,11 +550,12 @@ def approve(
                                 rejected_by=user if getattr(user, "pk", None) else None,
                             )
             _record_approvals(proposal, doc, user)
-            # Pins follow the entries an accepted pair renamed, merged or split.
+            # Pins follow the entries an accepted change renamed, merged or split (and
+            # the sections of a renamed task group).
             renamed = {
                 old_key: change.key
                 for change in doc.changes
-                if change.paired
+                if change.previous
                 and (
                     change.key not in doc.decisions
                     or doc.decisions[change.key].decision == EntryDecision.Decision.ACCEPT
@@ -564,11 +580,13 @@ def approve(
         # Skill files: the changes people did not reject become current versions.
         from . import skills
 
-        skill_versions = skills.approve_changes(proposal, user=user)
+        skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
         _decided(proposal, Proposal.Status.APPROVED, user)
-        skill_detail: dict[str, Any] = (
-            {"skill_files": [v.path for v in skill_versions]} if skill_versions else {}
-        )
+        detail: dict[str, Any] = {}
+        if skill_versions:
+            detail["skill_files"] = [v.path for v in skill_versions]
+        if duplicates:
+            detail["duplicates_approved"] = [" / ".join(d.titles) for d in duplicates]
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.approve",
@@ -581,7 +599,7 @@ def approve(
             + (counts["undecided"] if undecided == UNDECIDED_REJECT else 0),
             undecided=undecided,
             counts=counts,
-            **skill_detail,
+            **detail,
         )
     return created
 
@@ -610,6 +628,41 @@ def decidable(doc: DocumentReview) -> list[review.Change]:
     return [c for c in doc.changes if c.status != "unchanged"]
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """Two entries of what approving would make that are likely one entry twice."""
+
+    document: str
+    keys: tuple[str, str]
+    titles: tuple[str, str]
+
+
+def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT) -> list[Duplicate]:
+    """The duplicates (``review.duplicates``) in the documents approval would make with
+    the decisions so far and ``undecided`` for the rest, when at least one of the two
+    is an entry this proposal adds or changes."""
+    found = []
+    for doc in reviews:
+        decisions = {k: d.decision for k, d in doc.decisions.items()}
+        if undecided == UNDECIDED_REJECT:
+            for change in decidable(doc):
+                decisions.setdefault(change.key, EntryDecision.Decision.REJECT)
+        edits = {k: d.edited_text for k, d in doc.decisions.items() if d.edited_text}
+        result = review.assemble(doc.changes, decisions, edits)
+        touched = {
+            key
+            for change in decidable(doc)
+            if change.proposed
+            for key in (change.key, *change.also)
+        }
+        for first, second in review.duplicates(result):
+            if first.key in touched or second.key in touched:
+                found.append(
+                    Duplicate(doc.document, (first.key, second.key), (first.title, second.title))
+                )
+    return found
+
+
 def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: Any) -> None:
     person = user if getattr(user, "pk", None) else None
     now = timezone.now()
@@ -628,40 +681,17 @@ def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: A
         )
 
 
-def review_counts(proposal: Proposal, reviews: list[DocumentReview], *, user: Any) -> dict:
-    """How far the review got: decided entries (accepted, of which edited; rejected),
-    undecided ones, and those ``user`` has not marked viewed."""
-    viewed = set(
-        EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", 0)).values_list(
-            "document", "key"
-        )
-    )
-    counts = dict.fromkeys(
-        ("total", "accepted", "edited", "rejected", "undecided", "viewed", "not_viewed"), 0
-    )
-    for doc in reviews:
-        for change in decidable(doc):
-            counts["total"] += 1
-            decision = doc.decisions.get(change.key)
-            if decision is None:
-                counts["undecided"] += 1
-            elif decision.decision == EntryDecision.Decision.REJECT:
-                counts["rejected"] += 1
-            else:
-                counts["accepted"] += 1
-                counts["edited"] += bool(decision.edited_text)
-            seen = (doc.document, change.key) in viewed
-            counts["viewed" if seen else "not_viewed"] += 1
-    counts["decided"] = counts["total"] - counts["undecided"]
-    return counts
-
-
 def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
-    """Remember the text of every entry this approval accepts (explicitly or by
-    approving the proposal as it stands)."""
+    """Remember the text of every entry this proposal changed and this approval
+    accepts (explicitly or by approving the proposal as it stands). Entries it left as
+    they were were not approved here, so a later change to them is not "outdated"."""
     for change in doc.changes:
         decision = doc.decisions.get(change.key)
-        if not change.proposed or (decision and decision.decision == EntryDecision.Decision.REJECT):
+        if (
+            change.status == "unchanged"
+            or not change.proposed
+            or (decision and decision.decision == EntryDecision.Decision.REJECT)
+        ):
             continue
         if decision and decision.edited_text:
             parts = [(change.key, decision.edited_text)]
@@ -679,24 +709,6 @@ def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> Non
                     "approved_at": timezone.now(),
                 },
             )
-
-
-def approval_states(proposal: Proposal, document: str) -> dict[str, str]:
-    """Per entry key: "approved" while the proposed text is the approved one, else
-    "outdated" (it was approved once, and has changed since)."""
-    approved = dict(
-        ApprovedEntry.objects.filter(layout=proposal.layout, document=document)
-        .exclude(proposal=proposal)
-        .values_list("key", "text")
-    )
-    text = proposal.memory_md if document == Document.MEMORY_MD else proposal.memory_summary
-    states = {}
-    for entry in review.entries(text):
-        if entry.key in approved:
-            states[entry.key] = (
-                "approved" if review.same_text(approved[entry.key], entry.text) else "outdated"
-            )
-    return states
 
 
 def reject_proposal(proposal: Proposal, *, user: Any) -> None:

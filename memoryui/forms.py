@@ -98,6 +98,24 @@ def _size_validator(setting: str, what: str):
     return validate
 
 
+def normalize_newlines(text: str) -> str:
+    """Text as memoryui stores and counts it: a browser's CRLF (and a lone CR) as LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class DocumentText(forms.CharField):
+    """Text from a text box, with its line endings normalised before any validator
+    runs: the size limit counts the bytes that are saved, as the editor's meter does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("strip", False)
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> str:
+        return normalize_newlines(super().to_python(value))
+
+
 entry_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This entry")
 comment_size = _size_validator("MEMORYUI_MAX_COMMENT_BYTES", "This comment")
 summary_text_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This text")
@@ -162,7 +180,7 @@ class EntryForm(forms.Form):
 
     key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
     based_on = forms.IntegerField(required=False, min_value=1)
-    text = forms.CharField(required=False, strip=False, validators=[entry_size])
+    text = DocumentText(validators=[entry_size])
     preview = forms.BooleanField(required=False)
 
 
@@ -175,7 +193,7 @@ class SummaryEditForm(forms.Form):
     key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
     add = forms.BooleanField(required=False)
     based_on = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
-    text = forms.CharField(required=False, strip=False, validators=[summary_text_size])
+    text = DocumentText(validators=[summary_text_size])
     preview = forms.BooleanField(required=False)
     # "Save anyway": the number of cut tokens the person saw and accepted; a save that
     # would cut more is refused again.
@@ -196,8 +214,6 @@ class SummaryEditForm(forms.Form):
         data = self.cleaned_data
         if data.get("key") and data.get("add"):
             raise forms.ValidationError("Edit a section or add one, not both.")
-        if "text" in data:
-            data["text"] = data["text"].replace("\r\n", "\n")
         return data
 
     @property
@@ -218,7 +234,7 @@ class DecideForm(forms.Form):
     decision = forms.ChoiceField(choices=[("accept", "accept"), ("reject", "reject")])
     key = EntryKeysField(required=False)
     all = forms.BooleanField(required=False)
-    edited_text = forms.CharField(required=False, strip=False, validators=[entry_size])
+    edited_text = DocumentText(validators=[entry_size])
     anchor = AnchorField()
 
 
@@ -478,3 +494,5 @@ class ApproveForm(forms.Form):
         required=False,
         error_messages={"invalid_choice": "Choose the model's text or the current text."},
     )
+    # Approve even though the result holds likely duplicates (listed in the dialog).
+    duplicates_ok = forms.BooleanField(required=False)

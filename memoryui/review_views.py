@@ -4,7 +4,6 @@ pins, version history, the audit log. Roles are checked here, on the server."""
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -23,9 +22,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import audit, consolidation, curation, diffs, forms
+from . import audit, consolidation, curation, diffs, forms, review_cards
 from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
-from .roles import has_role, require_role, signed_in, workspace_view
+from .roles import has_role, require_role, workspace_view
 from .views import HtmxHttpRequest, bad_request
 
 DOCUMENTS = {d.value for d in MemoryVersion.Document}
@@ -85,28 +84,40 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
     findings = _lint(proposal)
-    marks = _Marks.load(
-        proposal, request.user, flagged=show == "flagged", reviews=reviews, findings=findings
+    marks = review_cards.Marks.load(proposal, request.user)
+    _note_lint_and_stale(
+        marks, proposal, {doc.document: curation.decidable(doc) for doc in reviews}, findings
     )
     sections = []
     for doc in reviews:
-        shown = [c for c in doc.changes if _shown(c, show, doc.decisions, marks, doc.document)]
+        cites_all = _citation_status(proposal, curation.decidable(doc)) if show == "flagged" else {}
+        shown = [
+            c
+            for c in doc.changes
+            if _shown(
+                c,
+                show,
+                marks,
+                doc.document,
+                show == "flagged" and _unsupported(c, cites_all.get(c.key)),
+            )
+        ]
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
         citations = _citation_status(proposal, list(page.object_list))
-        approvals = curation.approval_states(proposal, doc.document)
         rows = [
             _row(
-                proposal,
-                doc.document,
-                change,
-                doc.decisions.get(change.key),
+                review_cards.card(
+                    doc.document,
+                    change,
+                    marks,
+                    unsupported=_unsupported(change, citations.get(change.key, [])),
+                ),
                 citations.get(change.key, []),
                 comments.get(change.key, []),
-                approvals.get(change.key, ""),
-                marks,
                 {"show": show, "page": page.number},
+                (doc.proposed_text, doc.base_text),
             )
             for change in page.object_list
         ]
@@ -134,7 +145,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "show_all": show == "all",
             "filters": forms.REVIEW_FILTERS,
             "urls": _entry_urls(proposal),
-            "progress": _progress_of(curation.review_counts(proposal, reviews, user=request.user)),
+            "progress": review_cards.progress(proposal, request.user, marks),
             **_reservation(request, proposal),
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
@@ -164,88 +175,22 @@ def _permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool
     }
 
 
-@dataclass
-class _Marks:
-    """Per-entry marks that are not decisions: the person's "viewed", pins, entries
-    people rejected before, and (for the flagged filter) unsupported ones."""
-
-    viewed: set[tuple[str, str]]
-    pinned: set[tuple[str, str]]
-    rejected_before: set[tuple[str, str]]
-    unsupported: set[tuple[str, str]] | None = None
-    outdated: set[tuple[str, str]] | None = None
-    # Entries holding a line a lint finding points at, and entries citing only rollouts
-    # this consolidation forgets (always known: each card shows them).
-    lint: set[tuple[str, str]] = field(default_factory=set)
-    stale: set[tuple[str, str]] = field(default_factory=set)
-
-    @classmethod
-    def load(
-        cls,
-        proposal: Proposal,
-        user,
-        *,
-        key: str | None = None,
-        flagged: bool = False,
-        reviews: list | None = None,
-        findings: list | None = None,
-    ) -> _Marks:
-        from .models import EntryView, Pin, RejectedEntry
-
-        def only(qs):
-            return qs.filter(key=key) if key is not None else qs
-
-        viewed = only(EntryView.objects.filter(proposal=proposal, user_id=user.pk))
-        pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
-        rejected = only(
-            RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
-        )
-        marks = cls(
-            viewed=set(viewed.values_list("document", "key")),
-            pinned=set(pins.values_list("document", "key")),
-            rejected_before=set(rejected.values_list("document", "key")),
-        )
-        if reviews is not None:
-            marks.note_lint_and_stale(
-                proposal,
-                {doc.document: curation.decidable(doc) for doc in reviews},
-                findings if findings is not None else _lint(proposal),
-            )
-        if flagged and reviews is not None:
-            marks.unsupported, marks.outdated = set(), set()
-            for doc in reviews:
-                changes = curation.decidable(doc)
-                cites = _citation_status(proposal, changes)
-                states = curation.approval_states(proposal, doc.document)
-                for change in changes:
-                    if _unsupported(change, cites.get(change.key)):
-                        marks.unsupported.add((doc.document, change.key))
-                    if states.get(change.key) == "outdated":
-                        marks.outdated.add((doc.document, change.key))
-        return marks
-
-    def note_lint_and_stale(
-        self, proposal: Proposal, changes: dict[str, list[review.Change]], findings: list
-    ) -> None:
-        self.lint = _lint_entries(proposal, changes, findings)
-        forgotten = set(proposal.removed)
-        self.stale = {
-            (document, c.key)
-            for document, cs in changes.items()
-            for c in cs
-            if _stale(c, forgotten)
-        }
-
-    def flagged(self, document: str, key: str) -> bool:
-        entry = (document, key)
-        return (
-            entry in self.pinned
-            or entry in self.rejected_before
-            or entry in (self.unsupported or ())
-            or entry in (self.outdated or ())
-            or entry in self.lint
-            or entry in self.stale
-        )
+def _note_lint_and_stale(
+    marks: review_cards.Marks,
+    proposal: Proposal,
+    changes: dict[str, list[review.Change]],
+    findings: list,
+) -> None:
+    """Mark the entries holding a line a lint finding points at, and those citing only
+    rollouts this consolidation forgets (each card shows both)."""
+    marks.lint = _lint_entries(proposal, changes, findings)
+    forgotten = set(proposal.removed)
+    marks.stale = {
+        (document, c.key)
+        for document, cs in changes.items()
+        for c in cs
+        if _stale(c, forgotten, proposal.memory_md)
+    }
 
 
 DOCUMENT_FILES = {
@@ -280,11 +225,12 @@ def _lint_entries(
     return found
 
 
-def _stale(change: review.Change, forgotten: set[str]) -> bool:
-    """Whether every rollout the entry cites is one this consolidation forgets."""
+def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
+    """Whether every rollout the entry (a task group: its tasks) cites is one this
+    consolidation forgets."""
     if not forgotten or not change.proposed:
         return False
-    cited = review_citations(change.proposed)
+    cited = review_citations(review.with_members(memory_md, change.key, change.proposed))
     return bool(cited) and all(_cited_rollout(path, forgotten) for path in cited)
 
 
@@ -299,17 +245,19 @@ def _unsupported(change: review.Change, cites: list | None) -> bool:
     return bool(change.kind in ("task_group", "task") and change.proposed and not cites)
 
 
-def _shown(change: review.Change, show: str, decisions: dict, marks: _Marks, document: str) -> bool:
+def _shown(
+    change: review.Change, show: str, marks: review_cards.Marks, document: str, unsupported: bool
+) -> bool:
     if show == "all":
         return True
     if change.status == "unchanged":
         return False
     if show == "undecided":
-        return change.key not in decisions
+        return (document, change.key) not in marks.decisions
     if show == "changed":
         return change.status == "changed"
     if show == "flagged":
-        return marks.flagged(document, change.key)
+        return review_cards.card(document, change, marks, unsupported=unsupported).flagged
     return True
 
 
@@ -326,18 +274,16 @@ def _fold(text: str) -> tuple[str, str, int]:
 
 
 def _row(
-    proposal: Proposal,
-    document: str,
-    change: review.Change,
-    decision,
+    card: review_cards.Card,
     cites: list,
     comments: list,
-    approval: str,
-    marks: _Marks,
     place: dict,
+    documents: tuple[str, ...] = (),
 ) -> dict:
-    """What one entry's card shows; ``place``: the filter and page its forms go back to."""
-    edited = decision.edited_text if decision is not None and decision.edited_text else ""
+    """The template's view of one card (``review_cards.card``): its diff, folds and
+    forms; ``place``: the filter and page its forms go back to."""
+    document, change, decision = card.document, card.change, card.decision
+    edited = card.edited_text
     applied = edited or change.proposed
     if edited:  # shown whole, in its own fold, under the suggestion
         head, tail, more = edited, "", 0
@@ -371,31 +317,30 @@ def _row(
         "change": change,
         "document": document,
         "decision": decision,
-        "state": "edited" if edited else (decision.decision if decision else ""),
+        "state": card.state,
         "diff": diff,
         "suggestion": suggestion,
         "applied": applied,
         "head": head,
         "tail": tail,
         "more": more,
-        "unsupported": _unsupported(change, cites),
+        "unsupported": card.flags["unsupported"],
         "cites": cites,
         "fold_cites": len(cites) > CITES_INLINE,
         "id": slug,
         "comments": comments,
-        "approval": approval,
-        "viewed": (document, change.key) in marks.viewed,
-        "pinned": (document, change.key) in marks.pinned,
-        "rejected_before": (document, change.key) in marks.rejected_before,
-        "lint": (document, change.key) in marks.lint,
-        "stale": (document, change.key) in marks.stale,
+        "card": card,
+        # A task or section says which task group it is in (proposed, else current).
+        "group_title": review.group_title(documents, change.group) if change.group else "",
+        "approval": card.approval,
+        "approved_in": card.approved_in,
+        "viewed": card.viewed,
+        "pinned": card.flags["pinned"],
+        "rejected_before": card.flags["rejected_before"],
+        "lint": card.flags["lint"],
+        "stale": card.flags["stale"],
         "pinnable": bool(change.current) and change.status != "added",
     }
-
-
-def _progress_of(counts: dict) -> dict:
-    total = counts["total"] or 1
-    return {**counts, "percent": round(100 * counts["decided"] / total)}
 
 
 def _lint(proposal: Proposal) -> list:
@@ -441,7 +386,11 @@ def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[s
     or written by this proposal's run), and where it leads."""
     from . import documents
 
-    cited = {c.key: review_citations(c.proposed) for c in changes if c.proposed}
+    cited = {
+        c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
+        for c in changes
+        if c.proposed
+    }
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
     new_files: set[str] = set()
     for files in proposal.run.jobs.filter(result__isnull=False).values_list(
@@ -493,9 +442,7 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     key,
                     decision,
                     user=request.user,
-                    edited_text=form.cleaned_data["edited_text"].replace("\r\n", "\n")
-                    if len(keys) == 1
-                    else "",
+                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
                 )
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "decision")
@@ -532,7 +479,7 @@ def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    if not any(c.key == key for c in _changes(proposal, document)):
+    if not any(c.key == key for c in review_cards.changes(proposal, document)):
         raise Http404("No such entry in this proposal.")
     curation.set_viewed(
         proposal, document, key, form.cleaned_data["action"] != "off", user=request.user
@@ -587,7 +534,7 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
     if change is None:
         raise Http404("No such entry in this proposal.")
     edited = (
@@ -621,13 +568,6 @@ def _entry_urls(proposal: Proposal) -> dict[str, str]:
     }
 
 
-def _changes(proposal: Proposal, document: str) -> list[review.Change]:
-    """One document's changes, from the proposal alone (the comparison is cached)."""
-    if document == MemoryVersion.Document.MEMORY_MD:
-        return review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
-    return review.compare(curation.text_of(proposal.base_memory_summary), proposal.memory_summary)
-
-
 def _card_response(
     request: HtmxHttpRequest,
     proposal: Proposal,
@@ -637,73 +577,20 @@ def _card_response(
 ) -> HttpResponse:
     """One entry's card and, out of band, the progress bar: what an entry action
     changed, computed for that entry only (not the whole review)."""
-    from .models import ApprovedEntry, EntryDecision, EntryView
-
-    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
     if change is None:
         raise Http404("No such entry in this proposal.")
-    decision = (
-        EntryDecision.objects.select_related("user")
-        .filter(proposal=proposal, document=document, key=key)
-        .first()
-    )
-    approved = (
-        ApprovedEntry.objects.filter(layout_id=proposal.layout_id, document=document, key=key)
-        .exclude(proposal=proposal)
-        .values_list("text", flat=True)
-        .first()
-    )
-    approval = ""
-    if approved is not None and change.proposed:
-        approval = "approved" if review.same_text(approved, change.proposed) else "outdated"
-    marks = _Marks.load(proposal, request.user, key=key)
-    marks.note_lint_and_stale(proposal, {document: [change]}, _lint(proposal))
+    marks = review_cards.Marks.load(proposal, request.user, key=key)
+    _note_lint_and_stale(marks, proposal, {document: [change]}, _lint(proposal))
+    cites = _citation_status(proposal, [change]).get(key, [])
+    place = form.place(document)  # type: ignore[attr-defined]
     row = _row(
-        proposal,
-        document,
-        change,
-        decision,
-        _citation_status(proposal, [change]).get(key, []),
+        review_cards.card(document, change, marks, unsupported=_unsupported(change, cites)),
+        cites,
         list(proposal.comments.filter(key=key).select_related("author")),
-        approval,
-        marks,
-        {
-            "show": form.place(document).get("show", ""),
-            "page": form.place(document).get(f"page_{document}", ""),
-        },
+        {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
+        (proposal.memory_md, curation.text_of(proposal.base_memory_md)),
     )
-    # Progress: the decidable entries come from the cached comparison; two queries.
-    decidable = {
-        (doc, c.key)
-        for doc in DOCUMENTS
-        for c in _changes(proposal, doc)
-        if c.status != "unchanged"
-    }
-    decided = {
-        (d, k): (v, bool(e))
-        for d, k, v, e in EntryDecision.objects.filter(proposal=proposal).values_list(
-            "document", "key", "decision", "edited_text"
-        )
-        if (d, k) in decidable
-    }
-    viewed = {
-        e
-        for e in EntryView.objects.filter(proposal=proposal, user=signed_in(request)).values_list(
-            "document", "key"
-        )
-        if e in decidable
-    }
-    accepted = sum(1 for v, _ in decided.values() if v == "accept")
-    counts = {
-        "total": len(decidable),
-        "decided": len(decided),
-        "accepted": accepted,
-        "edited": sum(1 for _, e in decided.values() if e),
-        "rejected": len(decided) - accepted,
-        "undecided": len(decidable) - len(decided),
-        "viewed": len(viewed),
-        "not_viewed": len(decidable) - len(viewed),
-    }
     context = {
         "proposal": proposal,
         "layout": proposal.layout,
@@ -711,7 +598,7 @@ def _card_response(
         "row": row,
         **_permissions(request, proposal),
         "urls": _entry_urls(proposal),
-        "progress": _progress_of(counts),
+        "progress": review_cards.progress(proposal, request.user),
         "oob": True,
     }
     card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
@@ -748,28 +635,22 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
     without. POST: approve with that choice."""
     proposal = _proposal(request, name, layout_pk, pk, Role.REVIEWER)
     if request.method == "GET":
-        reviews = curation.document_reviews(proposal)
-        counts = curation.review_counts(proposal, reviews, user=request.user)
-        template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
-        return render(
-            request,
-            template,
-            {
-                "proposal": proposal,
-                "layout": proposal.layout,
-                "workspace": proposal.layout.workspace,
-                "counts": counts,
-                "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
-                "pending": proposal.status == Proposal.Status.PENDING,
-                "held": curation.held_by_other(proposal, request.user),
-            },
-        )
+        return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
     form = forms.ApproveForm(request.POST)
     if not form.is_valid():
         return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
     undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
+    reviews = curation.document_reviews(proposal)
+    duplicates = curation.duplicates(reviews, undecided)
+    if duplicates and not form.cleaned_data["duplicates_ok"]:
+        # Never approved silently: the dialog again, saying what to look at.
+        return _submit_dialog(
+            request, proposal, undecided, reviews=reviews, duplicates=duplicates, refused=True
+        )
     try:
-        versions = curation.approve(proposal, user=request.user, undecided=undecided)
+        versions = curation.approve(
+            proposal, user=request.user, undecided=undecided, duplicates=duplicates
+        )
     except curation.UnresolvedConflicts as exc:
         messages.error(
             request,
@@ -793,6 +674,67 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         response["HX-Redirect"] = reverse("memoryui:memory_md", args=[name, layout_pk])
         return response
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+def _submit_dialog(
+    request: HtmxHttpRequest,
+    proposal: Proposal,
+    undecided: str,
+    *,
+    reviews: list[curation.DocumentReview] | None = None,
+    duplicates: list[curation.Duplicate] | None = None,
+    refused: bool = False,
+) -> HttpResponse:
+    """The review's summary (counts, conflicts, likely duplicates with links to their
+    cards, skill files and what approval does to each) and the choice for undecided
+    entries: the dialog for htmx, a page without."""
+    if reviews is None:
+        reviews = curation.document_reviews(proposal)
+    if duplicates is None:
+        duplicates = curation.duplicates(reviews, undecided)
+    template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "counts": review_cards.progress(proposal, request.user),
+        "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
+        "pending": proposal.status == Proposal.Status.PENDING,
+        "held": curation.held_by_other(proposal, request.user),
+        "duplicates": _duplicate_links(proposal, reviews, duplicates),
+        "skill_files": consolidation.skill_diffs(proposal),
+        "undecided": undecided,
+        "refused": refused,
+    }
+    # A refusal in the dialog is swapped in like the dialog itself (htmx swaps 2xx).
+    status = 400 if refused and not request.htmx else 200
+    return render(request, template, context, status=status)
+
+
+def _duplicate_links(
+    proposal: Proposal,
+    reviews: list[curation.DocumentReview],
+    duplicates: list[curation.Duplicate],
+) -> list[dict]:  # type: ignore[type-arg]
+    """Each duplicate's two entries with a link to their cards (the page of "all
+    entries" that shows each)."""
+    where: dict[tuple[str, str], tuple[str, int]] = {}
+    for doc in reviews:
+        for index, change in enumerate(doc.changes):
+            for key in (change.key, *change.also):
+                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
+    out = []
+    for dup in duplicates:
+        links = []
+        for key, title in zip(dup.keys, dup.titles, strict=True):
+            card, page = where.get((dup.document, key), (key, 1))
+            query = urlencode({"show": "all", f"page_{dup.document}": page})
+            anchor = f"entry-{dup.document}-{_slug(card)}"
+            links.append(
+                {"title": title or key, "url": f"{_review_url(proposal)}?{query}#{anchor}"}
+            )
+        out.append({"document": MemoryVersion.Document(dup.document).label, "entries": links})
+    return out
 
 
 @workspace_view(Role.REVIEWER)
@@ -931,7 +873,7 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         if request.htmx:  # opened inline, inside the entry
             template += "#edit-form"
         return render(request, template, context)
-    text = form.cleaned_data["text"].replace("\r\n", "\n")
+    text = form.cleaned_data["text"]
     base = based_on
     if form.cleaned_data["preview"]:
         from .templatetags.markdown import render_markdown

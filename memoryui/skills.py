@@ -273,17 +273,21 @@ def decide(proposal: Proposal, path: str, decision: str, *, user: Any) -> None:
         )
 
 
-def approve_changes(proposal: Proposal, *, user: Any) -> list[SkillFileVersion]:
+def approve_changes(
+    proposal: Proposal, *, user: Any, undecided: str = ACCEPT
+) -> list[SkillFileVersion]:
     """At approval (inside its transaction, the layout locked): each skill change not
     rejected becomes the file's current version; a rejected one leaves the file as it
-    is. A change equal to the current file adds nothing."""
+    is, and so does an undecided one when the reviewer chose to keep the current text
+    for undecided entries (``undecided``). A change equal to the current file adds
+    nothing."""
     layout = proposal.layout
     changes, decisions = Proposal.objects.values_list("skill_changes", "skill_decisions").get(
         pk=proposal.pk
     )
     created = []
     for rel, change in sorted((changes or {}).items()):
-        if not isinstance(change, dict) or (decisions or {}).get(rel) == REJECT:
+        if not isinstance(change, dict) or (decisions or {}).get(rel, undecided) == REJECT:
             continue
         if skill_of(rel) == "" or ".." in rel.split("/"):
             continue  # not a file of a skill: never written

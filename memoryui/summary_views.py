@@ -160,7 +160,7 @@ def _editor(
 
 def _text(form: forms.SummaryEditForm) -> str:
     if form.too_long:  # the editor again, with the text, says how long it is
-        return str(form.data.get("text", "")).replace("\r\n", "\n")
+        return forms.normalize_newlines(str(form.data.get("text", "")))
     return form.cleaned_data["text"]
 
 

@@ -21,6 +21,11 @@ def entry(i: int, scope: str, cites: int = 1) -> str:
     )
 
 
+def head(i: int, scope: str) -> str:
+    """Entry ``i``'s task group head alone (what a reviewer edits on its card)."""
+    return f"# Task Group: group {i:03d}\n\nscope: {scope}\n\n"
+
+
 def build(
     layout: Layout,
     n: int,

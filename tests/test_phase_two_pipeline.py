@@ -85,7 +85,10 @@ def test_one_incremental_edit_is_one_changed_entry_on_the_review_page(model, lay
     proposal = Proposal.objects.get(run=run)
     assert proposal.memory_md == before.replace(old, new)  # every other byte identical
     changes = [c for c in review.compare(before, proposal.memory_md) if c.status != "unchanged"]
-    assert [(c.status, c.title) for c in changes] == [("changed", "deployment runbooks")]
+    # One section of one task group, reviewed on its own.
+    assert [(c.status, c.title, c.group) for c in changes] == [
+        ("changed", "Reusable knowledge", "task_group:deployment runbooks")
+    ]
     page = staff_client().get(url("proposal_review", layout, proposal.pk)).content.decode()
     assert "(never by hand)" in page and page.count('class="entry') >= 1
     doc = curation.document_reviews(proposal)[0]

@@ -219,7 +219,8 @@ def test_the_submit_summary_shows_the_counts_and_going_back_closes_it(
             name: page.inner_text(f"#review-dialog [data-count={name}]")
             for name in ("accepted", "rejected", "undecided", "not_viewed")
         }
-        assert counts == {"accepted": "1", "rejected": "1", "undecided": "10", "not_viewed": "12"}
+        # The two entries the person decided count as viewed by them.
+        assert counts == {"accepted": "1", "rejected": "1", "undecided": "10", "not_viewed": "10"}
         page.keyboard.press("Escape")
         page.wait_for_selector("#review-dialog", state="hidden")
         assert Proposal.objects.get().status == "pending"
@@ -322,3 +323,58 @@ def test_listing_undecided_entries_n_goes_on_to_the_next_undecided_ones(
         assert page.locator("article[data-entry]").count() == 2  # the two left
     finally:
         context.close()
+
+
+def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,
+    fixtures_dir,
+):
+    from generation import review
+    from memoryui.review_views import _slug
+    from tests.test_review_cards import proposal_over
+    from tests.test_task_review import CHANGES, World, label
+
+    world = World(fixtures_dir)
+    proposal = proposal_over(review_layout, world.base, world.apply(CHANGES | {"duplicate"}))
+    changes = [c for c in review.compare(world.base, proposal.memory_md) if c.status != "unchanged"]
+    labels = {
+        f"entry-{MD}-{_slug(c.key)}": "duplicate"
+        if c.status == "added" and "again" in c.title
+        else label(c, world)
+        for c in changes
+    }
+    accepted = {"reword jobkit bug fixes", "insert", "rename", "merge", "duplicate"}
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.keyboard.press("n")
+        for _ in range(len(changes)):
+            card = focused(page)
+            key = "a" if labels[card] in accepted else "r"
+            page.keyboard.press(key)
+            settled(page, card, "accept" if key == "a" else "reject")
+        assert f"{len(changes)} of {len(changes)} decided" in page.inner_text("#review-progress")
+
+        page.keyboard.press("s")
+        page.wait_for_selector("#review-dialog[open] #review-duplicates")
+        warning = page.inner_text("#review-duplicates")
+        assert "1 likely duplicate" in warning and "again" in warning
+        assert page.evaluate("document.activeElement.id") == "confirm-approve"
+        page.keyboard.press("Enter")  # not ticked: refused, the dialog says so
+        page.wait_for_selector("#review-dialog[open] #review-duplicates [role=alert]")
+        until(page, "() => document.activeElement.id === 'confirm-approve'")
+        page.keyboard.press("Shift+Tab")
+        assert page.evaluate("document.activeElement.id") == "duplicates-ok"
+        page.keyboard.press("Space")
+        page.keyboard.press("Tab")
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+    finally:
+        context.close()
+
+    proposal.refresh_from_db()
+    assert proposal.status == "approved"
+    assert curation.text_of(curation.latest(review_layout, MD)) == world.apply(accepted)

@@ -148,6 +148,23 @@ def test_editing_the_whole_file_saves_it_as_typed(layout, editor):
     assert current(layout) == (number + 1, "## User Profile\n\nPrefers short answers.\n")
 
 
+def test_the_meter_and_the_save_count_the_same_bytes_whatever_the_line_endings(
+    layout, editor, settings
+):
+    settings.MEMORYUI_MAX_ENTRY_BYTES = 1_700
+    number, _ = current(layout)
+    lines = "".join(f"- line {i:03d}\r\n" for i in range(150))
+    text = "## User Profile\r\n\r\n" + lines  # 1,819 bytes as a browser posts it, 1,667 saved
+
+    preview = editor.post(preview_url(layout), {"text": text, "based_on": number}, **HTMX)
+    saved = editor.post(edit_url(layout), {"text": text, "based_on": number})
+
+    size = len(text.replace("\r\n", "\n").encode())
+    assert f"{size:,} bytes" in shown(preview) and "Too long to save" not in shown(preview)
+    assert saved.status_code == 302
+    assert current(layout) == (number + 1, text.replace("\r\n", "\n"))
+
+
 def test_adding_a_section_appends_it_to_the_file(layout, editor):
     number, before = current(layout)
     assert 'name="add" value="1"' in editor.get(edit_url(layout), {"add": "1"}).content.decode()

@@ -16,7 +16,7 @@ from pydantic import ConfigDict
 from generation import review, tree
 from generation.export import ExportError
 
-from .. import curation, documents, pipeline, search
+from .. import curation, documents, pipeline, review_cards, search
 from ..models import (
     GenerationRun,
     ImportRun,
@@ -472,11 +472,35 @@ class ChangeOut(Schema):
     diff: str
     decision: str | None
     edited_text: str
+    state: str = Field("", description='"accept", "reject", "edited" or "" (undecided)')
+    approval: str = Field(
+        "",
+        description='"approved": the proposed text is the one an earlier proposal approved; '
+        '"outdated": an earlier proposal approved it and this one changes it again',
+    )
+    viewed: bool = Field(False, description="viewed (or decided) by the caller")
+    flags: list[str] = Field(
+        default_factory=list,
+        description="what needs a look: pinned, rejected_before, outdated, ...",
+    )
+
+
+class ProgressOut(Schema):
+    total: int
+    decided: int
+    accepted: int
+    edited: int
+    rejected: int
+    undecided: int
+    viewed: int
+    not_viewed: int
+    percent: int
 
 
 class ProposalDetail(ProposalOut):
     changes: list[ChangeOut]
     conflicts: list[str]
+    progress: ProgressOut
 
 
 def _proposal_out(p: Proposal) -> dict:
@@ -557,12 +581,14 @@ def get_proposal(
     p = _proposal(request, name, layout_id, proposal_id, Role.VIEWER)
     changes: list[dict[str, Any]] = []
     conflicts: list[str] = []
+    marks = review_cards.Marks.load(p, request.user)
     for doc in curation.document_reviews(p):
         conflicts.extend(c.key for c in doc.conflicts)
         for c in doc.changes:
             if c.status == "unchanged" and not all:
                 continue
-            d = doc.decisions.get(c.key)
+            card = review_cards.card(doc.document, c, marks)
+            d = card.decision
             changes.append(
                 {
                     "document": doc.document,
@@ -577,9 +603,18 @@ def get_proposal(
                     "diff": _unified(c.current, c.proposed),
                     "decision": d.decision if d else None,
                     "edited_text": d.edited_text if d else "",
+                    "state": card.state,
+                    "approval": card.approval,
+                    "viewed": card.viewed,
+                    "flags": sorted(k for k, v in card.flags.items() if v),
                 }
             )
-    return {**_proposal_out(p), "changes": changes, "conflicts": conflicts}
+    return {
+        **_proposal_out(p),
+        "changes": changes,
+        "conflicts": conflicts,
+        "progress": review_cards.progress(p, request.user, marks),
+    }
 
 
 class DecisionIn(Schema):
@@ -648,12 +683,28 @@ class ApproveOut(Schema):
     response={200: ApproveOut, **ERRORS},
     tags=["proposals"],
 )
-def approve(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
+def approve(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    proposal_id: int,
+    duplicates_ok: bool = Query(
+        False, description="approve even though the result holds likely duplicates"
+    ),
+):
     """Approve as the review page does: 409 when already decided, held by another
-    reviewer, or while conflicts are undecided."""
+    reviewer, while conflicts are undecided, or when the result holds likely duplicates
+    (entries citing mostly the same rollouts in mostly the same words) and
+    ``duplicates_ok`` is not set."""
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    duplicates = curation.duplicates(curation.document_reviews(p))
+    if duplicates and not duplicates_ok:
+        raise conflict(
+            "likely duplicates (approve with duplicates_ok=true to keep both): "
+            + "; ".join(" / ".join(d.titles) for d in duplicates)
+        )
     try:
-        versions = curation.approve(p, user=request.user)
+        versions = curation.approve(p, user=request.user, duplicates=duplicates)
     except curation.UnresolvedConflicts as exc:
         raise conflict(f"{exc}: " + ", ".join(c.title or c.key for c in exc.conflicts)) from exc
     except ValueError as exc:

@@ -1,0 +1,196 @@
+"""One presenter for the review: what a proposal's entry card says (its decision,
+its approval state, its flags, whether the person viewed it) and how far the review
+got. The review page, the single card an htmx action answers with and the JSON API
+all read entries through ``card`` and progress through ``progress``, so they cannot
+disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from generation import review
+
+from . import curation
+from .models import (
+    ApprovedEntry,
+    EntryDecision,
+    EntryView,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    RejectedEntry,
+)
+
+Document = MemoryVersion.Document
+Entry = tuple[str, str]  # (document, key)
+
+
+def changes(proposal: Proposal, document: str) -> list[review.Change]:
+    """One document's changes, from the proposal alone (the comparison is cached)."""
+    if document == Document.MEMORY_MD:
+        return review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
+    return review.compare(curation.text_of(proposal.base_memory_summary), proposal.memory_summary)
+
+
+def decidable(proposal: Proposal) -> dict[Entry, review.Change]:
+    """Every entry a reviewer decides on, of both documents, in page order."""
+    return {
+        (document, change.key): change
+        for document in (Document.MEMORY_MD, Document.MEMORY_SUMMARY)
+        for change in changes(proposal, document)
+        if change.status != "unchanged"
+    }
+
+
+@dataclass
+class Marks:
+    """What the cards need from the database, read in a fixed number of queries (for
+    every entry of the proposal, or for one ``key``): decisions, the person's views,
+    pins, rejections and approvals remembered from earlier proposals. ``lint`` and
+    ``stale`` are filled by the page from the proposal's lint findings."""
+
+    decisions: dict[Entry, EntryDecision]
+    viewed: set[Entry]
+    pinned: set[Entry]
+    rejected_before: set[Entry]
+    approved: dict[Entry, tuple[str, int | None]]  # text, and the proposal that approved it
+    lint: set[Entry] = field(default_factory=set)
+    stale: set[Entry] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, proposal: Proposal, user: Any, *, key: str | None = None) -> Marks:
+        def only(qs: Any) -> Any:
+            return qs.filter(key=key) if key is not None else qs
+
+        decisions = only(EntryDecision.objects.filter(proposal=proposal).select_related("user"))
+        viewed = only(
+            EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", None))
+        )
+        pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
+        rejected = only(
+            RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
+        )
+        approved = only(
+            ApprovedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
+        )
+        return cls(
+            decisions={(d.document, d.key): d for d in decisions},
+            viewed=set(viewed.values_list("document", "key")),
+            pinned=set(pins.values_list("document", "key")),
+            rejected_before=set(rejected.values_list("document", "key")),
+            approved={
+                (document, k): (text, pk)
+                for document, k, text, pk in approved.values_list(
+                    "document", "key", "text", "proposal_id"
+                )
+            },
+        )
+
+
+@dataclass(frozen=True)
+class Card:
+    """One entry of a proposal as every view presents it."""
+
+    document: str
+    change: review.Change
+    decision: EntryDecision | None
+    state: str  # "", "accept", "reject" or "edited" (accepted with a person's text)
+    approval: str  # "", "approved" (the proposed text is the approved one) or "outdated"
+    approved_in: int | None  # the earlier proposal that approved it
+    viewed: bool
+    flags: dict[str, bool]
+
+    @property
+    def edited_text(self) -> str:
+        return self.decision.edited_text if self.decision is not None else ""
+
+    @property
+    def flagged(self) -> bool:
+        return any(self.flags.values())
+
+
+def card(document: str, change: review.Change, marks: Marks, *, unsupported: bool = False) -> Card:
+    """The card of one entry; ``unsupported``: it cites no rollout summary that exists."""
+    entry = (document, change.key)
+    decision = marks.decisions.get(entry)
+    approval, approved_in = approval_state(document, change, marks)
+    state = ""
+    if decision is not None:
+        state = "edited" if decision.edited_text else decision.decision
+    return Card(
+        document=document,
+        change=change,
+        decision=decision,
+        state=state,
+        approval=approval,
+        approved_in=approved_in,
+        viewed=entry in marks.viewed,
+        flags={
+            "pinned": entry in marks.pinned,
+            "rejected_before": entry in marks.rejected_before,
+            "unsupported": unsupported,
+            "outdated": approval == "outdated",
+            "lint": entry in marks.lint,
+            "stale": entry in marks.stale,
+        },
+    )
+
+
+def approval_state(document: str, change: review.Change, marks: Marks) -> tuple[str, int | None]:
+    """ "approved" while the proposed text is the one approved in an earlier proposal;
+    "outdated" when an earlier proposal approved the entry and this one changes it
+    again. An entry that was only carried along by an approval was not approved."""
+    for key in (change.key, *change.previous):
+        found = marks.approved.get((document, key))
+        if found is None:
+            continue
+        text, proposal_pk = found
+        if change.proposed and review.same_text(text, change.proposed):
+            return "approved", proposal_pk
+        if change.status != "unchanged":
+            return "outdated", proposal_pk
+    return "", None
+
+
+def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[str, int]:
+    """How far the review got: decided entries (accepted, of which edited; rejected),
+    undecided ones, and those ``user`` has viewed (deciding an entry views it). Two
+    queries, whatever the size of the proposal (none when ``marks`` holds them)."""
+    entries = decidable(proposal)
+    if marks is None:
+        marks = Marks(
+            decisions={
+                (d.document, d.key): d
+                for d in EntryDecision.objects.filter(proposal=proposal).only(
+                    "document", "key", "decision", "edited_text"
+                )
+            },
+            viewed=set(
+                EntryView.objects.filter(
+                    proposal=proposal, user_id=getattr(user, "pk", None)
+                ).values_list("document", "key")
+            ),
+            pinned=set(),
+            rejected_before=set(),
+            approved={},
+        )
+    counts = dict.fromkeys(("accepted", "edited", "rejected", "viewed"), 0)
+    for entry in entries:
+        decision = marks.decisions.get(entry)
+        if decision is not None and decision.decision == EntryDecision.Decision.REJECT:
+            counts["rejected"] += 1
+        elif decision is not None:
+            counts["accepted"] += 1
+            counts["edited"] += bool(decision.edited_text)
+        counts["viewed"] += entry in marks.viewed
+    total = len(entries)
+    decided = counts["accepted"] + counts["rejected"]
+    return {
+        **counts,
+        "total": total,
+        "decided": decided,
+        "undecided": total - decided,
+        "not_viewed": total - counts["viewed"],
+        "percent": round(100 * decided / (total or 1)),
+    }

@@ -1,0 +1,161 @@
+"""One presenter for the review's cards: the page, the card an htmx action answers
+with and the API say the same about an entry (decision, approval, flags, progress);
+deciding an entry views it; "outdated" means approved before and changed again."""
+
+import pytest
+from django.test import Client
+
+from generation import review
+from memoryui import curation, tokens
+from memoryui.models import EntryView, GenerationRun, Layout, MemoryVersion, Proposal, Role
+from tests.test_curation import member, url
+
+MD = MemoryVersion.Document.MEMORY_MD
+HTMX = {"HX-Request": "true"}
+
+
+def login(user) -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def group(name: str, scope: str) -> str:
+    return (
+        f"# Task Group: {name}\n\nscope: {scope}\n\n## Task 1: {name} work, outcome success\n\n"
+        f"### rollout_summary_files\n\n- rollout_summaries/{name}_x.md (rollout_id={name})\n\n"
+        f"### keywords\n\n- {name}\n"
+    )
+
+
+def proposal_over(layout: Layout, base: str, proposed: str) -> Proposal:
+    """A pending proposal turning the current MEMORY.md, made ``base``, into ``proposed``."""
+    current = curation.latest(layout, MD)
+    base_version = curation.save_document(
+        layout,
+        MD,
+        base,
+        user=None,
+        reason="test base",
+        based_on=current.number if current else None,
+    )
+    summary = curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY)
+    run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
+    return Proposal.objects.create(
+        layout=layout,
+        run=run,
+        base_memory_md=base_version,
+        base_memory_summary=summary,
+        memory_md=proposed,
+        memory_summary=curation.text_of(summary),
+        raw_memories_md="",
+    )
+
+
+def api_token_client(user, layout: Layout) -> tuple[Client, dict[str, str]]:
+    secret = tokens.create_token(user, "test", [layout.workspace.name]).secret
+    return Client(raise_request_exception=False), {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def api_get(user, layout: Layout, proposal: Proposal) -> dict:
+    client, auth = api_token_client(user, layout)
+    path = f"/api/workspaces/{layout.workspace.name}/layouts/{layout.pk}/proposals/{proposal.pk}"
+    return client.get(path, **auth).json()
+
+
+def decide(client: Client, layout: Layout, proposal: Proposal, key: str, decision: str):
+    return client.post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "key": key, "decision": decision, "anchor": "x"},
+        headers=HTMX,
+    )
+
+
+@pytest.mark.django_db
+def test_deciding_an_entry_marks_it_viewed_by_the_decider(layout):
+    reviewer = member(Role.REVIEWER, layout)
+    base = review.join([group("alpha", "one"), group("beta", "two")])
+    proposal = proposal_over(layout, base, base.replace("scope: one", "scope: uno"))
+    key = next(c.key for c in review.compare(base, proposal.memory_md) if c.status == "changed")
+
+    response = decide(login(reviewer), layout, proposal, key, "accept")
+
+    assert response.status_code == 200
+    assert EntryView.objects.filter(proposal=proposal, user=reviewer, key=key).exists()
+    assert "1 of 1 decided</b> · 1 viewed" in response.content.decode()
+    dialog = login(reviewer).get(url("proposal_approve", layout, proposal.pk)).content.decode()
+    assert '<td data-count="not_viewed">0</td>' in dialog
+
+
+@pytest.mark.django_db
+def test_the_card_the_page_and_the_api_count_the_same_progress(layout):
+    reviewer = member(Role.REVIEWER, layout)
+    base = review.join([group(n, "old") for n in ("alpha", "beta", "gamma")])
+    proposal = proposal_over(layout, base, base.replace("scope: old", "scope: new"))
+    keys = [c.key for c in review.compare(base, proposal.memory_md) if c.status == "changed"]
+    client = login(reviewer)
+    client.post(
+        url("proposal_decide", layout, proposal.pk),
+        {
+            "document": MD,
+            "key": keys[0],
+            "decision": "accept",
+            "edited_text": "# Task Group: alpha\n\nscope: mine\n",
+            "anchor": "x",
+        },
+    )
+
+    card = decide(client, layout, proposal, keys[1], "reject").content.decode()
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    api = api_get(reviewer, layout, proposal)
+
+    bar = "2 of 3 decided</b> · 2 viewed · 1 edited"
+    assert bar in card and bar in page
+    assert api["progress"] | {"percent": 0} == {
+        "total": 3,
+        "decided": 2,
+        "accepted": 1,
+        "edited": 1,
+        "rejected": 1,
+        "undecided": 1,
+        "viewed": 2,
+        "not_viewed": 1,
+        "percent": 0,
+    }
+    states = {c["key"]: (c["state"], c["viewed"]) for c in api["changes"]}
+    assert states == {keys[0]: ("edited", True), keys[1]: ("reject", True), keys[2]: ("", False)}
+
+
+@pytest.mark.django_db
+def test_outdated_means_approved_in_an_earlier_proposal_and_changed_again(layout):
+    reviewer = member(Role.REVIEWER, layout)
+    base = review.join([group("alpha", "one"), group("beta", "two")])
+    first = proposal_over(layout, base, base.replace("scope: one", "scope: first"))
+    curation.approve(first, user=reviewer)  # as a whole: beta was only carried along
+    approved = curation.text_of(curation.latest(layout, MD))
+
+    second = proposal_over(
+        layout, approved, approved.replace("scope: first", "scope: again").replace("two", "2")
+    )
+    client = login(reviewer)
+    api = api_get(reviewer, layout, second)
+    page = client.get(url("proposal_review", layout, second.pk)).content.decode()
+
+    approval = {c["title"]: c["approval"] for c in api["changes"]}
+    assert approval == {"alpha": "outdated", "beta": ""}
+    assert page.count(">outdated<") == 1
+    assert f"Approved in proposal #{first.pk}; this proposal changes it again" in page
+
+
+@pytest.mark.django_db
+def test_an_entry_kept_as_approved_is_still_approved(layout):
+    reviewer = member(Role.REVIEWER, layout)
+    base = review.join([group("alpha", "one"), group("beta", "two")])
+    first = proposal_over(layout, base, base.replace("scope: one", "scope: first"))
+    curation.approve(first, user=reviewer)
+    approved = curation.text_of(curation.latest(layout, MD))
+    second = proposal_over(layout, approved, approved.replace("two", "2"))
+
+    page = login(reviewer).get(url("proposal_review", layout, second.pk) + "?show=all")
+
+    assert page.content.decode().count("still approved") == 1
