@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -22,8 +23,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import audit, consolidation, curation, diffs, forms
-from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
+from . import audit, consolidation, curation, diffs, entry_checks, forms
+from .models import AuditEvent, EntryCheck, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role, workspace_view
 from .views import HtmxHttpRequest, bad_request
 
@@ -87,9 +88,18 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     marks = _Marks.load(
         proposal, request.user, flagged=show == "flagged", reviews=reviews, findings=findings
     )
+    marks.checks = entry_checks.ensure(proposal, _edits(reviews))
+    marks.poisoned = {
+        (doc.document, c.key)
+        for doc in reviews
+        for c in curation.decidable(doc)
+        if getattr(marks.check(doc.document, c, doc.decisions.get(c.key)), "risk", 0)
+    }
     sections = []
     for doc in reviews:
         shown = [c for c in doc.changes if _shown(c, show, doc.decisions, marks, doc.document)]
+        if show == "risk":  # the strongest reason first
+            shown.sort(key=lambda c: marks.risk_order(doc.document, c, doc.decisions))
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
@@ -177,6 +187,23 @@ class _Marks:
     # this consolidation forgets (always known: each card shows them).
     lint: set[tuple[str, str]] = field(default_factory=set)
     stale: set[tuple[str, str]] = field(default_factory=set)
+    # Evidence, provenance and poisoning flags by (document, key, sha256 of the text).
+    checks: entry_checks.Checks = field(default_factory=dict)
+    poisoned: set[tuple[str, str]] = field(default_factory=set)
+
+    def check(
+        self, document: str, change: review.Change, decision: Any = None
+    ) -> EntryCheck | None:
+        """The check of the text approval would apply: a reviewer's edit, else the
+        model's."""
+        edited = decision.edited_text if decision is not None and decision.edited_text else ""
+        return entry_checks.check_of(self.checks, document, change.key, edited or change.proposed)
+
+    def risk_order(self, document: str, change: review.Change, decisions: dict) -> tuple:  # type: ignore[type-arg]
+        check = self.check(document, change, decisions.get(change.key))
+        if check is None:
+            return (0, 0, 0)
+        return (-check.risk, -_tool_only(check), -_unsupported_claims(check))
 
     @classmethod
     def load(
@@ -244,6 +271,7 @@ class _Marks:
             or entry in (self.outdated or ())
             or entry in self.lint
             or entry in self.stale
+            or entry in self.poisoned
         )
 
 
@@ -309,7 +337,30 @@ def _shown(change: review.Change, show: str, decisions: dict, marks: _Marks, doc
         return change.status == "changed"
     if show == "flagged":
         return marks.flagged(document, change.key)
+    if show == "risk":
+        check = marks.check(document, change, decisions.get(change.key))
+        return check is not None and bool(
+            check.risk or _tool_only(check) or _unsupported_claims(check)
+        )
     return True
+
+
+def _tool_only(check: EntryCheck) -> int:
+    return sum(1 for c in check.claims if c.get("tool_only"))
+
+
+def _unsupported_claims(check: EntryCheck) -> int:
+    return sum(1 for c in check.claims if not c["supported"])
+
+
+def _edits(reviews: list[curation.DocumentReview]) -> list[tuple[str, str, str]]:
+    """Reviewers' edits, checked like the model's text."""
+    return [
+        (doc.document, key, d.edited_text)
+        for doc in reviews
+        for key, d in doc.decisions.items()
+        if d.edited_text
+    ]
 
 
 FOLD_LINES = 40
@@ -388,7 +439,22 @@ def _row(
         "rejected_before": (document, change.key) in marks.rejected_before,
         "lint": (document, change.key) in marks.lint,
         "stale": (document, change.key) in marks.stale,
+        "check": _check_view(marks.check(document, change, decision)),
         "pinnable": bool(change.current) and change.status != "added",
+    }
+
+
+def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
+    """What a card shows of its entry's check: the flags (strongest first), and each
+    claim with its evidence and where it came from."""
+    if check is None:
+        return None
+    return {
+        "risk": check.risk,
+        "flags": check.flags,
+        "claims": check.claims,
+        "unsupported": _unsupported_claims(check),
+        "tool_only": _tool_only(check),
     }
 
 
@@ -653,6 +719,8 @@ def _card_response(
         approval = "approved" if review.same_text(approved, change.proposed) else "outdated"
     marks = _Marks.load(proposal, request.user, key=key)
     marks.note_lint_and_stale(proposal, {document: [change]}, _lint(proposal))
+    edits = [(document, key, decision.edited_text)] if decision and decision.edited_text else []
+    marks.checks = entry_checks.ensure(proposal, edits)
     row = _row(
         proposal,
         document,
@@ -745,6 +813,7 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
     if request.method == "GET":
         reviews = curation.document_reviews(proposal)
         counts = curation.review_counts(proposal, reviews, user=request.user)
+        counts.update(_flag_counts(proposal, reviews))
         template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
         return render(
             request,
@@ -788,6 +857,20 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         response["HX-Redirect"] = reverse("memoryui:memory_md", args=[name, layout_pk])
         return response
     return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+def _flag_counts(proposal: Proposal, reviews: list[curation.DocumentReview]) -> dict[str, int]:
+    """For the submit dialog: entries with a poisoning flag, how many a reviewer
+    accepted explicitly, rejected, and how many approval keeps out (undecided)."""
+    flagged = entry_checks.flagged_keys(proposal)
+    decisions = {(d.document, k): v.decision for d in reviews for k, v in d.decisions.items()}
+    states = [decisions.get(entry) for entry in flagged]
+    return {
+        "flagged": len(flagged),
+        "flagged_accepted": states.count("accept"),
+        "flagged_rejected": states.count("reject"),
+        "quarantined": states.count(None),
+    }
 
 
 @workspace_view(Role.REVIEWER)
