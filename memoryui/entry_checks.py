@@ -202,10 +202,16 @@ def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) ->
             "runs": evidence.highlight(claim.passage.text, claim.matched),
         }
     raw, raw_recall, _ = evidence.best_passage(claim.text, raws)
-    if raw is not None and raw_recall >= evidence.SUPPORT_RECALL:
+    if raw is not None and raw_recall >= ORIGIN_RECALL:
         out["raw"] = {"source": f"raw_memories/{raw.source}.md", "text": raw.text[:300]}
     out.update(_origin(claim.text, items))
     return out
+
+
+# A summary paraphrases (the user said "use ISO dates", the entry says "default to ISO
+# 8601 dates"): the item an entry most likely came from needs fewer shared words than a
+# supporting passage does, and the user's and the assistant's words win a tie.
+ORIGIN_RECALL = 0.45
 
 
 def _origin(claim: str, items: list[Any]) -> dict[str, Any]:
@@ -215,9 +221,9 @@ def _origin(claim: str, items: list[Any]) -> dict[str, Any]:
     tools = [i for i in items if i.passage.source.endswith("|" + TOOL)]
     said, said_recall, _ = evidence.best_passage(claim, spoken)
     tool, tool_recall, _ = evidence.best_passage(claim, tools)
-    if said is not None and said_recall >= evidence.SUPPORT_RECALL and said_recall >= tool_recall:
+    if said is not None and said_recall >= ORIGIN_RECALL and said_recall >= tool_recall:
         best = said
-    elif tool is not None and tool_recall >= evidence.SUPPORT_RECALL:
+    elif tool is not None and tool_recall >= ORIGIN_RECALL:
         best = tool
     else:
         return {}
@@ -225,8 +231,7 @@ def _origin(claim: str, items: list[Any]) -> dict[str, Any]:
     rollout, number = where.rsplit("#", 1)
     return {
         "origin": {"rollout": rollout, "item": int(number), "who": who, "text": best.text[:300]},
-        "tool_only": who == TOOL
-        and not (said is not None and said_recall >= evidence.SUPPORT_RECALL),
+        "tool_only": who == TOOL,
     }
 
 
