@@ -456,13 +456,12 @@ def _flags_detail(
 
     if decision != EntryDecision.Decision.ACCEPT:
         return {}
-    if edited_text:
-        checks = entry_checks.ensure(proposal, [(document, key, edited_text)])
-        check = entry_checks.check_of(checks, document, key, edited_text)
-    else:
-        checks = entry_checks.ensure(proposal)
-        text = next((t for d, k, t in entry_checks.proposed_texts(proposal) if (d, k) == (document, key)), "")
-        check = entry_checks.check_of(checks, document, key, text)
+    text = edited_text or next(
+        (t for d, k, t in entry_checks.proposed_texts(proposal) if (d, k) == (document, key)), ""
+    )
+    extra = [(document, key, edited_text)] if edited_text else []
+    checks = entry_checks.ensure(proposal, extra, only=(document, key))
+    check = entry_checks.check_of(checks, document, key, text)
     if check is None or not check.risk:
         return {}
     return {"poisoning_flags": [f"{f['label']}: {f['reason']}" for f in check.flags]}

@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, transaction
-
 from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
@@ -86,6 +84,8 @@ def load_sources(proposal: Proposal, cited: set[str]) -> Sources:
         found.summaries[wanted[path]] = _text(blob)
         found.rollout_of[wanted[path]] = rollout_id
     ids = set(found.rollout_of.values())
+    if not ids:
+        return found
     for rollout_id, blob in RawMemory.objects.filter(
         layout=layout, rollout_id__in=ids - set(found.raw)
     ).values_list("rollout_id", "file__blob_id"):
@@ -259,12 +259,22 @@ def proposed_texts(proposal: Proposal) -> list[tuple[str, str, str]]:
 Checks = dict[tuple[str, str, str], EntryCheck]
 
 
-def ensure(proposal: Proposal, extra: Iterable[tuple[str, str, str]] = ()) -> Checks:
+def ensure(
+    proposal: Proposal,
+    extra: Iterable[tuple[str, str, str]] = (),
+    *,
+    only: tuple[str, str] | None = None,
+) -> Checks:
     """Every stored check of the proposal by (document, key, sha256), computing (once)
     those of its proposed entries and of ``extra`` texts (reviewers' edits) that have
-    none yet. Once computed, one query."""
-    stored: Checks = {(c.document, c.key, c.sha256): c for c in proposal.checks.all()}
-    wanted = {(d, k, sha(t)): t for d, k, t in [*proposed_texts(proposal), *extra]}
+    none yet; ``only``: of that one (document, key). Once computed, one query."""
+    rows = proposal.checks.all()
+    texts = [*proposed_texts(proposal), *extra]
+    if only is not None:
+        rows = rows.filter(document=only[0], key=only[1])
+        texts = [t for t in texts if (t[0], t[1]) == only]
+    stored: Checks = {(c.document, c.key, c.sha256): c for c in rows}
+    wanted = {(d, k, sha(t)): t for d, k, t in texts}
     missing = {key: text for key, text in wanted.items() if key not in stored}
     if missing:
         stored.update(_compute(proposal, missing))
@@ -288,11 +298,8 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
                 claims=claims,
             )
         )
-    try:
-        with transaction.atomic():
-            EntryCheck.objects.bulk_create(rows, ignore_conflicts=True)
-    except IntegrityError:  # pragma: no cover - ignore_conflicts covers a concurrent insert
-        pass
+    # Two requests computing the same check at once store it once.
+    EntryCheck.objects.bulk_create(rows, ignore_conflicts=True)
     return {(r.document, r.key, r.sha256): r for r in rows}
 
 

@@ -720,7 +720,7 @@ def _card_response(
     marks = _Marks.load(proposal, request.user, key=key)
     marks.note_lint_and_stale(proposal, {document: [change]}, _lint(proposal))
     edits = [(document, key, decision.edited_text)] if decision and decision.edited_text else []
-    marks.checks = entry_checks.ensure(proposal, edits)
+    marks.checks = entry_checks.ensure(proposal, edits, only=(document, key))
     row = _row(
         proposal,
         document,
