@@ -274,7 +274,7 @@ def _decode(blob: str) -> str | None:
         return None
     printable = sum(c.isprintable() or c in "\n\t" for c in decoded)
     letters = sum(c.isalpha() or c == " " for c in decoded)
-    if printable < 0.95 * len(decoded) or letters < 0.6 * len(decoded):
+    if printable < 0.95 * len(decoded) or letters < 0.4 * len(decoded):
         return None
     return decoded
 

@@ -22,6 +22,9 @@ from . import documents
 from .models import EntryCheck, MemoryVersion, Proposal, RawMemory, Rollout, WorkspaceFile
 
 USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
+# An entry that cites nothing is compared with the words of at most this many rollouts
+# of the selection (the SDK's default selection is 256).
+MAX_SELECTED = 256
 _OUTPUT_TYPES = {
     "function_call_output",
     "custom_tool_call_output",
@@ -51,6 +54,7 @@ class Sources:
     rollout_of: dict[str, str] = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict)
     items: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
+    selected: list[str] = field(default_factory=list)
 
     def voices(self, rollout_ids: Iterable[str]) -> poison.Voices:
         ids = [r for r in rollout_ids if r in self.items]
@@ -63,11 +67,17 @@ class Sources:
         )
 
 
-def load_sources(proposal: Proposal, cited: set[str]) -> Sources:
+def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False) -> Sources:
     """Every cited summary, with its raw memory and rollout, in a few queries: the run's
-    phase-one results first (not imported yet), then the imported files."""
+    phase-one results first (not imported yet), then the imported files. ``everyone``:
+    also the rollouts of the proposal's selection (``selected``), whose words an entry
+    citing nothing (a summary section) is compared with."""
     layout = proposal.layout
     found = Sources()
+    if everyone:
+        found.selected = [
+            i["rollout_id"] for i in proposal.selection if isinstance(i, dict) and "rollout_id" in i
+        ][:MAX_SELECTED]
     for result in _run_results(proposal):
         for path, text in (result.get("files") or {}).items():
             if path in cited:
@@ -83,7 +93,7 @@ def load_sources(proposal: Proposal, cited: set[str]) -> Sources:
     ).values_list("path", "blob_id", "rollout_summary__rollout_id"):
         found.summaries[wanted[path]] = _text(blob)
         found.rollout_of[wanted[path]] = rollout_id
-    ids = set(found.rollout_of.values())
+    ids = set(found.rollout_of.values()) | set(found.selected)
     if not ids:
         return found
     for rollout_id, blob in RawMemory.objects.filter(
@@ -178,7 +188,8 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
         evidence.check(text, summaries) if summaries else _unchecked(text)
     ):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
-    found = poison.flags(text, sources.voices(rollout_ids) if rollout_ids else None)
+    voices = sources.voices(rollout_ids or sources.selected)
+    found = poison.flags(text, voices if voices.known else None)
     risk = max((f.strength for f in found), default=0)
     flags = [{"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt} for f in found]
     return risk, flags, claims
@@ -283,7 +294,8 @@ def ensure(
 
 def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Checks:
     cited = {m.group(0) for text in texts.values() for m in CITATION_RE.finditer(text)}
-    sources = load_sources(proposal, cited)
+    uncited = any(not CITATION_RE.search(text) for text in texts.values())
+    sources = load_sources(proposal, cited, everyone=uncited)
     rows = []
     for (document, key, digest), text in texts.items():
         risk, flags, claims = check_entry(text, sources)
