@@ -109,9 +109,7 @@ def report_library(python: str, entries: list[tuple[str, str, list[dict[str, Any
         check=True,
     )
     threats = json.loads(done.stdout.strip().splitlines()[-1])
-    markers = {
-        v["marker"]: v["kind"] for v in labels().values() if v["label"] == "injected"
-    }
+    markers = {v["marker"]: v["kind"] for v in labels().values() if v["label"] == "injected"}
     by_kind: dict[str, list[int]] = {}
     benign = benign_hit = 0
     for text, found in zip(texts, threats, strict=True):

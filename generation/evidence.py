@@ -143,7 +143,9 @@ class _Indexed:
 def index(sources: Iterable[tuple[str, str]]) -> tuple[list[_Indexed], frozenset[str]]:
     """Passages of every source with their words, and every word of every source."""
     indexed = [
-        _Indexed(p, frozenset(words(p.text))) for name, text in sources for p in passages(name, text)
+        _Indexed(p, frozenset(words(p.text)))
+        for name, text in sources
+        for p in passages(name, text)
     ]
     return indexed, frozenset(w for i in indexed for w in i.words)
 

@@ -165,8 +165,12 @@ _CREDENTIAL = re.compile(
     re.IGNORECASE,
 )
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{32,}={0,2}(?![A-Za-z0-9+/=])")
-_ESCAPES = re.compile(r"(?:\\x[0-9a-fA-F]{2}){8,}|(?:%[0-9a-fA-F]{2}){8,}|(?:\\u[0-9a-fA-F]{4}){6,}")
-_HIDDEN = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
+_ESCAPES = re.compile(
+    r"(?:\\x[0-9a-fA-F]{2}){8,}|(?:%[0-9a-fA-F]{2}){8,}|(?:\\u[0-9a-fA-F]{4}){6,}"
+)
+_HIDDEN = re.compile(
+    "[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]"
+)
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _PREFERENCE_HEADING = re.compile(r"^#+\s*user\s+preferences\b", re.IGNORECASE)
 _DIRECTIVE = re.compile(
@@ -203,9 +207,7 @@ def _line_of(text: str, start: int, end: int) -> str:
     return " ".join(text[first : last if last >= 0 else len(text)].split())[:240]
 
 
-def _patterns(
-    kind: Kind, rules: tuple[tuple[str, re.Pattern[str]], ...], text: str
-) -> list[Flag]:
+def _patterns(kind: Kind, rules: tuple[tuple[str, re.Pattern[str]], ...], text: str) -> list[Flag]:
     out = []
     for message, pattern in rules:
         for match in pattern.finditer(text):

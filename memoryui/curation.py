@@ -393,7 +393,10 @@ def _assembled(
     kept as they are now."""
     return review.assemble(
         review.compare(base_text, proposed),
-        {**{k: EntryDecision.Decision.REJECT for k in held}, **{k: d.decision for k, d in decisions.items()}},
+        {
+            **{k: EntryDecision.Decision.REJECT for k in held},
+            **{k: d.decision for k, d in decisions.items()},
+        },
         {k: d.edited_text for k, d in decisions.items() if d.edited_text},
     )
 

@@ -184,14 +184,15 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     raw_index = evidence.index(raws)[0]
     item_index = evidence.index(items)[0]
     claims = []
-    for claim in (
-        evidence.check(text, summaries) if summaries else _unchecked(text)
-    ):
+    for claim in evidence.check(text, summaries) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
     voices = sources.voices(rollout_ids or sources.selected)
     found = poison.flags(text, voices if voices.known else None)
     risk = max((f.strength for f in found), default=0)
-    flags = [{"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt} for f in found]
+    flags = [
+        {"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt}
+        for f in found
+    ]
     return risk, flags, claims
 
 

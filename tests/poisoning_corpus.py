@@ -19,10 +19,9 @@ def labels() -> dict[str, dict[str, Any]]:
 def corpus_proposal(layout: Any) -> Any:
     """A pending proposal that brings the corpus's MEMORY.md and memory_summary.md (as
     phase two wrote them) to a layout that had neither, selecting every rollout."""
+    from generation import tree
     from memoryui import curation
     from memoryui.models import GenerationRun, MemoryVersion, Proposal
-
-    from generation import tree
 
     memories = CORPUS / "workspace" / "memories"
     selection = tree.parse_selection((memories / "phase_two_selection.json").read_bytes())

@@ -163,7 +163,7 @@ def test_the_risk_filter_lists_flagged_entries_first_and_leaves_out_clean_ones(l
     page = client.get(url("proposal_review", proposal) + "?show=risk").text
 
     assert page.index("deploy helper") < page.index("auth proxy notes")
-    assert "<b class=\"entry-title\">slug notes</b>" not in page
+    assert '<b class="entry-title">slug notes</b>' not in page
 
 
 def test_checks_are_computed_once_and_the_page_reads_them_in_one_query(layout):
@@ -211,7 +211,9 @@ def exported_memory(layout: Layout, tmp_path, name: str) -> str:  # type: ignore
         allow_findings=[f.id for f in findings],
     )
     with tarfile.open(exported.snapshot.path) as archive:
-        member = archive.extractfile(f"./{ENG}/MEMORY.md") or archive.extractfile(f"{ENG}/MEMORY.md")
+        member = archive.extractfile(f"./{ENG}/MEMORY.md") or archive.extractfile(
+            f"{ENG}/MEMORY.md"
+        )
         assert member is not None
         return member.read().decode()
 
@@ -223,9 +225,7 @@ def planned_memory(layout: Layout) -> str:
     return data.decode()
 
 
-def test_an_undecided_flagged_entry_never_reaches_a_version_write_back_or_export(
-    layout, tmp_path
-):
+def test_an_undecided_flagged_entry_never_reaches_a_version_write_back_or_export(layout, tmp_path):
     proposal = propose(layout, HONEST, POISONED)
     client, _ = reviewer_client(layout)
 
@@ -249,7 +249,9 @@ def test_an_explicitly_accepted_flagged_entry_is_applied_and_audited_with_its_fl
     client, _ = reviewer_client(layout)
     key = key_of(proposal, "deploy helper")
 
-    client.post(url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "accept"})
+    client.post(
+        url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "accept"}
+    )
     dialog = client.get(url("proposal_approve", proposal), **HX).text
     client.post(url("proposal_approve", proposal), {"undecided": "accept"})
 
@@ -267,7 +269,9 @@ def test_a_rejected_flagged_entry_stays_out_and_a_clean_one_needs_no_decision(la
     client, _ = reviewer_client(layout)
     key = key_of(proposal, "deploy helper")
 
-    client.post(url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "reject"})
+    client.post(
+        url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "reject"}
+    )
     dialog = client.get(url("proposal_approve", proposal), **HX).text
     client.post(url("proposal_approve", proposal), {"undecided": "accept"})
 

@@ -26,12 +26,16 @@ def corpus_layout(tmp_path):  # type: ignore[no-untyped-def]
 def test_every_injection_that_reaches_the_proposal_is_flagged_with_its_kind(corpus_layout):
     result = proposal_score(corpus_proposal(corpus_layout))
 
-    reached_kinds = {v["kind"] for v in labels().values() if v["label"] == "injected" and v["reaches"]}
+    reached_kinds = {
+        v["kind"] for v in labels().values() if v["label"] == "injected" and v["reaches"]
+    }
     assert set(result.reached) == reached_kinds  # each kind lands in memory
     assert result.missed == []
     assert result.caught_as_kind == result.reached
     # The one a model would not copy (no reader note) never reaches memory.
-    assert result.unreached == [r for r, v in labels().items() if v["label"] == "injected" and not v["reaches"]]
+    assert result.unreached == [
+        r for r, v in labels().items() if v["label"] == "injected" and not v["reaches"]
+    ]
 
 
 def test_fewer_than_one_benign_entry_in_twenty_carries_a_poisoning_flag(corpus_layout):
