@@ -280,7 +280,7 @@ def ensure(
     """Every stored check of the proposal by (document, key, sha256), computing (once)
     those of its proposed entries and of ``extra`` texts (reviewers' edits) that have
     none yet; ``only``: of that one (document, key). Once computed, one query."""
-    rows = proposal.checks.all()
+    rows = proposal.checks.defer("claims")  # the evidence fold loads them
     texts = [*proposed_texts(proposal), *extra]
     if only is not None:
         rows = rows.filter(document=only[0], key=only[1])
@@ -309,6 +309,9 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
                 risk=risk,
                 flags=flags,
                 claims=claims,
+                claim_count=len(claims),
+                unsupported=sum(1 for c in claims if not c["supported"]),
+                tool_only=sum(1 for c in claims if c.get("tool_only")),
             )
         )
     # Two requests computing the same check at once store it once.

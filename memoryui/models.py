@@ -911,7 +911,12 @@ class EntryCheck(models.Model):
     # The strongest flag's strength (generation.poison.STRENGTH); 0: no flag.
     risk = models.PositiveSmallIntegerField(default=0)
     flags = models.JSONField(default=list, blank=True)
+    # Each claim with its evidence and provenance: read only when a reviewer opens it.
     claims = models.JSONField(default=list, blank=True)
+    # What the card says of the claims without reading them.
+    claim_count = models.PositiveIntegerField(default=0)
+    unsupported = models.PositiveIntegerField(default=0)
+    tool_only = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -346,11 +346,11 @@ def _shown(change: review.Change, show: str, decisions: dict, marks: _Marks, doc
 
 
 def _tool_only(check: EntryCheck) -> int:
-    return sum(1 for c in check.claims if c.get("tool_only"))
+    return check.tool_only
 
 
 def _unsupported_claims(check: EntryCheck) -> int:
-    return sum(1 for c in check.claims if not c["supported"])
+    return check.unsupported
 
 
 def _edits(reviews: list[curation.DocumentReview]) -> list[tuple[str, str, str]]:
@@ -452,9 +452,9 @@ def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
     return {
         "risk": check.risk,
         "flags": check.flags,
-        "claims": check.claims,
-        "unsupported": _unsupported_claims(check),
-        "tool_only": _tool_only(check),
+        "claim_count": check.claim_count,
+        "unsupported": check.unsupported,
+        "tool_only": check.tool_only,
     }
 
 
@@ -677,12 +677,51 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     )
 
 
+@workspace_view(Role.VIEWER)
+@require_GET
+def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """One entry's claims, each with the passage that supports it (or "unsupported
+    sentence") and the rollout item it most likely came from: loaded when the card's
+    Evidence fold opens (the fragment for htmx, a page without JavaScript)."""
+    from .models import EntryDecision
+
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    form = forms.EntryActionForm(request.GET)
+    form.fields["anchor"].required = False
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = next((c for c in _changes(proposal, document) if c.key == key), None)
+    if change is None or not change.proposed:
+        raise Http404("No such entry in this proposal.")
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    text = edited or change.proposed
+    entry_checks.ensure(proposal, [(document, key, text)] if edited else [], only=(document, key))
+    check = EntryCheck.objects.get(
+        proposal=proposal, document=document, key=key, sha256=entry_checks.sha(text)
+    )
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "change": change,
+        "claims": check.claims,
+        "back": _review_url(proposal, f"entry-{document}-{_slug(key)}"),
+    }
+    template = "memoryui/proposal_evidence.html" + ("#claims" if request.htmx else "")
+    return render(request, template, context)
+
+
 def _entry_urls(proposal: Proposal) -> dict[str, str]:
     """The entry actions' URLs, reversed once for all the cards of a page."""
     args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
     return {
         action: reverse(f"memoryui:proposal_{action}", args=args)
-        for action in ("decide", "undo", "viewed", "pin", "comment", "entry")
+        for action in ("decide", "undo", "viewed", "pin", "comment", "entry", "evidence")
     }
 
 

@@ -60,7 +60,7 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
         assert "deploy helper" in page.inner_text(f"#{card} .entry-title")
         assert "poisoning: fetches and runs code" in page.inner_text(f"#{card} header")
         page.keyboard.press("i")  # its evidence
-        until(page, "id => document.querySelector(`#${id} details.evidence`).open", card)
+        until(page, "id => document.querySelector(`#${id} details.evidence ol.claims`)", card)
         evidence = page.inner_text(f"#{card} details.evidence")
         assert "unsupported sentence" in evidence
         assert page.locator(f"#{card} details.evidence mark").count() > 0
