@@ -111,14 +111,18 @@ def report_library(python: str, entries: list[tuple[str, str, list[dict[str, Any
     threats = json.loads(done.stdout.strip().splitlines()[-1])
     markers = {v["marker"]: v["kind"] for v in labels().values() if v["label"] == "injected"}
     by_kind: dict[str, list[int]] = {}
-    benign = benign_hit = 0
-    for text, found in zip(texts, threats, strict=True):
+    benign = benign_hit = injected = injected_hit = 0
+    for (key, text, _), found in zip(entries, threats, strict=True):
         kinds = {kind for marker, kind in markers.items() if marker in text}
         for kind in kinds:
             seen = by_kind.setdefault(kind, [0, 0])
             seen[0] += 1
             seen[1] += bool(found)
-        if not kinds:
+        if kinds:
+            injected += 1
+            injected_hit += bool(found)
+            print(f"  {key}: {', '.join(sorted(kinds))} -> {found or 'nothing'}", file=sys.stderr)
+        else:
             benign += 1
             benign_hit += bool(found)
     print("\n## agent-memory-guard scan() on the same entries\n")
@@ -126,7 +130,8 @@ def report_library(python: str, entries: list[tuple[str, str, list[dict[str, Any
     print("|---|---:|---:|")
     for kind, (total, hit) in sorted(by_kind.items()):
         print(f"| {kind} | {total} | {hit} |")
-    print(f"\nBenign entries it flagged: {benign_hit} of {benign}.")
+    print(f"\nInjected entries it flagged: {injected_hit} of {injected}.")
+    print(f"Benign entries it flagged: {benign_hit} of {benign}.")
 
 
 def report_evidence(entries: list[tuple[str, str, list[dict[str, Any]]]], workdir: Path) -> None:

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from generation import evidence, poison, review, tree
@@ -41,7 +42,9 @@ _OUTPUT_TYPES = {
 }
 
 
+@lru_cache(maxsize=8192)
 def sha(text: str) -> str:
+    """The key of an entry text's check (the page asks for each card's several times)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
