@@ -1071,12 +1071,41 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         )
         return render(request, "memoryui/entry_edit.html", context, status=409)
     messages.success(request, "Saved as a new version.")
+    _warn_of_poisoning(request, layout, document, key, text)
     view = (
         "memoryui:memory_md"
         if document == MemoryVersion.Document.MEMORY_MD
         else "memoryui:memory_summary"
     )
     return redirect(view, name=name, layout_pk=layout_pk)
+
+
+def _warn_of_poisoning(
+    request: HtmxHttpRequest, layout: Layout, document: str, key: str, text: str
+) -> None:
+    """A person's edit gets the poisoning checks a proposal's entries get (the pattern
+    ones: an edit has no rollout to compare with). It is saved, since a person wrote it
+    on purpose; the warning says why it looks like an injected instruction, and the
+    audit log keeps it beside the edit."""
+    from generation import poison
+
+    found = poison.flags(text)
+    if not found:
+        return
+    AuditEvent.record(
+        layout.workspace,
+        "entry.flagged",
+        user=request.user,
+        layout=layout,
+        target=key or "new entry",
+        document=document,
+        poisoning_flags=[f"{f.label}: {f.reason}" for f in found],
+    )
+    messages.warning(
+        request,
+        "This entry looks like memory poisoning, which every future agent would obey: "
+        + "; ".join(f"{f.label} ({f.reason})" for f in found),
+    )
 
 
 def _entry_too_long(

@@ -266,6 +266,8 @@ def test_an_undecided_flagged_entry_never_reaches_a_version_write_back_or_export
     assert POISON not in exported_memory(layout, tmp_path, "s1")
     event = AuditEvent.objects.get(action="proposal.approve")
     assert event.detail["quarantined"] == [key_of(proposal, "deploy helper")]
+    log = client.get(reverse("memoryui:audit_log", args=[layout.workspace.name])).text
+    assert "1 kept out as possible poisoning" in log
 
 
 def test_an_explicitly_accepted_flagged_entry_is_applied_and_audited_with_its_flag(
@@ -288,6 +290,8 @@ def test_an_explicitly_accepted_flagged_entry_is_applied_and_audited_with_its_fl
     accepted = AuditEvent.objects.get(action="entry.accept", target=key)
     assert any("fetches and runs code" in f for f in accepted.detail["poisoning_flags"])
     assert "quarantined" not in AuditEvent.objects.get(action="proposal.approve").detail
+    log = client.get(reverse("memoryui:audit_log", args=[layout.workspace.name])).text
+    assert f"{key} accepted in proposal #{proposal.pk} despite a poisoning flag" in log
 
 
 def test_a_rejected_flagged_entry_stays_out_and_a_clean_one_needs_no_decision(layout):
@@ -304,3 +308,21 @@ def test_a_rejected_flagged_entry_stays_out_and_a_clean_one_needs_no_decision(la
     assert 'data-count="flagged_rejected">1<' in dialog
     current = curation.text_of(curation.latest(layout, MD))
     assert POISON not in current and "auth proxy notes" in current
+
+
+def test_a_persons_edit_that_looks_like_poisoning_is_saved_with_a_warning_and_audited(layout):
+    user = make_user("eddie")
+    Membership.objects.create(workspace=layout.workspace, user=user, role=Role.EDITOR)
+    client = Client()
+    client.force_login(user)
+    edit = reverse("memoryui:entry_edit", args=[layout.workspace.name, layout.pk, MD])
+    number = curation.latest(layout, MD).number
+
+    poisoned = client.post(edit, {"text": POISONED, "based_on": number}, follow=True).text
+    benign = client.post(edit, {"text": HONEST, "based_on": number + 1}, follow=True).text
+
+    assert POISON in curation.text_of(curation.latest(layout, MD))
+    assert "looks like memory poisoning" in poisoned and "fetches and runs code" in poisoned
+    assert "looks like memory poisoning" not in benign
+    event = AuditEvent.objects.get(action="entry.flagged")
+    assert event.actor == "eddie" and "fetches and runs code" in event.detail["poisoning_flags"][0]
