@@ -184,8 +184,11 @@ def test_the_risk_filter_lists_flagged_entries_first_and_leaves_out_clean_ones(l
 
     page = client.get(url("proposal_review", proposal) + "?show=risk").text
 
+    flagged = client.get(url("proposal_review", proposal) + "?show=flagged").text
+
     assert page.index("deploy helper") < page.index("auth proxy notes")
     assert '<b class="entry-title">slug notes</b>' not in page
+    assert '<b class="entry-title">deploy helper</b>' in flagged  # flagged includes poisoning
 
 
 def test_checks_are_computed_once_and_the_page_reads_them_in_one_query(layout):
