@@ -21,10 +21,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SHOTS = os.environ.get("MEMORYUI_SCREENSHOTS")
 
 
-def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+def shot(page, name: str, selector: str = "") -> None:  # type: ignore[no-untyped-def]
+    """The page (or one element of it) as ``<MEMORYUI_SCREENSHOTS>/<name>.png``."""
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+        path = str(Path(SHOTS) / f"{name}.png")
+        if selector:
+            page.locator(selector).screenshot(path=path)
+        else:
+            page.screenshot(path=path, full_page=True)
 
 
 @pytest.fixture
@@ -65,6 +70,7 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
         assert "unsupported sentence" in evidence
         assert page.locator(f"#{card} details.evidence mark").count() > 0
         shot(page, "review-risk-evidence")
+        shot(page, "review-evidence", f"#{card}")
 
         page.keyboard.press("r")
         settled(page, card, "reject")
