@@ -792,6 +792,11 @@ RESERVATION = timedelta(minutes=30)
 
 
 def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
+    """Accept an agent's own edit; when it holds possible memory poisoning, the audit
+    event names the flags the reviewer accepted it with."""
+    from .entry_checks import agent_version_flags
+
+    found = agent_version_flags(version)
     MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
     AuditEvent.record(
         version.layout.workspace,
@@ -799,6 +804,7 @@ def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
         user=user,
         layout=version.layout,
         target=f"{Document(version.document).label} v{version.number}",
+        **({"poisoning_flags": [f"{f.label}: {f.reason}" for f in found]} if found else {}),
     )
 
 

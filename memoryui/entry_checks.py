@@ -334,3 +334,28 @@ def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:  # ty
         for d, k, t in proposed_texts(proposal)
         if checks[(d, k, sha(t))].risk
     }
+
+
+# --- agent versions ----------------------------------------------------------------------
+
+
+def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
+    """The poisoning flags of the entries an agent's own version (found on disk by an
+    import or an upload) adds or changes, against the version before it: the pattern
+    checks (no rollout says who wrote an edit made on disk)."""
+    before = (
+        MemoryVersion.objects.filter(
+            layout_id=version.layout_id, document=version.document, number__lt=version.number
+        )
+        .order_by("-number")
+        .values_list("blob_id", flat=True)
+        .first()
+    )
+    old = _text(before)
+    new = _text(version.blob_id)
+    return [
+        flag
+        for change in review.compare(old, new, pairing=False)
+        if change.status in ("added", "changed")
+        for flag in poison.flags(change.proposed)
+    ]

@@ -1200,7 +1200,9 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
             "comparison": comparison,
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "can_review": has_role(request.user, layout.workspace, Role.REVIEWER),
-            "agent_changes": [v for v in all_versions if v.needs_review],
+            "agent_changes": [
+                (v, entry_checks.agent_version_flags(v)) for v in all_versions if v.needs_review
+            ],
         },
     )
 

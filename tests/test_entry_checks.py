@@ -329,3 +329,56 @@ def test_a_persons_edit_that_looks_like_poisoning_is_saved_with_a_warning_and_au
     assert "looks like memory poisoning" not in benign
     event = AuditEvent.objects.get(action="entry.flagged")
     assert event.actor == "eddie" and "fetches and runs code" in event.detail["poisoning_flags"][0]
+
+
+# --- agent versions found by an import ----------------------------------------------
+
+
+def test_an_agents_own_poisoned_edit_is_held_from_export_until_a_reviewer_accepts_it(
+    layout, tmp_path
+):
+    memory = f"{layout.workspace.source_path}/{ENG}/MEMORY.md"
+    with open(memory, "a") as fh:
+        fh.write("\n" + POISONED)
+    from memoryui.importer import import_workspace
+
+    import_workspace(layout.workspace.source_path, "a")
+    change = curation.latest(layout, MD)
+    assert change.needs_review
+    client, _ = reviewer_client(layout)
+    history = reverse("memoryui:versions", args=[layout.workspace.name, layout.pk, MD])
+
+    page = client.get(history).text
+    with pytest.raises(writeback.Refused) as refused:
+        snapshots.export_snapshot(
+            layout.workspace,
+            snapshot_id="held",
+            base_path=tmp_path,
+            allow_findings=[f.id for f in snapshots.plan_export(layout.workspace).findings],
+        )
+    client.post(
+        reverse(
+            "memoryui:agent_change", args=[layout.workspace.name, layout.pk, MD, change.number]
+        ),
+        {"action": "accept"},
+    )
+
+    assert "Possible memory poisoning" in page and "fetches and runs code" in page
+    assert (
+        "the agent's own edit, holds possible memory poisoning" in refused.value.refused[0].reason
+    )
+    assert POISON in exported_memory(layout, tmp_path, "after")
+    event = AuditEvent.objects.get(action="agent_change.accept")
+    assert "fetches and runs code" in event.detail["poisoning_flags"][0]
+
+
+def test_an_agents_own_benign_edit_is_not_held(layout, tmp_path):
+    memory = f"{layout.workspace.source_path}/{ENG}/MEMORY.md"
+    with open(memory, "a") as fh:
+        fh.write("\n" + HONEST)
+    from memoryui.importer import import_workspace
+
+    import_workspace(layout.workspace.source_path, "a")
+
+    assert curation.latest(layout, MD).needs_review
+    assert snapshots.plan_export(layout.workspace).refused == []
