@@ -7,6 +7,7 @@ from .models import (
     AuditEvent,
     Blob,
     Comment,
+    EntryCheck,
     EntryDecision,
     EntryView,
     GenerationRun,
@@ -274,6 +275,13 @@ class ProtectedRawMemoryAdmin(admin.ModelAdmin):
 class ApprovedEntryAdmin(admin.ModelAdmin):
     list_display = ["layout", "document", "key", "approved_by", "approved_at"]
     raw_id_fields = ["layout", "proposal", "approved_by"]
+
+
+@admin.register(EntryCheck)
+class EntryCheckAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "document", "key", "risk", "unsupported", "tool_only"]
+    list_filter = ["risk"]
+    raw_id_fields = ["proposal"]
 
 
 @admin.register(WorkerHeartbeat)

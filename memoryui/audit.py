@@ -63,13 +63,18 @@ def describe(event: AuditEvent) -> str:
         versions = detail.get("versions") or []
         if versions:
             parts.append(f"version{'' if len(versions) == 1 else 's'} {_value(versions)} made")
+        if detail.get("quarantined"):
+            parts.append(f"{len(detail['quarantined'])} kept out as possible poisoning")
         return f"{event.target} approved" + (": " + ", ".join(parts) if parts else "")
     if action in _VERBS:
         verb = _VERBS[action]
         proposal = detail.get("proposal")
         of = f" in proposal #{proposal}" if proposal else ""
         edited = " (edited)" if detail.get("edited") else ""
-        return f"{event.target} {verb}{of}{edited}"
+        flagged = " despite a poisoning flag" if detail.get("poisoning_flags") else ""
+        return f"{event.target} {verb}{of}{edited}{flagged}"
+    if action == "entry.flagged":
+        return f"{event.target} saved with a poisoning flag"
     if action in ("writeback.write", "writeback.failed"):
         files = detail.get("files") or []
         text = f"wrote {len(files)} file{'' if len(files) == 1 else 's'} into {event.target}"

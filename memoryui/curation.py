@@ -379,12 +379,39 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
     return out
 
 
-def _assembled(base_text: str, proposed: str, decisions: dict[str, EntryDecision]) -> str:
+def _assembled(
+    base_text: str,
+    proposed: str,
+    decisions: dict[str, EntryDecision],
+    held: frozenset[str] = frozenset(),
+) -> str:
+    """The document the decisions make; ``held``: quarantined entries nobody decided,
+    kept as they are now."""
     return review.assemble(
         review.compare(base_text, proposed),
-        {k: d.decision for k, d in decisions.items()},
+        {
+            **{k: EntryDecision.Decision.REJECT for k in held},
+            **{k: d.decision for k, d in decisions.items()},
+        },
         {k: d.edited_text for k, d in decisions.items() if d.edited_text},
     )
+
+
+def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, dict[str, list]]:  # type: ignore[type-arg]
+    """Per document, the entries with a poisoning flag that no reviewer decided, and
+    their flags: approval keeps them out (the current text stays) until someone accepts
+    or rejects each explicitly."""
+    from . import entry_checks
+
+    flagged = entry_checks.flagged_keys(proposal)
+    return {
+        doc.document: {
+            key: flags
+            for (document, key), flags in flagged.items()
+            if document == doc.document and key not in doc.decisions
+        }
+        for doc in reviews
+    }
 
 
 def decide(
@@ -419,8 +446,29 @@ def decide(
             proposal=proposal.pk,
             document=document,
             edited=bool(edited_text),
+            **_flags_detail(proposal, document, key, decision, edited_text),
         )
     return made
+
+
+def _flags_detail(
+    proposal: Proposal, document: str, key: str, decision: str, edited_text: str
+) -> dict[str, Any]:
+    """For the audit log: the poisoning flags of the entry a reviewer accepts (of their
+    edit, when they edited it), so an accepted flag is on record."""
+    from . import entry_checks
+
+    if decision != EntryDecision.Decision.ACCEPT:
+        return {}
+    text = edited_text or next(
+        (t for d, k, t in entry_checks.proposed_texts(proposal) if (d, k) == (document, key)), ""
+    )
+    extra = [(document, key, edited_text)] if edited_text else []
+    checks = entry_checks.ensure(proposal, extra, only=(document, key))
+    check = entry_checks.check_of(checks, document, key, text)
+    if check is None or not check.risk:
+        return {}
+    return {"poisoning_flags": [f"{f['label']}: {f['reason']}" for f in check.flags]}
 
 
 def undo_decision(proposal: Proposal, document: str, key: str, *, user: Any) -> bool:
@@ -519,8 +567,10 @@ def approve(
         if undecided == UNDECIDED_REJECT:
             _reject_undecided(proposal, reviews, user)
             reviews = document_reviews(proposal)  # with those rejections
+        held = quarantined(proposal, reviews)
         for doc in reviews:
-            assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions)
+            kept_out = frozenset(held.get(doc.document, {}))
+            assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions, kept_out)
             final = assembled
             if doc.human_text is not None:
                 merged = review.merge(doc.base_text, doc.human_text, assembled)
@@ -549,7 +599,7 @@ def approve(
                                 proposal=proposal,
                                 rejected_by=user if getattr(user, "pk", None) else None,
                             )
-            _record_approvals(proposal, doc, user)
+            _record_approvals(proposal, doc, user, kept_out)
             # Pins follow the entries an accepted change renamed, merged or split (and
             # the sections of a renamed task group).
             renamed = {
@@ -587,6 +637,8 @@ def approve(
             detail["skill_files"] = [v.path for v in skill_versions]
         if duplicates:
             detail["duplicates_approved"] = [" / ".join(d.titles) for d in duplicates]
+        if any(held.values()):
+            detail["quarantined"] = sorted(k for keys in held.values() for k in keys)
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.approve",
@@ -681,10 +733,13 @@ def _reject_undecided(proposal: Proposal, reviews: list[DocumentReview], user: A
         )
 
 
-def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
+def _record_approvals(
+    proposal: Proposal, doc: DocumentReview, user: Any, held: frozenset[str] = frozenset()
+) -> None:
     """Remember the text of every entry this proposal changed and this approval
-    accepts (explicitly or by approving the proposal as it stands). Entries it left as
-    they were were not approved here, so a later change to them is not "outdated"."""
+    accepts (explicitly or by approving the proposal as it stands; not the quarantined
+    ones, ``held``). Entries it left as they were were not approved here, so a later
+    change to them is not "outdated"."""
     for change in doc.changes:
         decision = doc.decisions.get(change.key)
         if (
@@ -692,6 +747,8 @@ def _record_approvals(proposal: Proposal, doc: DocumentReview, user: Any) -> Non
             or not change.proposed
             or (decision and decision.decision == EntryDecision.Decision.REJECT)
         ):
+            continue
+        if decision is None and change.key in held:
             continue
         if decision and decision.edited_text:
             parts = [(change.key, decision.edited_text)]
@@ -742,6 +799,11 @@ RESERVATION = timedelta(minutes=30)
 
 
 def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
+    """Accept an agent's own edit; when it holds possible memory poisoning, the audit
+    event names the flags the reviewer accepted it with."""
+    from .entry_checks import agent_version_flags
+
+    found = agent_version_flags(version)
     MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
     AuditEvent.record(
         version.layout.workspace,
@@ -749,6 +811,7 @@ def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
         user=user,
         layout=version.layout,
         target=f"{Document(version.document).label} v{version.number}",
+        **({"poisoning_flags": [f"{f.label}: {f.reason}" for f in found]} if found else {}),
     )
 
 

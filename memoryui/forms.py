@@ -438,6 +438,7 @@ REVIEW_FILTERS = [
     ("undecided", "undecided"),
     ("changed", "changed text"),
     ("flagged", "flagged"),
+    ("risk", "risk"),
     ("all", "all entries"),
 ]
 

@@ -904,6 +904,37 @@ class ApprovedEntry(models.Model):
         return f"approved {self.key}"
 
 
+class EntryCheck(models.Model):
+    """What memoryui found in one entry text of a proposal (the model's, or a reviewer's
+    edit): each claim with its evidence and provenance, and the poisoning flags.
+    Computed once per text (``entry_checks.ensure``), never per request."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="checks")
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+    sha256 = models.CharField(max_length=64, help_text="of the text checked")
+    # The strongest flag's strength (generation.poison.STRENGTH); 0: no flag.
+    risk = models.PositiveSmallIntegerField(default=0)
+    flags = models.JSONField(default=list, blank=True)
+    # Each claim with its evidence and provenance: read only when a reviewer opens it.
+    claims = models.JSONField(default=list, blank=True)
+    # What the card says of the claims without reading them.
+    claim_count = models.PositiveIntegerField(default=0)
+    unsupported = models.PositiveIntegerField(default=0)
+    tool_only = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "document", "key", "sha256"], name="entry_check_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"check of {self.key}"
+
+
 class WorkerHeartbeat(models.Model):
     """When a Celery worker last ran the heartbeat task that Celery beat sends: a fresh
     one means beat and a worker are both alive (``/healthz``)."""

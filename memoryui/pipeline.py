@@ -589,6 +589,20 @@ def _consolidate_claimed(run_id: int) -> None:
             phase_two_note="" if result.status == "changed" else result.reason,
             phase_two_lease_until=None,
         )
+    if result.status == "changed":
+        _check_entries(run)
+
+
+def _check_entries(run: GenerationRun) -> None:
+    """Evidence and poisoning flags of the new proposal's entries, computed now so the
+    first review does not wait for them. A failure here loses nothing: the review page
+    computes what is missing."""
+    from . import entry_checks
+
+    try:
+        entry_checks.ensure(Proposal.objects.select_related("layout", "run").get(run=run))
+    except Exception:  # noqa: BLE001 - the proposal is stored; the page computes it later
+        logger.exception("checking the entries of run %s's proposal failed", run.pk)
 
 
 def _phase_two_turn(run_id: int, turn: Any, usage: Any = None, turns: int = 0) -> None:

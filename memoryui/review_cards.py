@@ -11,9 +11,10 @@ from typing import Any
 
 from generation import review
 
-from . import curation
+from . import curation, entry_checks
 from .models import (
     ApprovedEntry,
+    EntryCheck,
     EntryDecision,
     EntryView,
     MemoryVersion,
@@ -48,7 +49,9 @@ class Marks:
     """What the cards need from the database, read in a fixed number of queries (for
     every entry of the proposal, or for one ``key``): decisions, the person's views,
     pins, rejections and approvals remembered from earlier proposals. ``lint`` and
-    ``stale`` are filled by the page from the proposal's lint findings."""
+    ``stale`` are filled by the page from the proposal's lint findings; ``checks``
+    (evidence, provenance and poisoning flags by document, key and sha256 of the text)
+    and ``poisoned`` by ``note_checks``."""
 
     decisions: dict[Entry, EntryDecision]
     viewed: set[Entry]
@@ -57,6 +60,48 @@ class Marks:
     approved: dict[Entry, tuple[str, int | None]]  # text, and the proposal that approved it
     lint: set[Entry] = field(default_factory=set)
     stale: set[Entry] = field(default_factory=set)
+    checks: entry_checks.Checks = field(default_factory=dict)
+    poisoned: set[Entry] = field(default_factory=set)
+
+    def check(self, document: str, change: review.Change) -> EntryCheck | None:
+        """The check of the text approval would apply: a reviewer's edit, else the
+        model's."""
+        decision = self.decisions.get((document, change.key))
+        edited = decision.edited_text if decision is not None else ""
+        return entry_checks.check_of(self.checks, document, change.key, edited or change.proposed)
+
+    def note_checks(
+        self, proposal: Proposal, changes: dict[str, list[review.Change]], *, key: str | None = None
+    ) -> None:
+        """Read (computing what is missing) the checks of ``changes``, reviewers' edits
+        included, and mark the entries with a poisoning flag."""
+        edits = [
+            (document, k, d.edited_text)
+            for (document, k), d in self.decisions.items()
+            if d.edited_text and (key is None or k == key)
+        ]
+        only = (next(iter(changes)), key) if key is not None else None
+        self.checks = entry_checks.ensure(proposal, edits, only=only)
+        self.poisoned = {
+            (document, c.key)
+            for document, cs in changes.items()
+            for c in cs
+            if getattr(self.check(document, c), "risk", 0)
+        }
+
+    def risk_order(self, document: str, change: review.Change) -> tuple[int, int, int]:
+        """Sort key of the risk filter: the strongest flag first, then content found only
+        in tool output, then unsupported sentences."""
+        check = self.check(document, change)
+        if check is None:
+            return (0, 0, 0)
+        return (-check.risk, -check.tool_only, -check.unsupported)
+
+    def risky(self, document: str, change: review.Change) -> bool:
+        """What the risk filter lists: a poisoning flag, content only from tool output,
+        or a sentence its evidence does not support."""
+        check = self.check(document, change)
+        return check is not None and bool(check.risk or check.tool_only or check.unsupported)
 
     @classmethod
     def load(cls, proposal: Proposal, user: Any, *, key: str | None = None) -> Marks:
@@ -100,6 +145,7 @@ class Card:
     approved_in: int | None  # the earlier proposal that approved it
     viewed: bool
     flags: dict[str, bool]
+    check: EntryCheck | None = None
 
     @property
     def edited_text(self) -> str:
@@ -133,7 +179,9 @@ def card(document: str, change: review.Change, marks: Marks, *, unsupported: boo
             "outdated": approval == "outdated",
             "lint": entry in marks.lint,
             "stale": entry in marks.stale,
+            "poisoning": entry in marks.poisoned,
         },
+        check=marks.check(document, change),
     )
 
 

@@ -4,6 +4,7 @@ pins, version history, the audit log. Roles are checked here, on the server."""
 from __future__ import annotations
 
 import csv
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -22,8 +23,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from . import audit, consolidation, curation, diffs, forms, review_cards
-from .models import AuditEvent, Layout, MemoryVersion, Proposal, Role, Workspace
+from . import audit, consolidation, curation, diffs, entry_checks, forms, review_cards
+from .models import AuditEvent, EntryCheck, Layout, MemoryVersion, Proposal, Role, Workspace
 from .roles import has_role, require_role, workspace_view
 from .views import HtmxHttpRequest, bad_request
 
@@ -88,6 +89,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     _note_lint_and_stale(
         marks, proposal, {doc.document: curation.decidable(doc) for doc in reviews}, findings
     )
+    marks.note_checks(proposal, {doc.document: curation.decidable(doc) for doc in reviews})
     sections = []
     for doc in reviews:
         cites_all = _citation_status(proposal, curation.decidable(doc)) if show == "flagged" else {}
@@ -102,6 +104,8 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 show == "flagged" and _unsupported(c, cites_all.get(c.key)),
             )
         ]
+        if show == "risk":  # the strongest reason first
+            shown.sort(key=lambda c: marks.risk_order(doc.document, c))
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
@@ -258,6 +262,8 @@ def _shown(
         return change.status == "changed"
     if show == "flagged":
         return review_cards.card(document, change, marks, unsupported=unsupported).flagged
+    if show == "risk":
+        return marks.risky(document, change)
     return True
 
 
@@ -339,7 +345,22 @@ def _row(
         "rejected_before": card.flags["rejected_before"],
         "lint": card.flags["lint"],
         "stale": card.flags["stale"],
+        "check": _check_view(card.check),
         "pinnable": bool(change.current) and change.status != "added",
+    }
+
+
+def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
+    """What a card shows of its entry's check: the flags (strongest first), and each
+    claim with its evidence and where it came from."""
+    if check is None:
+        return None
+    return {
+        "risk": check.risk,
+        "flags": check.flags,
+        "claim_count": check.claim_count,
+        "unsupported": check.unsupported,
+        "tool_only": check.tool_only,
     }
 
 
@@ -559,12 +580,51 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     )
 
 
+@workspace_view(Role.VIEWER)
+@require_GET
+def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """One entry's claims, each with the passage that supports it (or "unsupported
+    sentence") and the rollout item it most likely came from: loaded when the card's
+    Evidence fold opens (the fragment for htmx, a page without JavaScript)."""
+    from .models import EntryDecision
+
+    proposal = _proposal(request, name, layout_pk, pk, Role.VIEWER)
+    form = forms.EntryActionForm(request.GET)
+    form.fields["anchor"].required = False
+    if not form.is_valid():
+        return bad_request(request, form, back=_review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
+    if change is None or not change.proposed:
+        raise Http404("No such entry in this proposal.")
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    text = edited or change.proposed
+    entry_checks.ensure(proposal, [(document, key, text)] if edited else [], only=(document, key))
+    check = EntryCheck.objects.get(
+        proposal=proposal, document=document, key=key, sha256=entry_checks.sha(text)
+    )
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "change": change,
+        "claims": check.claims,
+        "back": _review_url(proposal, f"entry-{document}-{_slug(key)}"),
+    }
+    template = "memoryui/proposal_evidence.html" + ("#claims" if request.htmx else "")
+    return render(request, template, context)
+
+
 def _entry_urls(proposal: Proposal) -> dict[str, str]:
     """The entry actions' URLs, reversed once for all the cards of a page."""
     args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
     return {
         action: reverse(f"memoryui:proposal_{action}", args=args)
-        for action in ("decide", "undo", "viewed", "pin", "comment", "entry")
+        for action in ("decide", "undo", "viewed", "pin", "comment", "entry", "evidence")
     }
 
 
@@ -582,6 +642,7 @@ def _card_response(
         raise Http404("No such entry in this proposal.")
     marks = review_cards.Marks.load(proposal, request.user, key=key)
     _note_lint_and_stale(marks, proposal, {document: [change]}, _lint(proposal))
+    marks.note_checks(proposal, {document: [change]}, key=key)
     cites = _citation_status(proposal, [change]).get(key, [])
     place = form.place(document)  # type: ignore[attr-defined]
     row = _row(
@@ -697,7 +758,10 @@ def _submit_dialog(
         "proposal": proposal,
         "layout": proposal.layout,
         "workspace": proposal.layout.workspace,
-        "counts": review_cards.progress(proposal, request.user),
+        "counts": {
+            **review_cards.progress(proposal, request.user),
+            **_flag_counts(proposal, reviews),
+        },
         "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
         "pending": proposal.status == Proposal.Status.PENDING,
         "held": curation.held_by_other(proposal, request.user),
@@ -735,6 +799,20 @@ def _duplicate_links(
             )
         out.append({"document": MemoryVersion.Document(dup.document).label, "entries": links})
     return out
+
+
+def _flag_counts(proposal: Proposal, reviews: list[curation.DocumentReview]) -> dict[str, int]:
+    """For the submit dialog: entries with a poisoning flag, how many a reviewer
+    accepted explicitly, rejected, and how many approval keeps out (undecided)."""
+    flagged = entry_checks.flagged_keys(proposal)
+    decisions = {(d.document, k): v.decision for d in reviews for k, v in d.decisions.items()}
+    states = [decisions.get(entry) for entry in flagged]
+    return {
+        "flagged": len(flagged),
+        "flagged_accepted": states.count("accept"),
+        "flagged_rejected": states.count("reject"),
+        "quarantined": states.count(None),
+    }
 
 
 @workspace_view(Role.REVIEWER)
@@ -896,12 +974,41 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
         )
         return render(request, "memoryui/entry_edit.html", context, status=409)
     messages.success(request, "Saved as a new version.")
+    _warn_of_poisoning(request, layout, document, key, text)
     view = (
         "memoryui:memory_md"
         if document == MemoryVersion.Document.MEMORY_MD
         else "memoryui:memory_summary"
     )
     return redirect(view, name=name, layout_pk=layout_pk)
+
+
+def _warn_of_poisoning(
+    request: HtmxHttpRequest, layout: Layout, document: str, key: str, text: str
+) -> None:
+    """A person's edit gets the poisoning checks a proposal's entries get (the pattern
+    ones: an edit has no rollout to compare with). It is saved, since a person wrote it
+    on purpose; the warning says why it looks like an injected instruction, and the
+    audit log keeps it beside the edit."""
+    from generation import poison
+
+    found = poison.flags(text)
+    if not found:
+        return
+    AuditEvent.record(
+        layout.workspace,
+        "entry.flagged",
+        user=request.user,
+        layout=layout,
+        target=key or "new entry",
+        document=document,
+        poisoning_flags=[f"{f.label}: {f.reason}" for f in found],
+    )
+    messages.warning(
+        request,
+        "This entry looks like memory poisoning, which every future agent would obey: "
+        + "; ".join(f"{f.label} ({f.reason})" for f in found),
+    )
 
 
 def _entry_too_long(
@@ -996,7 +1103,9 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
             "comparison": comparison,
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "can_review": has_role(request.user, layout.workspace, Role.REVIEWER),
-            "agent_changes": [v for v in all_versions if v.needs_review],
+            "agent_changes": [
+                (v, entry_checks.agent_version_flags(v)) for v in all_versions if v.needs_review
+            ],
         },
     )
 

@@ -76,6 +76,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(layout + "proposals/<int:pk>/pin/", review_views.proposal_pin, name="proposal_pin"),
     path(layout + "proposals/<int:pk>/entry/", review_views.proposal_entry, name="proposal_entry"),
     path(
+        layout + "proposals/<int:pk>/evidence/",
+        review_views.proposal_evidence,
+        name="proposal_evidence",
+    ),
+    path(
         layout + "proposals/<int:pk>/reserve/",
         review_views.proposal_reserve,
         name="proposal_reserve",

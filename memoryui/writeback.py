@@ -252,6 +252,7 @@ def plan_layout(
     workspace's layouts, when the caller has them already."""
     dirs = layout_dirs(layout.workspace) if dirs is None else dirs
     candidates: list[tuple[str, bytes | None, str, FileKind]] = []
+    held: list[Refusal] = []
     for document, name in DOCUMENT_FILES.items():
         version = (
             MemoryVersion.objects.filter(layout=layout, document=document)
@@ -261,6 +262,8 @@ def plan_layout(
         )
         if version is None:
             continue
+        if version.needs_review:
+            held.extend(_quarantined(layout, name, version))
         who = version.author.get_username() if version.author else version.get_author_kind_display()
         kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
         candidates.append(
@@ -276,6 +279,7 @@ def plan_layout(
     if proposal is not None:
         more, refused = _proposal_files(layout, proposal, dirs, now or timezone.now())
         candidates.extend(more)
+    refused = held + refused
     candidates.extend(_skill_files(layout))
     imported = _imported(layout, [path for path, *_ in candidates])
     files = [
@@ -284,6 +288,25 @@ def plan_layout(
     ]
     files = [_keep_equivalent_selection(f) for f in files]
     return Plan(layout, files, proposal, refused, lint_planned(files, dirs))
+
+
+def _quarantined(layout: Layout, name: str, version: MemoryVersion) -> list[Refusal]:
+    """An agent's own version that nobody reviewed yet and that adds an entry with a
+    poisoning flag: nothing carries it on (write-back, export, download) until a
+    reviewer accepts or reverts it on the document's history page."""
+    from .entry_checks import agent_version_flags
+
+    found = agent_version_flags(version)
+    if not found:
+        return []
+    return [
+        Refusal(
+            f"{layout.memories_dir}/{name}",
+            f"version {version.number}, the agent's own edit, holds possible memory poisoning "
+            f"({found[0].label}: {found[0].reason}); accept or revert it on the history page "
+            "first",
+        )
+    ]
 
 
 def lint_planned(files: list[PlannedFile], dirs: list[LayoutDirs]) -> list[Finding]:

@@ -3,7 +3,7 @@ review-flow tests and the page benchmark."""
 
 from __future__ import annotations
 
-from memoryui import curation
+from memoryui import curation, entry_checks
 from memoryui.models import GenerationRun, Layout, MemoryVersion, Proposal
 
 MD = MemoryVersion.Document.MEMORY_MD
@@ -35,8 +35,9 @@ def build(
     extra: str = "",
 ) -> Proposal:
     """A pending proposal over ``n`` entries of MEMORY.md, each one reworded by the
-    model ("scope: model i" instead of "scope: person i"); ``cites``: entry -> how many
-    rollouts it cites; ``extra``: text appended to the proposal (a new entry)."""
+    model ("scope: model i" instead of "scope: person i"), with its entries checked;
+    ``cites``: entry -> how many rollouts it cites; ``extra``: text appended to the
+    proposal (a new entry)."""
     cites = cites or {}
     base_text = curation.review.join(entry(i, f"person {i}") for i in range(n))
     current = curation.latest(layout, MD)
@@ -53,7 +54,7 @@ def build(
         [*(entry(i, f"model {i}", cites.get(i, 1)) for i in range(n)), *([extra] if extra else [])]
     )
     run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
-    return Proposal.objects.create(
+    proposal = Proposal.objects.create(
         layout=layout,
         run=run,
         base_memory_md=base,
@@ -62,3 +63,5 @@ def build(
         memory_summary=curation.text_of(summary),
         raw_memories_md="",
     )
+    entry_checks.ensure(proposal)  # as the pipeline does when it stores a proposal
+    return proposal

@@ -134,6 +134,7 @@
       case "v": press(card, "v"); break;
       case "e": openDetails(card, "details.edit-then-accept"); break;
       case "c": openDetails(card, "details.comment-form"); break;
+      case "i": openDetails(card, "details.evidence"); break;
       case "s": {
         var submit = document.getElementById("submit-review");
         if (submit) submit.click();

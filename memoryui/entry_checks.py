@@ -1,0 +1,361 @@
+"""Evidence, provenance and poisoning flags of a proposal's entries, computed once per
+entry text and stored (``EntryCheck``): the review page reads them in one query.
+
+An entry's claims are traced through the rollout summaries it cites (the run's own,
+else the imported ones), the raw memories of those rollouts and the rollouts' items, to
+say who said it: the user, the assistant, or a tool. The poisoning flags
+(``generation.poison``) compare against the user's and assistant's own words there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from generation import evidence, poison, review, tree
+from generation.memory_md import CITATION_RE
+
+from . import documents
+from .models import EntryCheck, MemoryVersion, Proposal, RawMemory, Rollout, WorkspaceFile
+
+USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
+# An entry that cites nothing is compared with the words of at most this many rollouts
+# of the selection (the SDK's default selection is 256).
+MAX_SELECTED = 256
+_OUTPUT_TYPES = {
+    "function_call_output",
+    "custom_tool_call_output",
+    "shell_call_output",
+    "local_shell_call_output",
+    "apply_patch_call_output",
+    "computer_call_output",
+    "tool_search_output",
+    "program_output",
+    "mcp_call",
+    "mcp_approval_response",
+    "web_search_call",
+    "file_search_call",
+}
+
+
+@lru_cache(maxsize=8192)
+def sha(text: str) -> str:
+    """The key of an entry text's check (the page asks for each card's several times)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Sources:
+    """What an entry's citations lead to: summary texts by cited path, raw memories and
+    rollout items by rollout id."""
+
+    summaries: dict[str, str] = field(default_factory=dict)
+    rollout_of: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
+    items: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
+    selected: list[str] = field(default_factory=list)
+
+    def voices(self, rollout_ids: Iterable[str]) -> poison.Voices:
+        ids = [r for r in rollout_ids if r in self.items]
+        if not ids:
+            return poison.Voices()
+        said = [(role, text) for r in ids for _, role, text in self.items[r]]
+        return poison.Voices.of(
+            "\n".join(t for role, t in said if role == USER),
+            "\n".join(t for role, t in said if role == ASSISTANT),
+        )
+
+
+def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False) -> Sources:
+    """Every cited summary, with its raw memory and rollout, in a few queries: the run's
+    phase-one results first (not imported yet), then the imported files. ``everyone``:
+    also the rollouts of the proposal's selection (``selected``), whose words an entry
+    citing nothing (a summary section) is compared with."""
+    layout = proposal.layout
+    found = Sources()
+    if everyone:
+        found.selected = [
+            i["rollout_id"] for i in proposal.selection if isinstance(i, dict) and "rollout_id" in i
+        ][:MAX_SELECTED]
+    for result in _run_results(proposal):
+        for path, text in (result.get("files") or {}).items():
+            if path in cited:
+                found.summaries[path] = text
+                found.rollout_of[path] = result["rollout_id"]
+            elif path.startswith("raw_memories/"):
+                found.raw.setdefault(result["rollout_id"], text)
+    wanted = {f"{layout.memories_dir}/{p}": p for p in cited if p not in found.summaries}
+    for path, blob, rollout_id in WorkspaceFile.objects.filter(
+        workspace_id=layout.workspace_id,
+        path__in=list(wanted),
+        rollout_summary__layout=layout,
+    ).values_list("path", "blob_id", "rollout_summary__rollout_id"):
+        found.summaries[wanted[path]] = _text(blob)
+        found.rollout_of[wanted[path]] = rollout_id
+    ids = set(found.rollout_of.values()) | set(found.selected)
+    if not ids:
+        return found
+    for rollout_id, blob in RawMemory.objects.filter(
+        layout=layout, rollout_id__in=ids - set(found.raw)
+    ).values_list("rollout_id", "file__blob_id"):
+        found.raw[rollout_id] = _text(blob)
+    for rollout_id, blob in Rollout.objects.filter(layout=layout, rollout_id__in=ids).values_list(
+        "rollout_id", "file__blob_id"
+    ):
+        if blob:
+            found.items[rollout_id] = rollout_items(documents.content(blob))
+    return found
+
+
+def _run_results(proposal: Proposal) -> list[dict[str, Any]]:
+    return [
+        {"rollout_id": rollout_id, "files": files}
+        for rollout_id, files in proposal.run.jobs.filter(result__isnull=False).values_list(
+            "result__rollout_id", "result__files"
+        )
+    ]
+
+
+def _text(blob: str | None) -> str:
+    return documents.content(blob).decode("utf-8", "replace") if blob else ""
+
+
+def rollout_items(data: bytes) -> list[tuple[int, str, str]]:
+    """(number, who, text) of every item of a rollout that says something, numbered as
+    the rollout page numbers them (1-based, across segments)."""
+    out = []
+    number = 0
+    for segment in tree.parse_rollout(data).segments:
+        items = [*segment.input, *segment.generated_items]
+        for item in items:
+            number += 1
+            said = _said(item)
+            if said is not None:
+                out.append((number, *said))
+        if segment.has_final_output_key and segment.final_output not in (None, ""):
+            number += 1
+            out.append((number, ASSISTANT, _as_text(segment.final_output)))
+    return out
+
+
+def _said(item: Any) -> tuple[str, str] | None:
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type") or ("message" if "role" in item else "")
+    if kind == "message":
+        role = item.get("role")
+        if role in (USER, ASSISTANT):
+            return str(role), tree.message_text(item)
+        return None
+    if kind in _OUTPUT_TYPES or kind.endswith("_output"):
+        return TOOL, _as_text(item.get("output", item.get("result", "")))
+    if kind == "reasoning":
+        return None
+    return None  # tool calls are what the agent did, not what anyone said
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(
+            part.get("text", "") if isinstance(part, dict) else _as_text(part) for part in value
+        )
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --- checking one entry ---------------------------------------------------------------
+
+
+def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict]]:  # type: ignore[type-arg]
+    """(risk, flags, claims) of one entry text against what it cites."""
+    cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
+    summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
+    rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
+    raws = [(r, sources.raw[r]) for r in rollout_ids if r in sources.raw]
+    items = [
+        (f"{r}#{n}|{who}", said)
+        for r in rollout_ids
+        for n, who, said in sources.items.get(r, [])
+        if said.strip()
+    ]
+    summary_index = evidence.index(summaries)
+    raw_index = evidence.index(raws)[0]
+    item_index = evidence.index(items)[0]
+    claims = []
+    for claim in evidence.check(text, summaries) if summaries else _unchecked(text):
+        claims.append(_claim_json(claim, summary_index, raw_index, item_index))
+    voices = sources.voices(rollout_ids or sources.selected)
+    found = poison.flags(text, voices if voices.known else None)
+    risk = max((f.strength for f in found), default=0)
+    flags = [
+        {"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt}
+        for f in found
+    ]
+    return risk, flags, claims
+
+
+def _unchecked(text: str) -> list[evidence.Claim]:
+    return [evidence.Claim(t, n, None, 0.0) for n, t in evidence.claims_of(text)]
+
+
+def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) -> dict:  # type: ignore[type-arg]
+    out: dict[str, Any] = {
+        "text": claim.text,
+        "line": claim.line,
+        "supported": claim.supported,
+        "recall": round(claim.recall, 2),
+        "missing": list(claim.missing),
+    }
+    if claim.passage is not None:
+        out["passage"] = {
+            "source": claim.passage.source,
+            "runs": evidence.highlight(claim.passage.text, claim.matched),
+        }
+    raw, raw_recall, _ = evidence.best_passage(claim.text, raws)
+    if raw is not None and raw_recall >= ORIGIN_RECALL:
+        out["raw"] = {"source": f"raw_memories/{raw.source}.md", "text": raw.text[:300]}
+    out.update(_origin(claim.text, items))
+    return out
+
+
+# A summary paraphrases (the user said "use ISO dates", the entry says "default to ISO
+# 8601 dates"): the item an entry most likely came from needs fewer shared words than a
+# supporting passage does, and the user's and the assistant's words win a tie.
+ORIGIN_RECALL = 0.45
+
+
+def _origin(claim: str, items: list[Any]) -> dict[str, Any]:
+    """Who said the claim: the best matching rollout item among the user's and the
+    assistant's words, else a tool's output ("from tool output")."""
+    spoken = [i for i in items if not i.passage.source.endswith("|" + TOOL)]
+    tools = [i for i in items if i.passage.source.endswith("|" + TOOL)]
+    said, said_recall, _ = evidence.best_passage(claim, spoken)
+    tool, tool_recall, _ = evidence.best_passage(claim, tools)
+    if said is not None and said_recall >= ORIGIN_RECALL and said_recall >= tool_recall:
+        best = said
+    elif tool is not None and tool_recall >= ORIGIN_RECALL:
+        best = tool
+    else:
+        return {}
+    where, who = best.source.split("|", 1)
+    rollout, number = where.rsplit("#", 1)
+    return {
+        "origin": {"rollout": rollout, "item": int(number), "who": who, "text": best.text[:300]},
+        "tool_only": who == TOOL,
+    }
+
+
+# --- stored per proposal ----------------------------------------------------------------
+
+
+def proposed_texts(proposal: Proposal) -> list[tuple[str, str, str]]:
+    """(document, key, text) of every decidable entry the proposal brings."""
+    out = []
+    for document, base, proposed in (
+        (MemoryVersion.Document.MEMORY_MD, proposal.base_memory_md, proposal.memory_md),
+        (
+            MemoryVersion.Document.MEMORY_SUMMARY,
+            proposal.base_memory_summary,
+            proposal.memory_summary,
+        ),
+    ):
+        base_text = documents.content(base.blob_id).decode("utf-8", "replace") if base else ""
+        for change in review.compare(base_text, proposed):
+            if change.status not in ("unchanged", "removed") and change.proposed:
+                out.append((str(document), change.key, change.proposed))
+    return out
+
+
+Checks = dict[tuple[str, str, str], EntryCheck]
+
+
+def ensure(
+    proposal: Proposal,
+    extra: Iterable[tuple[str, str, str]] = (),
+    *,
+    only: tuple[str, str] | None = None,
+) -> Checks:
+    """Every stored check of the proposal by (document, key, sha256), computing (once)
+    those of its proposed entries and of ``extra`` texts (reviewers' edits) that have
+    none yet; ``only``: of that one (document, key). Once computed, one query."""
+    rows = proposal.checks.defer("claims")  # the evidence fold loads them
+    texts = [*proposed_texts(proposal), *extra]
+    if only is not None:
+        rows = rows.filter(document=only[0], key=only[1])
+        texts = [t for t in texts if (t[0], t[1]) == only]
+    stored: Checks = {(c.document, c.key, c.sha256): c for c in rows}
+    wanted = {(d, k, sha(t)): t for d, k, t in texts}
+    missing = {key: text for key, text in wanted.items() if key not in stored}
+    if missing:
+        stored.update(_compute(proposal, missing))
+    return stored
+
+
+def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Checks:
+    cited = {m.group(0) for text in texts.values() for m in CITATION_RE.finditer(text)}
+    uncited = any(not CITATION_RE.search(text) for text in texts.values())
+    sources = load_sources(proposal, cited, everyone=uncited)
+    rows = []
+    for (document, key, digest), text in texts.items():
+        risk, flags, claims = check_entry(text, sources)
+        rows.append(
+            EntryCheck(
+                proposal=proposal,
+                document=document,
+                key=key,
+                sha256=digest,
+                risk=risk,
+                flags=flags,
+                claims=claims,
+                claim_count=len(claims),
+                unsupported=sum(1 for c in claims if not c["supported"]),
+                tool_only=sum(1 for c in claims if c.get("tool_only")),
+            )
+        )
+    # Two requests computing the same check at once store it once.
+    EntryCheck.objects.bulk_create(rows, ignore_conflicts=True)
+    return {(r.document, r.key, r.sha256): r for r in rows}
+
+
+def check_of(checks: Checks, document: str, key: str, text: str) -> EntryCheck | None:
+    return checks.get((document, key, sha(text))) if text else None
+
+
+def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:  # type: ignore[type-arg]
+    """(document, key) -> flags of every proposed entry that carries a poisoning flag."""
+    checks = ensure(proposal)
+    return {
+        (d, k): checks[(d, k, sha(t))].flags
+        for d, k, t in proposed_texts(proposal)
+        if checks[(d, k, sha(t))].risk
+    }
+
+
+# --- agent versions ----------------------------------------------------------------------
+
+
+def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
+    """The poisoning flags of the entries an agent's own version (found on disk by an
+    import or an upload) adds or changes, against the version before it: the pattern
+    checks (no rollout says who wrote an edit made on disk)."""
+    before = (
+        MemoryVersion.objects.filter(
+            layout_id=version.layout_id, document=version.document, number__lt=version.number
+        )
+        .order_by("-number")
+        .values_list("blob_id", flat=True)
+        .first()
+    )
+    old = _text(before)
+    new = _text(version.blob_id)
+    return [
+        flag
+        for change in review.compare(old, new, pairing=False)
+        if change.status in ("added", "changed")
+        for flag in poison.flags(change.proposed)
+    ]
