@@ -16,6 +16,7 @@ from .models import (
     ImportRun,
     Layout,
     LintAllowance,
+    LintResult,
     Membership,
     MemoryVersion,
     PhaseOneJob,
@@ -282,6 +283,12 @@ class EntryCheckAdmin(admin.ModelAdmin):
     list_display = ["proposal", "document", "key", "risk", "unsupported", "tool_only"]
     list_filter = ["risk"]
     raw_id_fields = ["proposal"]
+
+
+@admin.register(LintResult)
+class LintResultAdmin(admin.ModelAdmin):
+    list_display = ["key", "created_at"]
+    readonly_fields = ["key", "findings", "created_at"]
 
 
 @admin.register(WorkerHeartbeat)

@@ -105,7 +105,13 @@ def url(name: str, proposal: Proposal) -> str:
 
 
 def key_of(proposal: Proposal, title: str) -> str:
-    return next(e.key for e in review.entries(proposal.memory_md) if e.title == title)
+    """The entry that holds the claims: the task of the task group ``title``."""
+    entries = review.entries(proposal.memory_md)
+    task = f"task_group:{title}"
+    return next(
+        (e.key for e in entries if e.kind == "task" and e.group == task),
+        next(e.key for e in entries if e.title == title),
+    )
 
 
 def check(proposal: Proposal, title: str) -> EntryCheck:
@@ -187,8 +193,8 @@ def test_the_risk_filter_lists_flagged_entries_first_and_leaves_out_clean_ones(l
     flagged = client.get(url("proposal_review", proposal) + "?show=flagged").text
 
     assert page.index("deploy helper") < page.index("auth proxy notes")
-    assert '<b class="entry-title">slug notes</b>' not in page
-    assert '<b class="entry-title">deploy helper</b>' in flagged  # flagged includes poisoning
+    assert "slug notes, outcome success</b>" not in page
+    assert "deploy helper, outcome success</b>" in flagged  # flagged includes poisoning
 
 
 def test_checks_are_computed_once_and_the_page_reads_them_in_one_query(layout):
@@ -259,7 +265,9 @@ def test_an_undecided_flagged_entry_never_reaches_a_version_write_back_or_export
     client, _ = reviewer_client(layout)
 
     dialog = client.get(url("proposal_approve", proposal), **HX).text
-    response = client.post(url("proposal_approve", proposal), {"undecided": "accept"})
+    response = client.post(
+        url("proposal_approve", proposal), {"undecided": "accept", "duplicates_ok": "1"}
+    )
 
     assert 'data-count="flagged">1<' in dialog and "quarantine-notice" in dialog
     assert response.status_code == 302
@@ -284,7 +292,7 @@ def test_an_explicitly_accepted_flagged_entry_is_applied_and_audited_with_its_fl
         url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "accept"}
     )
     dialog = client.get(url("proposal_approve", proposal), **HX).text
-    client.post(url("proposal_approve", proposal), {"undecided": "accept"})
+    client.post(url("proposal_approve", proposal), {"undecided": "accept", "duplicates_ok": "1"})
 
     assert 'data-count="flagged_accepted">1<' in dialog and "quarantine-notice" not in dialog
     assert POISON in curation.text_of(curation.latest(layout, MD))
@@ -306,7 +314,7 @@ def test_a_rejected_flagged_entry_stays_out_and_a_clean_one_needs_no_decision(la
         url("proposal_decide", proposal), {"document": MD, "key": key, "decision": "reject"}
     )
     dialog = client.get(url("proposal_approve", proposal), **HX).text
-    client.post(url("proposal_approve", proposal), {"undecided": "accept"})
+    client.post(url("proposal_approve", proposal), {"undecided": "accept", "duplicates_ok": "1"})
 
     assert 'data-count="flagged_rejected">1<' in dialog
     current = curation.text_of(curation.latest(layout, MD))

@@ -58,7 +58,9 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
             page.click("nav.review-filters >> text=risk")
         assert "show=risk" in page.url
         titles = page.locator("#review-memory_md .entry-title").all_inner_texts()
-        assert titles == ["deploy helper", "auth proxy notes"]  # strongest reason first
+        # The tasks (the claims are theirs), the strongest reason first.
+        assert len(titles) == 2, titles
+        assert "deploy helper" in titles[0] and "auth proxy notes" in titles[1]
 
         page.keyboard.press("n")  # the first undecided entry: the flagged one
         card = focused(page)
@@ -79,6 +81,12 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
         assert page.inner_text("#review-dialog [data-count=flagged]") == "1"
         assert page.inner_text("#review-dialog [data-count=flagged_rejected]") == "1"
         shot(page, "review-submit")
+        # The three groups cite one rollout in the same words: likely duplicates, kept
+        # by ticking "Approve them anyway".
+        assert "likely duplicate" in page.inner_text("#review-duplicates")
+        page.keyboard.press("Tab")  # from the choice for undecided entries
+        assert page.evaluate("document.activeElement.id") == "duplicates-ok"
+        page.keyboard.press("Space")
         page.keyboard.press("Tab")
         assert page.evaluate("document.activeElement.id") == "confirm-approve"
         with page.expect_navigation():

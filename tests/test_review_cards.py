@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from generation import review
-from memoryui import curation, tokens
+from memoryui import curation, entry_checks, tokens
 from memoryui.models import EntryView, GenerationRun, Layout, MemoryVersion, Proposal, Role
 from tests.test_curation import member, url
 
@@ -41,7 +41,7 @@ def proposal_over(layout: Layout, base: str, proposed: str) -> Proposal:
     )
     summary = curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY)
     run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
-    return Proposal.objects.create(
+    proposal = Proposal.objects.create(
         layout=layout,
         run=run,
         base_memory_md=base_version,
@@ -50,6 +50,8 @@ def proposal_over(layout: Layout, base: str, proposed: str) -> Proposal:
         memory_summary=curation.text_of(summary),
         raw_memories_md="",
     )
+    entry_checks.ensure(proposal)  # as the pipeline does when it stores a proposal
+    return proposal
 
 
 def api_token_client(user, layout: Layout) -> tuple[Client, dict[str, str]]:
