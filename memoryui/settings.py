@@ -232,6 +232,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Worker processes (or threads) per worker; Celery's default is one per CPU.
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 0) or None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Webhook deliveries wait on other people's servers: their own queue (and, in production,
+# their own worker: compose.yaml's ``webhooks``), so they never hold up generation.
+CELERY_TASK_ROUTES = {"memoryui.webhooks.deliver_webhook": {"queue": "webhooks"}}
 # Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
 # every this many seconds, generation work whose task was lost with a worker.
 MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 30)
@@ -365,6 +368,15 @@ MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)
+
+# E-mail (password resets): printed on the console unless an SMTP server is configured.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "memoryui@localhost")
 
 LOGGING = {
     "version": 1,
