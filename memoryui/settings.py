@@ -368,6 +368,13 @@ MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)
+# One delivery (connect, send, the answer) ends by this deadline, however slowly the
+# receiver drips; at most this much of its answer is read.
+MEMORYUI_WEBHOOK_DEADLINE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_DEADLINE_SECONDS", "10"))
+MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES = env_int("MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024)
+# Outbound calls (webhooks) go to public addresses only; these host names and address
+# ranges (comma-separated, e.g. "hooks.corp.example,10.20.0.0/16") are allowed anyway.
+MEMORYUI_OUTBOUND_ALLOW = env_list("MEMORYUI_OUTBOUND_ALLOW", [])
 
 # E-mail (password resets): printed on the console unless an SMTP server is configured.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

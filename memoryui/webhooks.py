@@ -5,18 +5,9 @@ retries a failing receiver with exponential backoff. Every attempt is logged.
 Events: ``proposal.ready``, ``proposal.approved``, ``proposal.rejected``,
 ``writeback.done``, ``export.done``, ``run.failed``.
 
-Verifying a delivery (the receiver's side)::
-
-    import hashlib, hmac, time
-
-    def verify(secret: str, headers, body: bytes, tolerance: int = 300) -> bool:
-        timestamp = headers["X-Memoryui-Timestamp"]
-        expected = hmac.new(
-            secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256
-        ).hexdigest()
-        return hmac.compare_digest("sha256=" + expected, headers["X-Memoryui-Signature"]) and (
-            abs(time.time() - int(timestamp)) <= tolerance  # refuses replays
-        )
+Deliveries go through ``outbound`` (no internal addresses, no redirects, a deadline, a
+size cap) on their own Celery queue. The README has the receiver's verification recipe
+(signature, timestamp, delivery id), which tests/test_webhooks.py runs.
 """
 
 from __future__ import annotations
@@ -26,10 +17,9 @@ import hmac
 import json
 import secrets
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
+import httpx2
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
@@ -37,6 +27,7 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from . import outbound
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -56,7 +47,6 @@ EVENTS = [
     ("run.failed", "A generation run failed"),
 ]
 EVENT_NAMES = [name for name, _ in EVENTS]
-TIMEOUT_SECONDS = 10
 USER_AGENT = "memoryui-webhooks/1"
 
 
@@ -109,6 +99,30 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
     return made
 
 
+def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
+    """POST once through the outbound client: the status, and what went wrong."""
+    deadline = settings.MEMORYUI_WEBHOOK_DEADLINE_SECONDS
+    try:
+        answer = outbound.post(
+            url,
+            content=body,
+            headers=headers,
+            deadline_seconds=deadline,
+            max_response_bytes=settings.MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES,
+        )
+    except outbound.Refused as exc:
+        return None, f"refused to deliver: {exc}"
+    except httpx2.TimeoutException:
+        return None, f"the receiver did not answer within the {deadline:g} s deadline"
+    except httpx2.HTTPError as exc:
+        return None, f"could not reach the receiver ({exc.__class__.__name__}: {exc})"
+    if 300 <= answer.status < 400:
+        return answer.status, f"the receiver answered {answer.status}; redirects are not followed"
+    if not 200 <= answer.status < 300:
+        return answer.status, f"the receiver answered {answer.status}"
+    return answer.status, ""
+
+
 def attempt(delivery_id: int) -> float | None:
     """POST the delivery once and log the attempt. Returns the seconds to wait before
     the next try, or None when delivered or out of tries."""
@@ -117,28 +131,15 @@ def attempt(delivery_id: int) -> float | None:
     number = delivery.attempts.count() + 1
     body = json.dumps(delivery.payload, sort_keys=True).encode()
     timestamp = str(int(time.time()))
-    request = urllib.request.Request(
-        hook.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "X-Memoryui-Event": delivery.event,
-            "X-Memoryui-Delivery": str(delivery.pk),
-            "X-Memoryui-Timestamp": timestamp,
-            "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
-        },
-    )
-    status, error = None, ""
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status, error = exc.code, f"the receiver answered {exc.code} {exc.reason}"
-        exc.close()
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        error = f"could not reach the receiver ({getattr(exc, 'reason', exc)})"
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Memoryui-Event": delivery.event,
+        "X-Memoryui-Delivery": str(delivery.pk),
+        "X-Memoryui-Timestamp": timestamp,
+        "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
+    }
+    status, error = _send(hook.url, body, headers)
     ok = status is not None and 200 <= status < 300
     retry_in = None if ok or number >= settings.MEMORYUI_WEBHOOK_MAX_ATTEMPTS else backoff(number)
     WebhookAttempt.objects.create(
