@@ -39,6 +39,7 @@ def named_modules() -> list[str]:
     names += [db["ENGINE"] + ".base" for db in settings.DATABASES.values()]
     names += [h["class"] for h in settings.LOGGING.get("handlers", {}).values() if "class" in h]
     names += [settings.EMAIL_BACKEND, settings.ROOT_URLCONF, settings.WSGI_APPLICATION]
+    names.append(getattr(settings, "AXES_HANDLER", ""))
     for name in dir(settings):
         if name.startswith("AXES_") and name.endswith("_CALLABLE"):
             names.append(getattr(settings, name))

@@ -151,13 +151,17 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Login throttling: after this many failed logins for one username, or from one client
-# address, logins are refused for the cool-off (even with the right password) until it
-# passes or an admin unlocks (Django admin > Axes > Access attempts, or
-# ``manage.py axes_reset``). A successful login clears that account's failures.
+# Login throttling (the policy is in memoryui/auth.py and the README): after this many
+# failed logins for one username from one client address, that pair is refused for the
+# cool-off (even with the right password: the same user from another address is not);
+# after MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address, whatever the
+# usernames, that address is. Unlock early: Django admin > Axes > Access attempts, or
+# ``manage.py axes_reset``; people who forgot their password reset it by e-mail.
 AXES_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_FAILURE_LIMIT", 5)
+MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT", 20)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYUI_LOGIN_COOLOFF_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "memoryui.lockout.LockoutHandler"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "memoryui.auth.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "memoryui.auth.client_ip"
