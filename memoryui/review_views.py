@@ -482,7 +482,8 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     keys = form.cleaned_data["key"]
     if form.cleaned_data["all"]:
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
-        keys = [c.key for c in curation.decidable(doc)]
+        theirs = curation.decided_by_others(proposal, document, request.user)
+        keys = [c.key for c in curation.decidable(doc) if c.key not in theirs]
     try:
         with transaction.atomic():  # all of them or, when refused, none
             for key in keys:
