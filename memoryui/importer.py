@@ -166,7 +166,8 @@ def import_workspace(
     """Import ``source`` into the workspace called ``name`` (created if new).
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
-    has one writer). Raises ``tree.TreeError`` when the source cannot be read at all.
+    has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
+    holds no files for a new workspace (which is then not created).
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
@@ -177,7 +178,7 @@ def import_workspace(
     started = timezone.now()
     kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
     with _gc_paused(), transaction.atomic():
-        workspace, _ = Workspace.objects.get_or_create(
+        workspace, created = Workspace.objects.get_or_create(
             name=name or default_name(source),
             defaults={"source_kind": kind, "source_path": str(source)},
         )
@@ -190,7 +191,13 @@ def import_workspace(
             sync.collect_directory(source)
         else:
             sync.collect_entries(archive)
-        return sync.finish(user, scheduled)
+        result = sync.finish(user, scheduled)
+        if created and not result.imported_anything:  # rolls the new workspace back
+            raise tree.TreeError(
+                f"{source} holds no files: nothing to import, no workspace created "
+                "(a workspace has a memories/ folder, and usually sessions/)."
+            )
+        return result
 
 
 @dataclass(slots=True)

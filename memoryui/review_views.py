@@ -1136,7 +1136,10 @@ def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponse:
         events = events.filter(actor=actor)
     if form.cleaned_data["format"] == "csv":
         return _csv(events, workspace)
-    page = Paginator(events, 100).get_page(request.GET.get("page"))
+    paging = forms.PageForm(request.GET)
+    if not paging.is_valid():
+        return bad_request(request, paging, workspace=workspace)
+    page = Paginator(events, 100).get_page(paging.cleaned_data["page"])
     return render(
         request,
         "memoryui/audit.html",

@@ -28,6 +28,7 @@ from . import (
 )
 from .forms import (
     GenerationSettingsForm,
+    PageForm,
     RolloutFilterForm,
     SyncForm,
     VersionForm,
@@ -252,6 +253,9 @@ ROLLOUTS_PER_PAGE = 50
 @require_GET
 def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
+    paging = PageForm(request.GET)
+    if not paging.is_valid():
+        return bad_request(request, paging, workspace=layout.workspace)
     form = RolloutFilterForm(request.GET or None)
     rollouts = Rollout.objects.filter(layout=layout).select_related("file")
     query = ""
@@ -283,7 +287,7 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
             RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
         )
     ).order_by("-sort_at", "-rollout_id")
-    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(paging.cleaned_data["page"])
     params = request.GET.copy()
     params.pop("page", None)
     context = {
@@ -328,9 +332,10 @@ ENTRIES_PER_PAGE = 20
 @require_GET
 def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
-    form = VersionForm(request.GET)
-    if not form.is_valid():
-        return bad_request(request, form, workspace=layout.workspace)
+    form, paging = VersionForm(request.GET), PageForm(request.GET)
+    for checked in (form, paging):
+        if not checked.is_valid():
+            return bad_request(request, checked, workspace=layout.workspace)
     document = MemoryVersion.Document.MEMORY_MD
     version = _document_version(layout, document, form.cleaned_data["version"])
     top = list(enumerate(documents.parsed(version.blob_id).children)) if version else []
@@ -340,7 +345,7 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
-    page = Paginator(top, ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
     cited = {c for _, block in page.object_list for c in block.citations}
     links = documents.resolve_citations(layout, cited)
     if any(not c.exists for c in links.values()):
