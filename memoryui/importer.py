@@ -35,7 +35,7 @@ from django.utils import timezone
 from generation import tree
 from generation.tree import FileKind, LayoutDirs, Problem
 
-from . import skills
+from . import observability, skills
 from .models import (
     EPOCH,
     Blob,
@@ -155,6 +155,32 @@ def _gc_paused() -> Iterator[None]:
 
 
 def import_workspace(
+    source: Path,
+    name: str | None = None,
+    *,
+    limits: tree.Limits | None = None,
+    progress: Progress | None = None,
+    user: Any = None,
+    scheduled: bool = False,
+) -> ImportResult:
+    """``_import_workspace``, logged (``memoryui.import``) and counted for /metrics."""
+    shown = name or default_name(Path(source))
+    with observability.operation("import", "import", workspace=shown, source=source) as extra:
+        result = _import_workspace(
+            source, name, limits=limits, progress=progress, user=user, scheduled=scheduled
+        )
+        extra.update(
+            files=result.files,
+            added=result.added,
+            changed=result.changed,
+            missing=result.missing,
+            problems=len(result.errors),
+            outcome="ok" if result.imported_anything else "empty",
+        )
+    return result
+
+
+def _import_workspace(
     source: Path,
     name: str | None = None,
     *,

@@ -1083,3 +1083,21 @@ class LintAllowance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.finding_id} in {self.path} ({self.sha256[:12]})"
+
+
+class OperationStat(models.Model):
+    """How often an operation ended one way, and the seconds it took in all: counters
+    every process (web, workers) adds to, which /metrics exports (see observability)."""
+
+    operation = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=16)
+    count = models.BigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "outcome"], name="operation_outcome")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.outcome}: {self.count}"

@@ -150,7 +150,8 @@ def checked_addresses(host: str, port: int) -> list[IPAddress]:
     for address in addresses:
         problem = address_problem(address)
         if problem and not allowed_anyway(host, address):
-            shown = host if host.strip("[]") == str(address) else f"{host} resolves to {address},"
+            literal = host.strip("[]") == str(address)
+            shown = f"{host} is" if literal else f"{host} resolves to {address},"
             raise Refused(
                 f"{shown} {problem}; receivers must be reachable on the internet "
                 "(an operator can allow on-premises ones with MEMORYUI_OUTBOUND_ALLOW)"

@@ -79,6 +79,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # /healthz first: load balancers probe it by IP over plain HTTP, without a login.
     "memoryui.health.HealthCheckMiddleware",
+    # /metrics likewise: Prometheus scrapes by address; allowed callers only.
+    "memoryui.observability.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files with far-future cache headers for hashed names (also with DEBUG=0).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -389,10 +391,34 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "memoryui@localhost")
 
+# /metrics (memoryui/observability.py): for these addresses (comma-separated ranges), or
+# for anyone sending "Authorization: Bearer <MEMORYUI_METRICS_TOKEN>"; 404 otherwise.
+MEMORYUI_METRICS_ALLOW = env_list("MEMORYUI_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+MEMORYUI_METRICS_TOKEN = env_str("MEMORYUI_METRICS_TOKEN")
+
+# Errors to Sentry (optional): only when SENTRY_DSN is set; no personal data is sent.
+SENTRY_DSN = env_str("SENTRY_DSN")
+if SENTRY_DSN:
+    import sentry_sdk
+    from sentry_sdk.integrations.celery import CeleryIntegration
+    from sentry_sdk.integrations.django import DjangoIntegration
+
+    sentry_sdk.init(
+        dsn=SENTRY_DSN,
+        integrations=[DjangoIntegration(), CeleryIntegration()],
+        environment=env_str("SENTRY_ENVIRONMENT", "development" if DEBUG else "production"),
+        traces_sample_rate=float(env_str("SENTRY_TRACES_SAMPLE_RATE", "0")),
+        send_default_pii=False,
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # memoryui's own lines are key=value (memoryui/observability.py), one logger per area.
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # One line per model request is noise; their failures are recorded on the jobs.
     # (The openai client's transport logs as "httpx2" in recent versions.) Axes: lockouts

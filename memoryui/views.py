@@ -254,8 +254,7 @@ ROLLOUTS_PER_PAGE = 50
 def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
     paging = PageForm(request.GET)
-    if not paging.is_valid():
-        return bad_request(request, paging, workspace=layout.workspace)
+    number = paging.cleaned_data["page"] if paging.is_valid() else None
     form = RolloutFilterForm(request.GET or None)
     rollouts = Rollout.objects.filter(layout=layout).select_related("file")
     query = ""
@@ -287,13 +286,14 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
             RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
         )
     ).order_by("-sort_at", "-rollout_id")
-    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(paging.cleaned_data["page"])
+    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(number)
     params = request.GET.copy()
     params.pop("page", None)
     context = {
         "layout": layout,
         "workspace": layout.workspace,
         "form": form,
+        "paging": paging,
         "page": page,
         "query": query,
         "params": params.urlencode(),
@@ -302,8 +302,9 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     template = "memoryui/rollout_list.html"
     if request.htmx and not request.htmx.history_restore_request:
         template += "#rollout-table"
-    # Invalid filters are shown with their messages, over the unfiltered list.
-    status = 400 if form.is_bound and not form.is_valid() else 200
+    # Invalid filters (or page number) are shown with their messages, over the unfiltered
+    # list (its first page).
+    status = 400 if (form.is_bound and not form.is_valid()) or paging.errors else 200
     return render(request, template, context, status=status)
 
 

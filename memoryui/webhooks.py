@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 from typing import Any
@@ -27,7 +28,7 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from . import outbound
+from . import observability, outbound
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -139,7 +140,9 @@ def attempt(delivery_id: int) -> float | None:
         "X-Memoryui-Timestamp": timestamp,
         "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
     }
+    started = time.monotonic()
     status, error = _send(hook.url, body, headers)
+    seconds = time.monotonic() - started
     ok = status is not None and 200 <= status < 300
     retry_in = None if ok or number >= settings.MEMORYUI_WEBHOOK_MAX_ATTEMPTS else backoff(number)
     WebhookAttempt.objects.create(
@@ -157,6 +160,22 @@ def attempt(delivery_id: int) -> float | None:
         else WebhookDelivery.Status.FAILED
     )
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=new_status)
+    observability.log_event(
+        "delivery",
+        "delivery.attempt",
+        logging.INFO if ok else logging.WARNING,
+        delivery=delivery.pk,
+        webhook=hook.pk,
+        receiver=hook.origin,
+        event_name=delivery.event,
+        attempt=number,
+        status=status,
+        outcome=new_status,
+        duration_ms=round(seconds * 1000),
+        retry_in=retry_in,
+        error=error or None,
+    )
+    observability.count("delivery", "ok" if ok else "failed", seconds)
     return retry_in
 
 

@@ -60,7 +60,7 @@ REFUSED = [
     ("http://[::1]/hook", "loopback"),
     ("http://[::ffff:127.0.0.1]/hook", "IPv4-mapped"),
     ("http://0.0.0.0/hook", "unspecified"),
-    ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is a link-local"),
     ("http://10.1.2.3/hook", "private"),
     ("http://172.16.0.9/hook", "private"),
     ("http://192.168.1.1/hook", "private"),
