@@ -40,7 +40,7 @@ def _value(value: Any) -> str:
     return text
 
 
-def log_event(area: str, event: str, level: int = logging.INFO, **fields: Any) -> None:
+def log_event(area: str, event: str, level: int = logging.INFO, /, **fields: Any) -> None:
     """``event=<event> key=value ...`` on the ``memoryui.<area>`` logger."""
     parts = [f"event={event}"] + [f"{k}={_value(v)}" for k, v in fields.items() if v is not None]
     logging.getLogger(f"memoryui.{area}").log(level, " ".join(parts))
@@ -69,7 +69,7 @@ def count(operation: str, outcome: str, seconds: float = 0.0) -> None:
 
 
 @contextmanager
-def operation(area: str, name: str, **fields: Any) -> Iterator[dict[str, Any]]:
+def operation(area: str, name: str, /, **fields: Any) -> Iterator[dict[str, Any]]:
     """Log ``<name>.start``, then ``<name>.done`` or ``<name>.failed`` with the duration
     (and the error), and count it. Fields added to the yielded dict go in the last line."""
     started = time.monotonic()

@@ -160,7 +160,7 @@ def _export_fields(result: ExportResult) -> dict[str, Any]:
         "bytes": snapshot.size,
         "members": snapshot.members,
         "sha256": snapshot.sha256[:12],
-        "event": result.event.pk if result.event else None,
+        "audit_event": result.event.pk if result.event else None,
     }
 
 

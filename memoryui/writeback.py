@@ -563,7 +563,7 @@ def _writeback_fields(result: WritebackResult) -> dict[str, Any]:
         "written": len(result.written),
         "deleted": len(result.deleted),
         "skipped_on_disk": len(result.skipped_on_disk),
-        "event": result.event.pk if result.event else None,
+        "audit_event": result.event.pk if result.event else None,
     }
 
 

@@ -2,7 +2,10 @@
 they came from, and (at a higher limit) that address for every account, for a cool-off
 that an admin, or the person through a password reset, can cut short."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from django.conf import settings
@@ -177,3 +180,16 @@ def test_a_locked_out_person_resets_the_password_by_email_and_logs_in_again(mail
 def test_the_login_page_offers_the_password_reset():
     page = Client().get(reverse("login")).content.decode()
     assert reverse("password_reset") in page and "Forgot your password?" in page
+
+
+def test_reset_emails_are_printed_on_the_console_unless_smtp_is_configured(tmp_path):
+    script = "import django; django.setup(); from django.conf import settings; "
+    script += "print(settings.EMAIL_BACKEND)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMAIL_", "MEMORYUI_"))}
+    env.update(DJANGO_SETTINGS_MODULE="memoryui.settings", MEMORYUI_VAR_DIR=str(tmp_path))
+    default = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    env["EMAIL_BACKEND"] = "django.core.mail.backends.smtp.EmailBackend"
+    smtp = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+
+    assert default.stdout.decode().strip() == "django.core.mail.backends.console.EmailBackend"
+    assert smtp.stdout.decode().strip() == "django.core.mail.backends.smtp.EmailBackend"

@@ -30,6 +30,7 @@ import yaml
 
 from generation.fake_openai import FakeOpenAI
 from memoryui.health import PATH as HEALTHZ
+from tests.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
@@ -184,6 +185,7 @@ def deployment(database, broker, tmp_path, runtime_bin):
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "",
         "MEMORYUI_RETRY_BASE_SECONDS": "0",
+        "MEMORYUI_OUTBOUND_ALLOW": "127.0.0.1",  # the test's webhook receiver
         "MEMORYUI_HEARTBEAT_SECONDS": "1",
         "MEMORYUI_HEARTBEAT_STALE_SECONDS": "3",
         "WEB_CONCURRENCY": "1",
@@ -206,7 +208,7 @@ def csrf(session: requests.Session, url: str) -> str:
 
 
 def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
-    deployment, fixtures_dir, tmp_path
+    deployment, fixtures_dir, tmp_path, request
 ):
     prod, port = deployment
     base = prod.base_url
@@ -241,6 +243,8 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         p.chmod(p.stat().st_mode | 0o200)
     imported = prod.run(python, "manage.py", "import_workspace", str(workspace))
     assert imported.stdout.rstrip().endswith(f"{base}/w/small-a/")
+    receiver = Receiver().__enter__()
+    request.addfinalizer(lambda: receiver.__exit__(None, None, None))
     layout_pk = prod.run(
         python,
         "manage.py",
@@ -248,6 +252,9 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         "-c",
         "from django.contrib.auth.models import User; from memoryui.models import Layout; "
         "User.objects.create_superuser('admin', '', 'a-long-test-password-42'); "
+        "from memoryui.models import Webhook, Workspace; "
+        "Webhook.objects.create(workspace=Workspace.objects.get(name='small-a'), "
+        f"url='{receiver.url}', secret='whsec_prod', events=['proposal.approved']); "
         "print(Layout.objects.get(workspace__name='small-a', "
         "memories_dir='memories/engineering').pk)",
     ).stdout.split()[-1]
@@ -319,6 +326,16 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         headers={"Referer": review},
     )
     assert approved.url == layout + "memory/" and "Proposal approved" in approved.text
+    receiver.wait(1, timeout=60)  # delivered by the webhooks worker, from its own queue
+    _, headers, body = receiver.requests[0]
+    assert headers["X-Memoryui-Event"] == "proposal.approved"
+    assert json.loads(body)["workspace"] == "small-a"
+
+    # Prometheus scrapes /metrics by address (loopback is allowed by default).
+    metrics = requests.get(base + "/metrics", timeout=10)
+    assert metrics.status_code == 200
+    assert 'memoryui_queue_depth{queue="webhooks"}' in metrics.text
+    assert 'memoryui_operations_total{operation="phase_two",outcome="ok"} 1.0' in metrics.text
 
     writeback = layout + "writeback/"
     written = s.post(
