@@ -239,7 +239,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 0) or None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Webhook deliveries wait on other people's servers: their own queue (and, in production,
-# their own worker: compose.yaml's ``webhooks``), so they never hold up generation.
+# their own worker: compose.yaml's ``webhooks``), so they do not occupy generation workers.
 CELERY_TASK_ROUTES = {"memoryui.webhooks.deliver_webhook": {"queue": "webhooks"}}
 # Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
 # every this many seconds, generation work whose task was lost with a worker.
