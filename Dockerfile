@@ -24,7 +24,8 @@ ENV PATH=/app/.venv/bin:$PATH \
     MEMORYUI_VAR_DIR=/app/var
 # Hashed, compressed static files for WhiteNoise (any SECRET_KEY will do for this step).
 RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
-    && rm -rf /app/var && mkdir -p /app/var/workspaces /app/var/snapshots \
+    && rm -rf /app/var && mkdir -p /app/var/workspaces /app/var/snapshots /app/var/uploads /app/var/journal \
+       /app/var/remote-store \
     && chown -R memoryui:memoryui /app/var
 
 USER memoryui

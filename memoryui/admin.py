@@ -323,7 +323,7 @@ class UploadedSnapshotAdmin(admin.ModelAdmin):
 
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
-    list_display = ["workspace", "url", "active", "created_at"]
+    list_display = ["workspace", "origin", "active", "created_at"]
     raw_id_fields = ["workspace", "created_by"]
 
 

@@ -1,5 +1,10 @@
-"""Login throttling (django-axes): who the client is, and the page a locked-out
-person sees."""
+"""Login throttling (django-axes): who the client is, when a login is refused, and the
+page a locked-out person sees.
+
+The policy: failures are counted per (username, address) pair, so failures from an
+attacker's address never lock the real user out from theirs; and per address across all
+usernames, with a higher limit, so one address cannot try password after password over
+many accounts. Either limit refuses logins for the cool-off (``lockout.LockoutHandler``)."""
 
 from __future__ import annotations
 

@@ -81,6 +81,20 @@ class HeldByOther(DecisionRefused):
         )
 
 
+class EntryDecided(DecisionRefused):
+    """Another reviewer decided this entry already (undo theirs to decide again)."""
+
+    def __init__(self, proposal: Proposal, made: EntryDecision) -> None:
+        when = timezone.localtime(made.decided_at)
+        super().__init__(
+            proposal,
+            f"The entry {made.key} was already {made.get_decision_display().lower()}"
+            f" by {made.user or 'someone'} at {when:%Y-%m-%d %H:%M:%S %Z};"
+            " undo that decision to decide again.",
+        )
+        self.made = made
+
+
 class UnresolvedConflicts(Exception):
     def __init__(self, conflicts: list[review.Conflict]) -> None:
         super().__init__(
@@ -417,10 +431,20 @@ def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, 
 def decide(
     proposal: Proposal, document: str, key: str, decision: str, *, user: Any, edited_text: str = ""
 ) -> EntryDecision:
-    """Record a reviewer's decision on one entry; raises ``DecisionRefused`` when the
-    proposal is decided or another reviewer holds it."""
+    """Record a reviewer's decision on one entry: the undecided -> decided transition
+    (or the same reviewer changing their mind). Raises ``DecisionRefused`` when the
+    proposal is decided or another reviewer holds it, and ``EntryDecided`` when another
+    reviewer decided the entry; of two decisions at once the proposal's row lock makes
+    the second see the first."""
     with transaction.atomic():
         _lock_pending(proposal, user)
+        existing = (
+            EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+            .select_related("user")
+            .first()
+        )
+        if existing is not None and not _same_person(existing.user_id, user):
+            raise EntryDecided(proposal, existing)
         made, _ = EntryDecision.objects.update_or_create(
             proposal=proposal,
             document=document,
@@ -469,6 +493,19 @@ def _flags_detail(
     if check is None or not check.risk:
         return {}
     return {"poisoning_flags": [f"{f['label']}: {f['reason']}" for f in check.flags]}
+
+
+def _same_person(user_id: int | None, user: Any) -> bool:
+    return user_id is not None and user_id == getattr(user, "pk", None)
+
+
+def decided_by_others(proposal: Proposal, document: str, user: Any) -> set[str]:
+    """Keys of the document's entries another reviewer decided (a decision on "all"
+    leaves them as they are)."""
+    made = EntryDecision.objects.filter(proposal=proposal, document=document)
+    if getattr(user, "pk", None):
+        made = made.exclude(user=user)
+    return set(made.values_list("key", flat=True))
 
 
 def undo_decision(proposal: Proposal, document: str, key: str, *, user: Any) -> bool:

@@ -156,6 +156,17 @@ class EntryKeysField(forms.Field):
         return keys
 
 
+class PageForm(forms.Form):
+    """``?page=``: a page number (past the last: the last page), or nothing (the first)."""
+
+    page = forms.IntegerField(
+        min_value=1,
+        max_value=10**6,
+        required=False,
+        error_messages={"invalid": "Enter a page number (1, 2, 3 ...)."},
+    )
+
+
 class VersionForm(forms.Form):
     """``?version=`` (and the entry finder) of the MEMORY.md and summary pages."""
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 from generation import tree
 from generation.tree import FileKind, LayoutDirs, Problem
 
-from . import skills
+from . import observability, skills
 from .models import (
     EPOCH,
     Blob,
@@ -169,6 +169,39 @@ def import_workspace(
     scheduled: bool = False,
     merge: str = "",
 ) -> ImportResult:
+    """``_import_workspace``, logged (``memoryui.import``) and counted for /metrics."""
+    shown = name or default_name(Path(source))
+    with observability.operation("import", "import", workspace=shown, source=source) as extra:
+        result = _import_workspace(
+            source,
+            name,
+            limits=limits,
+            progress=progress,
+            user=user,
+            scheduled=scheduled,
+            merge=merge,
+        )
+        extra.update(
+            files=result.files,
+            added=result.added,
+            changed=result.changed,
+            missing=result.missing,
+            problems=len(result.errors),
+            outcome="ok" if result.imported_anything else "empty",
+        )
+    return result
+
+
+def _import_workspace(
+    source: Path,
+    name: str | None = None,
+    *,
+    limits: tree.Limits | None = None,
+    progress: Progress | None = None,
+    user: Any = None,
+    scheduled: bool = False,
+    merge: str = "",
+) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
     ``merge`` (a snapshot id): the source is one sandbox's upload to the remote snapshot
@@ -178,7 +211,8 @@ def import_workspace(
     agent version to review, a layout's first one included.
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
-    has one writer). Raises ``tree.TreeError`` when the source cannot be read at all.
+    has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
+    holds no files for a new workspace (which is then not created).
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
@@ -189,7 +223,7 @@ def import_workspace(
     started = timezone.now()
     kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
     with _gc_paused(), transaction.atomic():
-        workspace, _ = Workspace.objects.get_or_create(
+        workspace, created = Workspace.objects.get_or_create(
             name=name or default_name(source),
             defaults={"source_kind": kind, "source_path": str(source)},
         )
@@ -202,7 +236,13 @@ def import_workspace(
             sync.collect_directory(source)
         else:
             sync.collect_entries(archive)
-        return sync.finish(user, scheduled)
+        result = sync.finish(user, scheduled)
+        if created and not result.imported_anything:  # rolls the new workspace back
+            raise tree.TreeError(
+                f"{source} holds no files: nothing to import, no workspace created "
+                "(a workspace has a memories/ folder, and usually sessions/)."
+            )
+        return result
 
 
 def _read(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
@@ -1027,7 +1028,23 @@ class Webhook(models.Model):
         ordering = ["workspace", "pk"]
 
     def __str__(self) -> str:
-        return f"webhook {self.url}"
+        return f"webhook {self.origin}"
+
+    def clean(self) -> None:
+        """The admin's check: the same refusals as the webhooks page."""
+        from .outbound import Refused, validate_target
+
+        try:
+            validate_target(self.url)
+        except Refused as exc:
+            raise ValidationError({"url": f"This receiver is refused: {exc}."}) from exc
+
+    @property
+    def origin(self) -> str:
+        """What pages and the audit log show: never the path, query or credentials."""
+        from .outbound import origin
+
+        return origin(self.url)
 
 
 class WebhookDelivery(models.Model):
@@ -1124,3 +1141,21 @@ class LintResult(models.Model):
 
     def __str__(self) -> str:
         return f"lint result {self.key[:12]} ({len(self.findings)} findings)"
+
+
+class OperationStat(models.Model):
+    """How often an operation ended one way, and the seconds it took in all: counters
+    every process (web, workers) adds to, which /metrics exports (see observability)."""
+
+    operation = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=16)
+    count = models.BigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "outcome"], name="operation_outcome")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.outcome}: {self.count}"

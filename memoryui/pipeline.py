@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts
 
-from . import consolidation, curation, documents
+from . import consolidation, curation, documents, observability
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -215,6 +215,9 @@ def start_run(layout: Layout, user: Any = None, *, reextract: bool = False) -> G
             [PhaseOneJob(run=run, rollout_id=pk) for pk in rollouts.values_list("pk", flat=True)],
             batch_size=1000,
         )
+    observability.log_event(
+        "run", "run.start", run=run.pk, layout=layout.pk, jobs=run.jobs.count(), user=user
+    )
     return run
 
 
@@ -330,16 +333,27 @@ def process_job(job_id: int) -> int | None:
     Raises ``llm.TransientModelError`` for the caller to retry later."""
     now = timezone.now()
     lease = new_lease(now)
-    claimed = (
-        PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
-        .filter(_takeable(now))
-        .update(status=PhaseOneJob.Status.RUNNING, lease_until=lease, attempts=F("attempts") + 1)
+    takeable = PhaseOneJob.objects.filter(pk=job_id, run__status=GenerationRun.Status.EXTRACTING)
+    claim = {"status": PhaseOneJob.Status.RUNNING, "lease_until": lease}
+    claimed = takeable.filter(status=PhaseOneJob.Status.QUEUED).update(
+        **claim, attempts=F("attempts") + 1
     )
+    if not claimed:  # a running job whose worker's lease passed (it died or hung)
+        claimed = takeable.filter(status=PhaseOneJob.Status.RUNNING, lease_until__lt=now).update(
+            **claim, attempts=F("attempts") + 1
+        )
+        if claimed:
+            observability.lease_taken_over("phase_one", job=job_id)
     if not claimed:
         return None
     held = PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING)
-    with renewing(held, "lease_until", lease):
-        return _process_claimed_job(job_id)
+    with (
+        renewing(held, "lease_until", lease),
+        observability.operation("phase", "phase_one", job=job_id) as extra,
+    ):
+        run_id = _process_claimed_job(job_id)
+        extra["run"] = run_id
+        return run_id
 
 
 def _process_claimed_job(job_id: int) -> int:
@@ -512,17 +526,47 @@ def consolidate(run_id: int) -> bool:
     has it. Raises ``llm.TransientModelError`` for the caller to retry."""
     now = timezone.now()
     lease = new_lease(now)
-    claimed = (
-        GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
-        .filter(Q(phase_two_lease_until__isnull=True) | Q(phase_two_lease_until__lt=now))
-        .update(phase_two_lease_until=lease)
+    consolidating = GenerationRun.objects.filter(
+        pk=run_id, status=GenerationRun.Status.CONSOLIDATING
     )
+    claimed = consolidating.filter(phase_two_lease_until__isnull=True).update(
+        phase_two_lease_until=lease
+    )
+    if not claimed:  # a worker's lease passed (it died or hung)
+        claimed = consolidating.filter(phase_two_lease_until__lt=now).update(
+            phase_two_lease_until=lease
+        )
+        if claimed:
+            observability.lease_taken_over("phase_two", run=run_id)
     if not claimed:
         return False
     held = GenerationRun.objects.filter(pk=run_id, status=GenerationRun.Status.CONSOLIDATING)
-    with renewing(held, "phase_two_lease_until", lease):
+    with (
+        renewing(held, "phase_two_lease_until", lease),
+        observability.operation("phase", "phase_two", run=run_id),
+    ):
         _consolidate_claimed(run_id)
+    _log_run_end(run_id)
     return True
+
+
+def _log_run_end(run_id: int) -> None:
+    """``run.done`` with the run's whole duration, once its proposal is stored."""
+    run = (
+        GenerationRun.objects.filter(pk=run_id).values("status", "started_at", "layout_id").first()
+    )
+    if run is None or run["status"] in GenerationRun.ACTIVE:
+        return
+    seconds = (timezone.now() - run["started_at"]).total_seconds() if run["started_at"] else 0.0
+    observability.log_event(
+        "run",
+        "run.done",
+        run=run_id,
+        layout=run["layout_id"],
+        status=run["status"],
+        duration_ms=round(seconds * 1000),
+    )
+    observability.count("run", "ok", seconds)
 
 
 def _consolidate_claimed(run_id: int) -> None:
@@ -627,6 +671,10 @@ def fail_run(run_id: int, reason: str) -> None:
     if failed:
         from . import webhooks
 
+        observability.log_event(
+            "run", "run.failed", logging.WARNING, run=run_id, reason=reason[:300]
+        )
+        observability.count("run", "failed")
         webhooks.run_failed(run_id)
 
 

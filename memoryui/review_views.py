@@ -453,7 +453,8 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     keys = form.cleaned_data["key"]
     if form.cleaned_data["all"]:
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
-        keys = [c.key for c in curation.decidable(doc)]
+        theirs = curation.decided_by_others(proposal, document, request.user)
+        keys = [c.key for c in curation.decidable(doc) if c.key not in theirs]
     try:
         with transaction.atomic():  # all of them or, when refused, none
             for key in keys:
@@ -1191,7 +1192,10 @@ def audit_log(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
         events = events.filter(actor=actor)
     if form.cleaned_data["format"] == "csv":
         return _csv(events, workspace)
-    page = Paginator(events, 100).get_page(request.GET.get("page"))
+    paging = forms.PageForm(request.GET)
+    if not paging.is_valid():
+        return bad_request(request, paging, workspace=workspace)
+    page = Paginator(events, 100).get_page(paging.cleaned_data["page"])
     return render(
         request,
         "memoryui/audit.html",

@@ -16,9 +16,10 @@ from django.views.decorators.http import require_GET
 from generation import tree
 
 from . import transcript
+from .forms import PageForm
 from .models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from .roles import workspace_view
-from .views import HtmxHttpRequest
+from .views import HtmxHttpRequest, bad_request
 
 
 def _rollout(request: HtmxHttpRequest, rollout_id: str) -> Rollout:
@@ -43,13 +44,6 @@ def _item_url(rollout: Rollout, segment: int, index: int) -> str:
         "memoryui:rollout_item",
         args=[rollout.layout.workspace.name, rollout.layout_id, rollout.rollout_id, segment, index],
     )
-
-
-def _page_number(value: str | None) -> int:
-    try:
-        return int(value or 1)
-    except ValueError:
-        return 1
 
 
 @dataclass
@@ -131,11 +125,14 @@ def _memory_docs(rollout: Rollout) -> tuple[list[MemoryDoc], list[MemoryDoc]]:
 def rollout_detail(
     request: HtmxHttpRequest, name: str, layout_pk: int, rollout_id: str
 ) -> HttpResponse:
+    paging = PageForm(request.GET)
+    if not paging.is_valid():
+        return bad_request(request, paging, workspace=request.workspace)
     rollout = _rollout(request, rollout_id)
     parsed = _parse(rollout)
     page = transcript.build_page(
         parsed,
-        _page_number(request.GET.get("page")),
+        paging.cleaned_data["page"] or 1,
         item_url=partial(_item_url, rollout),
     )
     raw_memories, summaries = _memory_docs(rollout)

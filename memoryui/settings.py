@@ -85,6 +85,8 @@ NINJA_DIR = Path(find_spec("ninja").origin).parent  # type: ignore[union-attr, a
 MIDDLEWARE = [
     # /healthz first: load balancers probe it by IP over plain HTTP, without a login.
     "memoryui.health.HealthCheckMiddleware",
+    # /metrics likewise: Prometheus scrapes by address; allowed callers only.
+    "memoryui.observability.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files with far-future cache headers for hashed names (also with DEBUG=0).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -157,13 +159,17 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Login throttling: after this many failed logins for one username, or from one client
-# address, logins are refused for the cool-off (even with the right password) until it
-# passes or an admin unlocks (Django admin > Axes > Access attempts, or
-# ``manage.py axes_reset``). A successful login clears that account's failures.
+# Login throttling (the policy is in memoryui/auth.py and the README): after this many
+# failed logins for one username from one client address, that pair is refused for the
+# cool-off (even with the right password: the same user from another address is not);
+# after MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address, whatever the
+# usernames, that address is. Unlock early: Django admin > Axes > Access attempts, or
+# ``manage.py axes_reset``; people who forgot their password reset it by e-mail.
 AXES_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_FAILURE_LIMIT", 5)
+MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT", 20)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYUI_LOGIN_COOLOFF_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "memoryui.lockout.LockoutHandler"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "memoryui.auth.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "memoryui.auth.client_ip"
@@ -239,6 +245,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Worker processes (or threads) per worker; Celery's default is one per CPU.
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 0) or None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Webhook deliveries wait on other people's servers: their own queue (and, in production,
+# their own worker: compose.yaml's ``webhooks``), so they do not occupy generation workers.
+CELERY_TASK_ROUTES = {"memoryui.webhooks.deliver_webhook": {"queue": "webhooks"}}
 # Celery beat (``celery -A memoryui beat``, or ``worker -B`` for one worker) sends again,
 # every this many seconds, generation work whose task was lost with a worker.
 MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 30)
@@ -379,11 +388,51 @@ MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)
+# One delivery (connect, send, the answer) ends by this deadline, however slowly the
+# receiver drips; at most this much of its answer is read.
+MEMORYUI_WEBHOOK_DEADLINE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_DEADLINE_SECONDS", "10"))
+MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES = env_int("MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024)
+# Outbound calls (webhooks) go to public addresses only; these host names and address
+# ranges (comma-separated, e.g. "hooks.corp.example,10.20.0.0/16") are allowed anyway.
+MEMORYUI_OUTBOUND_ALLOW = env_list("MEMORYUI_OUTBOUND_ALLOW", [])
+
+# E-mail (password resets): printed on the console unless an SMTP server is configured.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "memoryui@localhost")
+
+# /metrics (memoryui/observability.py): for these addresses (comma-separated ranges), or
+# for anyone sending "Authorization: Bearer <MEMORYUI_METRICS_TOKEN>"; 404 otherwise.
+MEMORYUI_METRICS_ALLOW = env_list("MEMORYUI_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+MEMORYUI_METRICS_TOKEN = env_str("MEMORYUI_METRICS_TOKEN")
+
+# Errors to Sentry (optional): only when SENTRY_DSN is set; no personal data is sent.
+SENTRY_DSN = env_str("SENTRY_DSN")
+if SENTRY_DSN:
+    import sentry_sdk
+    from sentry_sdk.integrations.celery import CeleryIntegration
+    from sentry_sdk.integrations.django import DjangoIntegration
+
+    sentry_sdk.init(
+        dsn=SENTRY_DSN,
+        integrations=[DjangoIntegration(), CeleryIntegration()],
+        environment=env_str("SENTRY_ENVIRONMENT", "development" if DEBUG else "production"),
+        traces_sample_rate=float(env_str("SENTRY_TRACES_SAMPLE_RATE", "0")),
+        send_default_pii=False,
+    )
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # memoryui's own lines are key=value (memoryui/observability.py), one logger per area.
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # One line per model request is noise; their failures are recorded on the jobs.
     # (The openai client's transport logs as "httpx2" in recent versions.) Axes: lockouts

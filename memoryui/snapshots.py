@@ -31,7 +31,7 @@ from generation.export import ExportError, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
-from . import lint_allowances
+from . import lint_allowances, observability
 from .models import AuditEvent, Layout, Workspace, WorkspaceFile
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
@@ -120,6 +120,51 @@ def plan_export(
 
 
 def export_snapshot(
+    workspace: Workspace,
+    *,
+    snapshot_id: str,
+    base_path: Path | None = None,
+    fileobj: IO[bytes] | None = None,
+    memories_dirs: Collection[str] | None = None,
+    allow_findings: Collection[str] = (),
+    session_state: bool = False,
+    workspace_root: Path | None = None,
+    user: Any = None,
+    on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ExportResult:
+    """``_export_snapshot``, logged (``memoryui.export``) and counted for /metrics."""
+    with observability.operation(
+        "export", "export", workspace=workspace.name, snapshot_id=snapshot_id
+    ) as extra:
+        result = _export_snapshot(
+            workspace,
+            snapshot_id=snapshot_id,
+            base_path=base_path,
+            fileobj=fileobj,
+            memories_dirs=memories_dirs,
+            allow_findings=allow_findings,
+            session_state=session_state,
+            workspace_root=workspace_root,
+            user=user,
+            on_step=on_step,
+            progress=progress,
+        )
+        extra.update(_export_fields(result))
+    return result
+
+
+def _export_fields(result: ExportResult) -> dict[str, Any]:
+    snapshot = result.snapshot
+    return {
+        "bytes": snapshot.size,
+        "members": snapshot.members,
+        "sha256": snapshot.sha256[:12],
+        "audit_event": result.event.pk if result.event else None,
+    }
+
+
+def _export_snapshot(
     workspace: Workspace,
     *,
     snapshot_id: str,

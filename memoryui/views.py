@@ -28,6 +28,7 @@ from . import (
 )
 from .forms import (
     GenerationSettingsForm,
+    PageForm,
     RolloutFilterForm,
     SyncForm,
     VersionForm,
@@ -258,6 +259,8 @@ ROLLOUTS_PER_PAGE = 50
 @require_GET
 def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
+    paging = PageForm(request.GET)
+    number = paging.cleaned_data["page"] if paging.is_valid() else None
     form = RolloutFilterForm(request.GET or None)
     rollouts = Rollout.objects.filter(layout=layout).select_related("file")
     query = ""
@@ -289,13 +292,14 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
             RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
         )
     ).order_by("-sort_at", "-rollout_id")
-    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(number)
     params = request.GET.copy()
     params.pop("page", None)
     context = {
         "layout": layout,
         "workspace": layout.workspace,
         "form": form,
+        "paging": paging,
         "page": page,
         "query": query,
         "params": params.urlencode(),
@@ -304,8 +308,9 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     template = "memoryui/rollout_list.html"
     if request.htmx and not request.htmx.history_restore_request:
         template += "#rollout-table"
-    # Invalid filters are shown with their messages, over the unfiltered list.
-    status = 400 if form.is_bound and not form.is_valid() else 200
+    # Invalid filters (or page number) are shown with their messages, over the unfiltered
+    # list (its first page).
+    status = 400 if (form.is_bound and not form.is_valid()) or paging.errors else 200
     return render(request, template, context, status=status)
 
 
@@ -334,9 +339,10 @@ ENTRIES_PER_PAGE = 20
 @require_GET
 def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
-    form = VersionForm(request.GET)
-    if not form.is_valid():
-        return bad_request(request, form, workspace=layout.workspace)
+    form, paging = VersionForm(request.GET), PageForm(request.GET)
+    for checked in (form, paging):
+        if not checked.is_valid():
+            return bad_request(request, checked, workspace=layout.workspace)
     document = MemoryVersion.Document.MEMORY_MD
     version = _document_version(layout, document, form.cleaned_data["version"])
     top = list(enumerate(documents.parsed(version.blob_id).children)) if version else []
@@ -346,7 +352,7 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
-    page = Paginator(top, ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
     cited = {c for _, block in page.object_list for c in block.citations}
     links = documents.resolve_citations(layout, cited)
     if any(not c.exists for c in links.values()):

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import webhooks
+from . import outbound, webhooks
 from .models import (
     AuditEvent,
     Role,
@@ -39,6 +39,14 @@ class WebhookForm(forms.Form):
         help_text="None ticked: every event.",
     )
 
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        try:
+            outbound.validate_target(url)
+        except outbound.Refused as exc:
+            raise forms.ValidationError(f"This receiver is refused: {exc}.") from exc
+        return url
+
 
 def _workspace(request: HttpRequest, name: str) -> Workspace:
     """The route's workspace, resolved (and the admin role checked) by ``workspace_view``."""
@@ -61,7 +69,7 @@ def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
                 secret=webhooks.new_secret(),
                 created_by=signed_in(request),
             )
-            AuditEvent.record(workspace, "webhook.create", user=request.user, target=created.url)
+            AuditEvent.record(workspace, "webhook.create", user=request.user, target=created.origin)
             form = WebhookForm()
         else:
             status = 400
@@ -90,7 +98,7 @@ def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
 def webhook_delete(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     workspace = _workspace(request, name)
     hook = get_object_or_404(Webhook, pk=pk, workspace=workspace)
-    AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.url)
+    AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.origin)
     hook.delete()
     messages.info(request, "Webhook removed.")
     return redirect("memoryui:webhook_list", name=name)

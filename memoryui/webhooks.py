@@ -6,18 +6,9 @@ backoff. Every attempt is logged.
 Events: ``proposal.ready``, ``proposal.approved``, ``proposal.rejected``,
 ``writeback.done``, ``export.done``, ``run.failed``.
 
-Verifying a delivery (the receiver's side)::
-
-    import hashlib, hmac, time
-
-    def verify(secret: str, headers, body: bytes, tolerance: int = 300) -> bool:
-        timestamp = headers["X-Memoryui-Timestamp"]
-        expected = hmac.new(
-            secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256
-        ).hexdigest()
-        return hmac.compare_digest("sha256=" + expected, headers["X-Memoryui-Signature"]) and (
-            abs(time.time() - int(timestamp)) <= tolerance  # refuses replays
-        )
+Deliveries go through ``outbound`` (no internal addresses, no redirects, a deadline, a
+size cap) on their own Celery queue. The README has the receiver's verification recipe
+(signature, timestamp, delivery id), which tests/test_webhooks.py runs.
 """
 
 from __future__ import annotations
@@ -25,18 +16,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
+import httpx2
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from . import observability, outbound
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -57,7 +49,6 @@ EVENTS = [
     ("memory.held_back", "Lint holds back memory from sandboxes"),
 ]
 EVENT_NAMES = [name for name, _ in EVENTS]
-TIMEOUT_SECONDS = 10
 USER_AGENT = "memoryui-webhooks/1"
 
 
@@ -106,14 +97,38 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
             },
         )
         made.append(delivery)
-        transaction.on_commit(lambda pk=delivery.pk: _send(pk))
+        transaction.on_commit(lambda pk=delivery.pk: _queue(pk))
     return made
 
 
-def _send(delivery_id: int) -> None:
+def _queue(delivery_id: int) -> None:
     from .tasks import deliver_webhook  # the tasks (and Celery) load when a task is sent
 
     deliver_webhook.delay(delivery_id)
+
+
+def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
+    """POST once through the outbound client: the status, and what went wrong."""
+    deadline = settings.MEMORYUI_WEBHOOK_DEADLINE_SECONDS
+    try:
+        answer = outbound.post(
+            url,
+            content=body,
+            headers=headers,
+            deadline_seconds=deadline,
+            max_response_bytes=settings.MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES,
+        )
+    except outbound.Refused as exc:
+        return None, f"refused to deliver: {exc}"
+    except httpx2.TimeoutException:
+        return None, f"the receiver did not answer within the {deadline:g} s deadline"
+    except httpx2.HTTPError as exc:
+        return None, f"could not reach the receiver ({exc.__class__.__name__}: {exc})"
+    if 300 <= answer.status < 400:
+        return answer.status, f"the receiver answered {answer.status}; redirects are not followed"
+    if not 200 <= answer.status < 300:
+        return answer.status, f"the receiver answered {answer.status}"
+    return answer.status, ""
 
 
 def attempt(delivery_id: int) -> float | None:
@@ -124,28 +139,17 @@ def attempt(delivery_id: int) -> float | None:
     number = delivery.attempts.count() + 1
     body = json.dumps(delivery.payload, sort_keys=True).encode()
     timestamp = str(int(time.time()))
-    request = urllib.request.Request(
-        hook.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "X-Memoryui-Event": delivery.event,
-            "X-Memoryui-Delivery": str(delivery.pk),
-            "X-Memoryui-Timestamp": timestamp,
-            "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
-        },
-    )
-    status, error = None, ""
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status, error = exc.code, f"the receiver answered {exc.code} {exc.reason}"
-        exc.close()
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        error = f"could not reach the receiver ({getattr(exc, 'reason', exc)})"
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Memoryui-Event": delivery.event,
+        "X-Memoryui-Delivery": str(delivery.pk),
+        "X-Memoryui-Timestamp": timestamp,
+        "X-Memoryui-Signature": signature(hook.secret, timestamp, body),
+    }
+    started = time.monotonic()
+    status, error = _send(hook.url, body, headers)
+    seconds = time.monotonic() - started
     ok = status is not None and 200 <= status < 300
     retry_in = None if ok or number >= settings.MEMORYUI_WEBHOOK_MAX_ATTEMPTS else backoff(number)
     WebhookAttempt.objects.create(
@@ -163,13 +167,29 @@ def attempt(delivery_id: int) -> float | None:
         else WebhookDelivery.Status.FAILED
     )
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=new_status)
+    observability.log_event(
+        "delivery",
+        "delivery.attempt",
+        logging.INFO if ok else logging.WARNING,
+        delivery=delivery.pk,
+        webhook=hook.pk,
+        receiver=hook.origin,
+        event_name=delivery.event,
+        attempt=number,
+        status=status,
+        outcome=new_status,
+        duration_ms=round(seconds * 1000),
+        retry_in=retry_in,
+        error=error or None,
+    )
+    observability.count("delivery", "ok" if ok else "failed", seconds)
     return retry_in
 
 
 def redeliver(delivery: WebhookDelivery) -> None:
     """Send a delivery again (a new series of attempts, logged after the old ones)."""
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.PENDING)
-    transaction.on_commit(lambda: _send(delivery.pk))
+    transaction.on_commit(lambda: _queue(delivery.pk))
 
 
 # --- where events come from ------------------------------------------------------------------

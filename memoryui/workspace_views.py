@@ -23,7 +23,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
 
-from . import workspaces
+from . import observability, workspaces
 from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
 from .importer import default_limits
 from .models import ImportJob, Role, Workspace
@@ -180,6 +180,10 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
         os.replace(temp, target)
         job.source_path = str(target)
         job.save(update_fields=["source_path"])
+        observability.log_event(
+            "upload", "upload.saved", import_job=job.pk, workspace=name, bytes=upload.size
+        )
+        observability.count("upload", "ok")
     finally:
         if upload is not None:
             upload.close()  # deletes the temp file unless it was moved

@@ -43,7 +43,7 @@ from generation.export import ExportError, WrittenFile
 from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import FileKind, LayoutDirs
 
-from . import diffs, importer, lint_allowances, skills
+from . import diffs, importer, lint_allowances, observability, skills
 from .models import (
     AuditEvent,
     Blob,
@@ -613,6 +613,44 @@ class _ChangedOnDisk(Exception):
 
 
 def write_back(
+    layout: Layout,
+    *,
+    user: Any = None,
+    overwrite: Collection[str] = (),
+    allow_findings: Collection[str] = (),
+    dry_run: bool = False,
+    on_written: Callable[[WrittenFile], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> WritebackResult:
+    """``_write_back``, logged (``memoryui.writeback``) and counted for /metrics."""
+    with observability.operation(
+        "writeback", "writeback", layout=layout.pk, dry_run=dry_run
+    ) as extra:
+        result = _write_back(
+            layout,
+            user=user,
+            overwrite=overwrite,
+            allow_findings=allow_findings,
+            dry_run=dry_run,
+            on_written=on_written,
+            on_step=on_step,
+            progress=progress,
+        )
+        extra.update(_writeback_fields(result))
+    return result
+
+
+def _writeback_fields(result: WritebackResult) -> dict[str, Any]:
+    return {
+        "written": len(result.written),
+        "deleted": len(result.deleted),
+        "skipped_on_disk": len(result.skipped_on_disk),
+        "audit_event": result.event.pk if result.event else None,
+    }
+
+
+def _write_back(
     layout: Layout,
     *,
     user: Any = None,

@@ -100,6 +100,9 @@ class World:
             "skill": self.skill,
             "file": "SKILL.md",
             "user_pk": self.member.pk,
+            # The password reset link (an invalid one: the page says so).
+            "uidb64": "MQ",
+            "token": "set-password",
             # pk: a proposal's, a webhook's or a delivery's on their routes, else the import's
             "pk": self.proposal.pk
             if ":proposal_" in route.name

@@ -669,3 +669,20 @@ def test_skills_are_served_as_curated_edited_added_and_deleted_files_included(la
     assert served.content == b"---\nname: edited\n---\nEdited in memoryui.\n"
     assert [s["name"] for s in after_delete] == ["run-plain-python-tests"]
     assert deleted.status_code == 404
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_body_over_the_limit_gets_a_clear_413_even_with_debug_on(layout, settings, debug):
+    settings.DEBUG = debug
+    secret = token_for(make_user("ada", staff=True))
+    body = json.dumps({"document": MD, "keys": ["x" * (3 * 1024 * 1024)], "decision": "accept"})
+
+    response = Client(raise_request_exception=False).post(
+        api(layout, "/proposals/1/decisions"),
+        body,
+        content_type="application/json",
+        **bearer(secret),
+    )
+
+    assert response.status_code == 413
+    assert "larger than the 2,621,440 bytes" in response.json()["detail"]

@@ -138,6 +138,7 @@ def test_bad_filter_values_are_explained_not_a_500(reviewer, medium):
     response = reviewer.get(url("rollout_list", medium) + "?since=yesterday&state=bogus&page=x")
     assert response.status_code == 400  # the page, with the filters' messages
     assert "Enter a valid date" in response.content.decode()
+    assert "Enter a page number" in response.content.decode()
 
 
 def test_memory_md_page_lists_entries_with_resolved_citations(reviewer, small):

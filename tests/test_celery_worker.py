@@ -67,10 +67,17 @@ def medium(fixtures_dir):
 
 
 def start_worker(
-    broker_url: str, model_url: str, name: str, tmp: Path, *, beat: bool, visibility: int = 3600
+    broker_url: str,
+    model_url: str,
+    name: str,
+    tmp: Path,
+    *,
+    beat: bool,
+    visibility: int = 3600,
+    queues: str = "celery,webhooks",
 ) -> subprocess.Popen:
-    """A worker (4 threads) with the test's short leases; with ``beat``, Celery beat
-    runs in it. Unacknowledged tasks of a dead worker go back to the queue
+    """A worker (4 threads) consuming ``queues`` with the test's short leases; with
+    ``beat``, Celery beat runs in it. Unacknowledged tasks of a dead worker go back to the queue
     ``visibility`` seconds after they were delivered."""
     env = {
         **os.environ,
@@ -97,6 +104,8 @@ def start_worker(
             "memoryui",
             "worker",
             *(["--beat", f"--schedule={tmp / f'beat-{name}'}"] if beat else []),
+            "-Q",
+            queues,
             "--pool=threads",
             "--concurrency=4",
             "--loglevel=WARNING",

@@ -384,3 +384,89 @@ def test_a_pin_follows_its_entry_when_renamed_and_ends_when_it_is_deleted(model,
         user=editor,
     )
     assert not Pin.objects.exists()
+
+
+# --- two decisions on one entry at once ----------------------------------------------------
+
+
+def entry_events(proposal: Proposal) -> int:
+    return AuditEvent.objects.filter(
+        action__in=["entry.accept", "entry.reject"], detail__proposal=proposal.pk
+    ).count()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_pairs_of_api_decisions_on_one_entry_at_once_each_have_one_winner(model, layout):
+    """Accept and reject by two reviewers through the API, twenty times over: each time
+    one 200, one 409 naming who decided, one audit event; the winner undoes before the
+    next pair."""
+    from tests.test_api import api, bearer, token_for
+
+    proposal = proposal_for(layout)
+    key = first_key(layout)
+    people = {n: member(Role.REVIEWER, layout, n) for n in ("alice", "bob")}
+    secrets = {n: token_for(u) for n, u in people.items()}
+    decide = api(layout, f"/proposals/{proposal.pk}/decisions")
+
+    def post(name: str, decision: str):
+        body = {"document": MD, "keys": [key], "decision": decision}
+        return lambda: Client(raise_request_exception=False).post(
+            decide, body, content_type="application/json", **bearer(secrets[name])
+        )
+
+    for round_ in range(20):
+        events_before = entry_events(proposal)
+        responses = at_once(post("alice", "accept"), post("bob", "reject"))
+
+        statuses = [r.status_code for r in responses]
+        assert sorted(statuses) == [200, 409], (round_, statuses)
+        winner, loser = ("alice", 1) if statuses[0] == 200 else ("bob", 0)
+        made = proposal.decisions.get(document=MD, key=key)
+        assert made.user.username == winner
+        assert made.decision == ("accept" if winner == "alice" else "reject")
+        assert f"by {winner} at " in responses[loser].json()["detail"]
+        assert entry_events(proposal) == events_before + 1
+        curation.undo_decision(proposal, MD, key, user=people[winner])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_decisions_on_one_entry_through_the_pages_at_once_one_wins(model, layout):
+    proposal = proposal_for(layout)
+    key = first_key(layout)
+    alice = login(member(Role.REVIEWER, layout, "alice"))
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+    decide = url("proposal_decide", layout, proposal.pk)
+
+    responses = at_once(
+        lambda: alice.post(decide, {"document": MD, "key": key, "decision": "accept"}),
+        lambda: bob.post(decide, {"document": MD, "key": key, "decision": "reject"}),
+    )
+
+    statuses = [r.status_code for r in responses]
+    assert sorted(statuses) == [302, 409], statuses
+    winner, loser = ("alice", 1) if statuses[0] == 302 else ("bob", 0)
+    page = responses[loser].content.decode()
+    assert "Your decision was not recorded" in page and f"by {winner} at " in page
+    assert entry_events(proposal) == 1
+
+
+@pytest.mark.django_db
+def test_deciding_all_leaves_entries_another_reviewer_decided_and_one_changes_their_mind(
+    model, layout
+):
+    proposal = proposal_for(layout)
+    key = first_key(layout)
+    alice = member(Role.REVIEWER, layout, "alice")
+    bob = login(member(Role.REVIEWER, layout, "bob"))
+    curation.decide(proposal, MD, key, "reject", user=alice)
+    curation.decide(proposal, MD, key, "accept", user=alice)  # her own: she may change it
+
+    everything = bob.post(
+        url("proposal_decide", layout, proposal.pk),
+        {"document": MD, "all": "on", "decision": "accept"},
+    )
+
+    assert everything.status_code == 302
+    made = proposal.decisions.get(document=MD, key=key)
+    assert (made.user.username, made.decision) == ("alice", "accept")
+    assert proposal.decisions.exclude(key=key).exclude(user__username="bob").count() == 0

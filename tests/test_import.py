@@ -3,12 +3,13 @@
 import io
 import json
 import os
+import shutil
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from generation import tree
 from memoryui.importer import import_workspace
@@ -20,6 +21,7 @@ from memoryui.models import (
     RawMemory,
     Rollout,
     RolloutSummary,
+    Workspace,
     WorkspaceFile,
 )
 
@@ -407,13 +409,37 @@ def test_compressed_archive_expanding_past_the_limit_stops_with_a_clear_error(tm
     assert WorkspaceFile.objects.filter(workspace__name="bomb").count() < 5
 
 
-def test_nothing_importable_exits_non_zero(tmp_path, capsys):
+def test_nothing_importable_exits_non_zero_says_why_and_creates_no_workspace(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(SystemExit) as exit_info:
         call_command("import_workspace", str(empty), "--json")
     assert exit_info.value.code == 1
-    assert json.loads(capsys.readouterr().out)["layouts"] == []
+    out = json.loads(capsys.readouterr().out)
+    assert out["layouts"] == [] and "holds no files" in out["errors"][0]["error"]
+
+    with pytest.raises(CommandError, match="holds no files: nothing to import"):
+        call_command("import_workspace", str(empty))
+    assert "no problems" not in capsys.readouterr().out
+    assert not Workspace.objects.exists()
+
+
+def test_a_known_workspace_whose_folder_emptied_says_nothing_was_imported(
+    tmp_path, workspace_copy, capsys
+):
+    source = workspace_copy("small-a")
+    import_workspace(source, "a")
+    for p in [source, *source.rglob("*")]:  # the fixtures are shared without write bits
+        p.chmod(p.stat().st_mode | 0o200)
+    shutil.rmtree(source)
+    source.mkdir()
+
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("import_workspace", str(source), "--name", "a")
+
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert "Nothing imported" in captured.err and "no problems" not in captured.out
 
 
 def test_missing_path_gives_a_clear_error_not_a_traceback(tmp_path, capsys):

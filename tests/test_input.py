@@ -273,3 +273,40 @@ def test_a_huge_entry_an_agent_wrote_is_folded_on_the_memory_page(workspace_copy
     assert "<li>step 0: the agent kept writing and writing</li>" in page  # the head, rendered
     assert "- step 24999: the agent kept writing" in page  # the rest, as plain text
     assert "<li>step 24999:" not in page
+
+
+def test_every_page_that_reads_a_page_number_refuses_one_that_is_not(world, monkeypatch):
+    """``?page=abc`` (or 0, or ²) is a 400 saying what is wrong wherever pages are
+    numbered, found by watching which GET routes read a ``page...`` parameter."""
+    admin = make_user("admin", staff=True)
+    client = Client()
+    recorder = Recorder(monkeypatch)
+    readers: dict[str, list[str]] = {}
+    for route in all_routes():
+        path = reverse(route.name, kwargs=world.kwargs(route))
+        recorder.seen.clear()
+        send(client, admin, "GET", path, {})
+        send(client, admin, "GET", path, sensible(world, admin, recorder.seen))
+        pages = sorted(k for k in recorder.seen if k.startswith("page"))
+        if pages:
+            readers[route.name] = pages
+    assert {
+        "memoryui:rollout_list",
+        "memoryui:rollout_detail",
+        "memoryui:memory_md",
+        "memoryui:audit_log",
+        "memoryui:proposal_review",
+    } <= set(readers), readers
+
+    wrong = []
+    for name, pages in readers.items():
+        route = next(r for r in all_routes() if r.name == name)
+        path = reverse(name, kwargs=world.kwargs(route))
+        for key in pages:
+            for bad in ("abc", "0", quote("²")):
+                client.force_login(admin)
+                response = client.get(f"{path}?{key}={bad}")
+                said = response.content.decode()
+                if response.status_code != 400 or not ("Enter" in said or "Ensure" in said):
+                    wrong.append((name, key, bad, response.status_code))
+    assert not wrong, wrong

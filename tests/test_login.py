@@ -1,5 +1,11 @@
-"""Login throttling (django-axes): repeated failures lock an account, and a client
-address, for a cool-off that an admin can cut short."""
+"""Login throttling (django-axes): repeated failures lock an account from the address
+they came from, and (at a higher limit) that address for every account, for a cool-off
+that an admin, or the person through a password reset, can cut short."""
+
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 from django.conf import settings
@@ -14,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 PASSWORD = "pw-for-tests-9"  # tests.factories
-LOCKED = "Too many failed logins for this account or from this address"
+LOCKED = "Too many failed logins for this account from this address"
 
 
 def log_in(client: Client, username: str, password: str = PASSWORD):
@@ -98,11 +104,26 @@ def test_an_admin_unlocks_by_deleting_the_attempt_in_the_admin():
     assert log_in(client, "ada").status_code == 302
 
 
-def test_failures_from_one_address_lock_that_address_for_every_account():
+def test_an_attackers_failures_do_not_lock_the_user_out_from_another_address():
+    make_user("ada")
+    attacker = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(settings.AXES_FAILURE_LIMIT * 3):  # keeps trying once locked, too
+        log_in(attacker, "ada", "wrong password")
+
+    assert log_in(attacker, "ada").status_code == 429  # the attacker's pair is locked
+    ada = Client(REMOTE_ADDR="198.51.100.2")
+    assert log_in(ada, "ada").status_code == 302 and logged_in(ada)
+
+
+def test_failures_over_many_accounts_lock_that_address_for_every_account(settings):
+    settings.MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT = 8
     make_user("bob")
     attacker = Client(REMOTE_ADDR="203.0.113.7")
-    for i in range(settings.AXES_FAILURE_LIMIT):
+    for i in range(settings.MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT - 1):
         log_in(attacker, f"guess-{i}", "wrong password")
+    assert log_in(attacker, "bob").status_code == 302  # under the limit: still allowed
+    attacker.logout()
+    log_in(attacker, "guess-last", "wrong password")
 
     assert log_in(attacker, "bob").status_code == 429
     elsewhere = Client(REMOTE_ADDR="198.51.100.2")
@@ -111,10 +132,11 @@ def test_failures_from_one_address_lock_that_address_for_every_account():
 
 def test_behind_a_proxy_the_forwarded_address_is_the_client(settings):
     settings.MEMORYUI_TRUSTED_PROXIES = 1
+    settings.MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT = 6
     make_user("bob")
     proxy = "10.0.0.1"
     attacker = Client(REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR="203.0.113.7")
-    for i in range(settings.AXES_FAILURE_LIMIT):
+    for i in range(settings.MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT):
         log_in(attacker, f"guess-{i}", "wrong password")
 
     # A made-up address before the proxy's own entry changes nothing.
@@ -122,3 +144,46 @@ def test_behind_a_proxy_the_forwarded_address_is_the_client(settings):
     assert log_in(spoofing, "bob").status_code == 429
     colleague = Client(REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR="198.51.100.2")
     assert log_in(colleague, "bob").status_code == 302
+
+
+def test_a_locked_out_person_resets_the_password_by_email_and_logs_in_again(mailoutbox):
+    ada = make_user("ada")
+    ada.email = "ada@example.com"
+    ada.save()
+    client = Client()
+    fail(client, "ada", settings.AXES_FAILURE_LIMIT)
+    locked = log_in(client, "ada")
+    assert locked.status_code == 429 and reverse("password_reset") in locked.content.decode()
+
+    sent = client.post(reverse("password_reset"), {"email": "ada@example.com"})
+    nobody = client.post(reverse("password_reset"), {"email": "nobody@example.com"})
+    assert sent.status_code == 302 and nobody.status_code == 302  # the same answer
+    assert len(mailoutbox) == 1 and mailoutbox[0].to == ["ada@example.com"]
+    link = re.search(r"http://testserver(/accounts/password-reset/\S+/)", mailoutbox[0].body)
+    form = client.get(link.group(1), follow=True)
+    assert form.status_code == 200 and "Choose a new password" in form.content.decode()
+    new = "a-new-passphrase-for-ada"
+    done = client.post(form.redirect_chain[-1][0], {"new_password1": new, "new_password2": new})
+    assert done.status_code == 302
+
+    assert log_in(client, "ada", new).status_code == 302 and logged_in(client)
+    reused = Client().get(link.group(1), follow=True)
+    assert "This link is not valid" in reused.content.decode()
+
+
+def test_the_login_page_offers_the_password_reset():
+    page = Client().get(reverse("login")).content.decode()
+    assert reverse("password_reset") in page and "Forgot your password?" in page
+
+
+def test_reset_emails_are_printed_on_the_console_unless_smtp_is_configured(tmp_path):
+    script = "import django; django.setup(); from django.conf import settings; "
+    script += "print(settings.EMAIL_BACKEND)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMAIL_", "MEMORYUI_"))}
+    env.update(DJANGO_SETTINGS_MODULE="memoryui.settings", MEMORYUI_VAR_DIR=str(tmp_path))
+    default = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    env["EMAIL_BACKEND"] = "django.core.mail.backends.smtp.EmailBackend"
+    smtp = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+
+    assert default.stdout.decode().strip() == "django.core.mail.backends.console.EmailBackend"
+    assert smtp.stdout.decode().strip() == "django.core.mail.backends.smtp.EmailBackend"

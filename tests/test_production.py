@@ -1,7 +1,8 @@
 """The production setup as separate processes on this machine: the commands of
-compose.yaml (migrate, gunicorn, a Celery worker, Celery beat) with DEBUG=0 on PostgreSQL
-and Redis, driven over real HTTP like a browser (login with CSRF, import, generate, review,
-approve, write back, export, a static file), and /healthz for load balancers.
+compose.yaml (migrate, gunicorn, the Celery workers, Celery beat) with DEBUG=0 on PostgreSQL
+and Redis, run from a runtime-only environment built as the Dockerfile builds it,
+driven over real HTTP like a browser (login with CSRF, import, generate, review, approve,
+write back, export, a static file), and /healthz for load balancers.
 
 There is no TLS here, so the HTTPS settings are turned off (SECURE_SSL_REDIRECT=0 and the
 secure cookies); everything else is the production configuration. The database is a new
@@ -29,6 +30,7 @@ import yaml
 
 from generation.fake_openai import FakeOpenAI
 from memoryui.health import PATH as HEALTHZ
+from tests.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
@@ -36,13 +38,43 @@ COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 
-def command(service: str) -> list[str]:
+RUNTIME_ENV = ROOT / "var" / "runtime-venv"
+
+
+def uv() -> str:
+    found = shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")
+    assert Path(found).exists(), "uv is needed to build the runtime environment (bin/setup)"
+    return found
+
+
+@pytest.fixture(scope="session")
+def runtime_bin() -> Path:
+    """The image's environment, built the way the Dockerfile builds it (the locked
+    runtime dependencies only, no dev group) into var/runtime-venv; uv's cache makes it
+    quick after the first time. Not the test environment: a dependency only the tests
+    bring along would hide a missing one."""
+    sync = re.search(r"^RUN (uv sync [^\n&]+)", DOCKERFILE, re.M).group(1).split()
+    assert sync[:5] == ["uv", "sync", "--frozen", "--no-default-groups", "--no-install-project"]
+    flags = [f for f in sync[2:] if f != "--no-cache"]  # the image keeps no cache; we reuse it
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(RUNTIME_ENV)}
+    env.pop("VIRTUAL_ENV", None)
+    built = subprocess.run(
+        [uv(), "sync", *flags, "--exact", "--python", sys.executable],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    return RUNTIME_ENV / "bin"
+
+
+def command(service: str, bin: Path) -> list[str]:
     """A compose service's command, as it runs outside the image (whose PATH starts with
-    the virtualenv): this interpreter for python, gunicorn and celery."""
+    the runtime environment's bin)."""
     argv = list(COMPOSE["services"][service]["command"])
-    program = {"python": [sys.executable], "gunicorn": [sys.executable, "-m", "gunicorn"]}
-    program["celery"] = [sys.executable, "-m", "celery"]
-    return program[argv[0]] + argv[1:]
+    return [str(bin / argv[0]), *argv[1:]]
 
 
 def docker_engine() -> bool:
@@ -129,7 +161,7 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(database, broker, tmp_path):
+def deployment(database, broker, tmp_path, runtime_bin):
     port = free_port()
     model = FakeOpenAI().start()
     (tmp_path / "logs").mkdir()
@@ -153,12 +185,14 @@ def deployment(database, broker, tmp_path):
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "",
         "MEMORYUI_RETRY_BASE_SECONDS": "0",
+        "MEMORYUI_OUTBOUND_ALLOW": "127.0.0.1",  # the test's webhook receiver
         "MEMORYUI_HEARTBEAT_SECONDS": "1",
         "MEMORYUI_HEARTBEAT_STALE_SECONDS": "3",
         "WEB_CONCURRENCY": "1",
         "CELERY_WORKER_CONCURRENCY": "2",
     }
     deployed = Deployment(env, f"http://127.0.0.1:{port}", tmp_path / "logs")
+    deployed.bin = runtime_bin
     try:
         yield deployed, port
     finally:
@@ -174,7 +208,7 @@ def csrf(session: requests.Session, url: str) -> str:
 
 
 def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
-    deployment, fixtures_dir, tmp_path
+    deployment, fixtures_dir, tmp_path, request
 ):
     prod, port = deployment
     base = prod.base_url
@@ -182,19 +216,24 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
     # The image's build step (collectstatic) and compose's one-shot migrate, side by side;
     # then compose's services.
     collectstatic = subprocess.Popen(
-        [sys.executable, "manage.py", "collectstatic", "--noinput"],
+        [str(prod.bin / "python"), "manage.py", "collectstatic", "--noinput"],
         cwd=ROOT,
         env=prod.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    prod.run(*command("migrate"))
+    python = str(prod.bin / "python")
+    prod.run(*command("migrate", prod.bin))
     assert collectstatic.wait(timeout=120) == 0, collectstatic.stdout.read()
-    web = command("web")
+    # Every module the settings name imports in the runtime environment, the Redis
+    # transport the workers need included.
+    checked = prod.run(python, "manage.py", "check_deployment")
+    assert "modules import" in checked.stdout
+    web = command("web", prod.bin)
     web[web.index("--bind") + 1] = f"127.0.0.1:{port}"
     prod.start("web", web)
-    prod.start("worker", command("worker"))
-    prod.start("beat", command("beat"))
+    for service in ("worker", "webhooks", "beat"):
+        prod.start(service, command(service, prod.bin))
     prod.step("services started")
 
     # An operator's commands on the server: import a workspace, create a superuser.
@@ -202,15 +241,20 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
     shutil.copytree(fixtures_dir / "small-a" / "workspace", workspace, symlinks=True)
     for p in [workspace, *workspace.rglob("*")]:  # the fixtures are shared without write bits
         p.chmod(p.stat().st_mode | 0o200)
-    imported = prod.run(sys.executable, "manage.py", "import_workspace", str(workspace))
+    imported = prod.run(python, "manage.py", "import_workspace", str(workspace))
     assert imported.stdout.rstrip().endswith(f"{base}/w/small-a/")
+    receiver = Receiver().__enter__()
+    request.addfinalizer(lambda: receiver.__exit__(None, None, None))
     layout_pk = prod.run(
-        sys.executable,
+        python,
         "manage.py",
         "shell",
         "-c",
         "from django.contrib.auth.models import User; from memoryui.models import Layout; "
         "User.objects.create_superuser('admin', '', 'a-long-test-password-42'); "
+        "from memoryui.models import Webhook, Workspace; "
+        "Webhook.objects.create(workspace=Workspace.objects.get(name='small-a'), "
+        f"url='{receiver.url}', secret='whsec_prod', events=['proposal.approved']); "
         "print(Layout.objects.get(workspace__name='small-a', "
         "memories_dir='memories/engineering').pk)",
     ).stdout.split()[-1]
@@ -282,6 +326,16 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         headers={"Referer": review},
     )
     assert approved.url == layout + "memory/" and "Proposal approved" in approved.text
+    receiver.wait(1, timeout=60)  # delivered by the webhooks worker, from its own queue
+    _, headers, body = receiver.requests[0]
+    assert headers["X-Memoryui-Event"] == "proposal.approved"
+    assert json.loads(body)["workspace"] == "small-a"
+
+    # Prometheus scrapes /metrics by address (loopback is allowed by default).
+    metrics = requests.get(base + "/metrics", timeout=10)
+    assert metrics.status_code == 200
+    assert 'memoryui_queue_depth{queue="webhooks"}' in metrics.text
+    assert 'memoryui_operations_total{operation="phase_two",outcome="ok"} 1.0' in metrics.text
 
     writeback = layout + "writeback/"
     written = s.post(
@@ -312,7 +366,7 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
         assert member.read().decode() == on_disk
 
     # The command line sees the worker that takes what it queues.
-    queued = prod.run(sys.executable, "manage.py", "generate", "small-a", "--layout", "memories")
+    queued = prod.run(python, "manage.py", "generate", "small-a", "--layout", "memories")
     assert "A worker is listening" in queued.stdout, queued.stdout + queued.stderr
 
     # A worker gone: beat's heartbeat goes unanswered and /healthz says so, with no detail.
@@ -342,9 +396,95 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
     cmd = json.loads(re.search(r"^CMD (.+)$", DOCKERFILE, re.M).group(1))
     assert cmd == COMPOSE["services"]["web"]["command"]
     services = COMPOSE["services"]
-    assert {"web", "worker", "beat", "db", "redis", "migrate"} <= set(services)
-    for name in ("web", "worker", "beat", "migrate"):
+    assert {"web", "worker", "webhooks", "beat", "db", "redis", "migrate"} <= set(services)
+    for name in APP_SERVICES:
         assert services[name]["environment"]["DEBUG"] == "0"
-        assert "workspaces:/app/var/workspaces" in services[name]["volumes"]
-        assert "snapshots:/app/var/snapshots" in services[name]["volumes"]
-    assert {"workspaces", "snapshots"} <= set(COMPOSE["volumes"])
+
+
+APP_SERVICES = [n for n, s in COMPOSE["services"].items() if s.get("image") == "memoryui"]
+
+
+def compose_environment(service: str, root: Path) -> dict[str, str]:
+    """The service's environment as compose would pass it (``${X:-default}`` gives the
+    default, a required ``${X:?...}`` a placeholder), with /app/ moved under ``root``
+    so that loading the settings here creates nothing outside the test's directory."""
+    env = {}
+    for key, value in COMPOSE["services"][service]["environment"].items():
+        value = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+        value = re.sub(r"\$\{\w+:\?[^}]*\}", "placeholder", value)
+        env[key] = value.replace("/app/", f"{root}/app/")
+    return env
+
+
+def test_compose_shares_every_directory_one_service_writes_and_another_reads(tmp_path):
+    """Web saves uploads that a worker imports, a worker journals write-backs that recovery
+    (in any process) reads, exports land where the web serves them: each directory the
+    settings name as shared must be on one named volume mounted in every app service."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MEMORYUI_", "DJANGO_"))},
+        **compose_environment("web", tmp_path),
+    }
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django, json; django.setup(); "
+            "from memoryui.deployment import shared_directories; "
+            "print(json.dumps({k: [str(p) for p in v] for k, v in shared_directories().items()}))",
+        ],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "memoryui.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    shared = json.loads(listed.stdout)
+    assert set(shared) == {"workspaces", "snapshots", "uploads", "journal", "remote store"}
+    assert {n: COMPOSE["services"][n]["environment"] for n in APP_SERVICES}, "no app services"
+    for service in APP_SERVICES:
+        assert (
+            COMPOSE["services"][service]["environment"] == COMPOSE["services"]["web"]["environment"]
+        ), f"{service} sees other paths than web"
+        mounts = {}
+        for volume in COMPOSE["services"][service]["volumes"]:
+            source, target = volume.split(":")[:2]
+            assert source in COMPOSE["volumes"], f"{service}: {source} is not a named volume"
+            mounts[Path(target.replace("/app/", f"{tmp_path}/app/"))] = source
+        for what, paths in shared.items():
+            for path in map(Path, paths):
+                on = [m for m in mounts if path == m or m in path.parents]
+                assert on, f"{service}: {what} ({path}) is on no shared volume"
+
+
+def test_the_runtime_environment_has_no_test_tools_and_the_check_names_what_is_missing(
+    runtime_bin,
+):
+    python = str(runtime_bin / "python")
+    assert subprocess.run([python, "-c", "import pytest"], capture_output=True).returncode
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MEMORYUI_", "DJANGO_"))},
+        "MEMORYUI_VAR_DIR": str(ROOT / "var" / "runtime-check"),
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DJANGO_SETTINGS_MODULE": "memoryui.settings",
+    }
+    script = (
+        "import sys; sys.modules['packaging'] = None; "  # as if it were not installed
+        "from django.core.management import execute_from_command_line; "
+        "execute_from_command_line(['manage.py', 'check_deployment'])"
+    )
+    without = subprocess.run(
+        [python, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert without.returncode == 1
+    assert "cannot import kombu.transport.redis" in without.stderr, without.stderr
+    checked = subprocess.run(
+        [python, "manage.py", "check_deployment"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "uploads: " in checked.stdout and "journal: " in checked.stdout

@@ -409,8 +409,9 @@ def test_long_transcript_is_paginated_by_entries(reviewer, workspace_copy):
     assert second.count('<li class="entry ') == count + 1 - transcript.ENTRIES_PER_PAGE
     assert "(continued)" in second and "Run ended" in second and "all done" in second
     assert f"echo {count - 1}" in second and f"echo {count - 1}" not in first
-    # A bad or too large page number shows a page, not an error.
-    assert reviewer.get(rollout_url("m", "many-1", page="abc")).status_code == 200
+    # A page number that is not one is refused with a message; a too large one shows the end.
+    refused = reviewer.get(rollout_url("m", "many-1", page="abc"))
+    assert refused.status_code == 400 and "Enter a page number" in refused.content.decode()
     assert "Run ended" in reviewer.get(rollout_url("m", "many-1", page=99)).content.decode()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from ninja import NinjaAPI, Swagger
@@ -124,6 +124,19 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     ]
     summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors)
     return _error(request, 422, f"Invalid input: {summary}", errors=errors)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    """A body past DATA_UPLOAD_MAX_MEMORY_SIZE: 413 with the limit, also with DEBUG on
+    (where ninja would answer 500 with a traceback)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _error(
+        request,
+        413,
+        f"The request body is larger than the {limit:,} bytes the API accepts "
+        "(snapshots go to the snapshot store's upload endpoint, which streams).",
+    )
 
 
 @api.exception_handler(HttpError)

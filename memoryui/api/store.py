@@ -11,7 +11,7 @@ from ninja.errors import HttpError
 
 from generation.export import ExportError
 
-from .. import snapshot_store, tokens
+from .. import observability, snapshot_store, tokens
 from ..models import Role, Workspace
 from .core import api, conflict, workspace
 from .endpoints import ERRORS, SNAPSHOT_ID_PATTERN, Detail
@@ -67,9 +67,12 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):
     if not length or not str(length).isdigit():
         raise HttpError(411, "send the archive with a Content-Length")
     try:
-        done = snapshot_store.receive(
-            name, params.snapshot_id, request.read, length=int(length), user=request.user
-        )
+        with observability.operation(
+            "upload", "upload", workspace=name, snapshot_id=params.snapshot_id, bytes=length
+        ):
+            done = snapshot_store.receive(
+                name, params.snapshot_id, request.read, length=int(length), user=request.user
+            )
     except snapshot_store.UploadRefused as exc:
         raise HttpError(exc.status, str(exc)) from exc
     return Status(

@@ -55,6 +55,8 @@ class Command(BaseCommand):
         else:
             self._summary(result)
         if not result.imported_anything:
+            if not as_json:
+                self.stderr.write(f"Nothing imported: {options['path']} holds no files.")
             sys.exit(1)
 
     def _summary(self, result: Any) -> None:
@@ -78,6 +80,6 @@ class Command(BaseCommand):
             out.write(self.style.WARNING(f"  {len(result.errors)} problem(s):"))
             for error in result.errors:
                 out.write(f"    {error['path']}: {error['error']}")
-        else:
+        elif result.imported_anything:
             out.write("  no problems")
         out.write(f"  {dashboard_url('memoryui:workspace_detail', result.workspace.name)}")

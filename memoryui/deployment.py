@@ -1,0 +1,88 @@
+"""What a deployment must provide, read from the settings: the modules they name (so an
+install that lacks one fails a check, not a worker at start) and the directories that one
+process writes and another reads (so web, workers and beat must share them).
+
+``python manage.py check_deployment`` prints both and exits 1 when a module is missing;
+the production test runs it in the runtime-only environment the Dockerfile builds."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+
+
+def _import(path: str) -> None:
+    """Import a module, or the module of ``module.attribute`` and check the attribute;
+    ImportError naming what is missing otherwise."""
+    try:
+        importlib.import_module(path)
+        return
+    except ModuleNotFoundError as exc:
+        if exc.name != path:  # the module exists but needs one that is not installed
+            raise
+    module, _, attribute = path.rpartition(".")
+    if not hasattr(importlib.import_module(module), attribute):
+        raise ImportError(f"{module} has no {attribute}")
+
+
+def named_modules() -> list[str]:
+    """Every module the settings name: apps, middleware, backends, callables, the
+    database engine, the storages, the log handlers and the broker's transport."""
+    names: list[str] = list(settings.INSTALLED_APPS)
+    names += settings.MIDDLEWARE + settings.AUTHENTICATION_BACKENDS
+    names += [s["BACKEND"] for s in settings.STORAGES.values()]
+    for template in settings.TEMPLATES:
+        names += [template["BACKEND"], *template.get("OPTIONS", {}).get("context_processors", [])]
+    names += [db["ENGINE"] + ".base" for db in settings.DATABASES.values()]
+    names += [h["class"] for h in settings.LOGGING.get("handlers", {}).values() if "class" in h]
+    names += [settings.EMAIL_BACKEND, settings.ROOT_URLCONF, settings.WSGI_APPLICATION]
+    names.append(getattr(settings, "AXES_HANDLER", ""))
+    for name in dir(settings):
+        if name.startswith("AXES_") and name.endswith("_CALLABLE"):
+            names.append(getattr(settings, name))
+    names += [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
+    return sorted({n for n in names if isinstance(n, str) and n})
+
+
+def broker_transport() -> str:
+    """The kombu transport module the broker URL needs (kombu imports it lazily, when a
+    worker starts: a missing dependency shows only then)."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    scheme = settings.CELERY_BROKER_URL.partition("://")[0]
+    transport = TRANSPORT_ALIASES.get(scheme, f"kombu.transport.{scheme}:Transport")
+    return transport.split(":")[0]
+
+
+def missing_modules() -> dict[str, str]:
+    """The named modules (and the broker's transport) that cannot be imported, with why."""
+    missing: dict[str, str] = {}
+    for name in [*named_modules(), broker_transport()]:
+        try:
+            _import(name)
+        except ImportError as exc:
+            missing[name] = str(exc)
+    return missing
+
+
+def shared_directories() -> dict[str, list[Path]]:
+    """The directories web, workers and beat must share (the same volume, or one network
+    file system), by what lives there."""
+    from .snapshots import snapshot_base_path
+    from .writeback import journal_base
+
+    return {
+        "workspaces": list(settings.MEMORYUI_WORKSPACE_ROOTS),
+        "snapshots": [snapshot_base_path()],
+        "uploads": [Path(settings.MEMORYUI_UPLOAD_DIR)],
+        "journal": [journal_base()],
+        "remote store": [Path(settings.MEMORYUI_REMOTE_STORE_DIR)],
+    }
+
+
+def shared_paths() -> Iterator[Path]:
+    for paths in shared_directories().values():
+        yield from (Path(p).resolve() for p in paths)
