@@ -52,6 +52,10 @@ from .models import (
 
 Progress = Callable[[str, int, int], None]
 CHUNK = 1000
+# New and changed files are parsed and written this many at a time (their bytes then
+# dropped): few enough to bound memory, many enough for each table's index pages to
+# stay in cache while it is written.
+STORE_CHUNK = 2000
 ANALYZE_AFTER = 1000
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
@@ -493,7 +497,7 @@ class _Sync:
         is_new = {id(item) for item in new}
         last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
         first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
-        for chunk in (*_chunks(first, CHUNK), *_chunks(last, CHUNK)):
+        for chunk in (*_chunks(first, STORE_CHUNK), *_chunks(last, STORE_CHUNK)):
             parsed = _Parsed.build(chunk, known)
             self._write_blobs(chunk)
             chunk_new = [i for i in chunk if id(i) in is_new]
@@ -553,11 +557,14 @@ class _Sync:
             ],
         )
         if new:
-            ids = dict(
-                WorkspaceFile.objects.filter(
-                    workspace=self.workspace, path__in=[i.path for i in new]
-                ).values_list("path", "pk")
-            )
+            # Raw SQL: the ORM would prepare each of the chunk's paths as a lookup value.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT path, id FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
+                    f" AND path IN ({', '.join(['%s'] * len(new))})",
+                    [self.workspace.pk, *(i.path for i in new)],
+                )
+                ids = dict(cursor.fetchall())
             for item in new:
                 item.file_id = ids[item.path]
         _update_many(

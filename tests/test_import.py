@@ -555,7 +555,7 @@ def test_a_tree_written_a_few_files_at_a_time_is_stored_as_in_one_go(
         with tarfile.open(path, "w") as tar:
             tar.add(tree_dir, arcname=".")
     import_workspace(path, "whole")
-    monkeypatch.setattr(importer, "CHUNK", 7)
+    monkeypatch.setattr(importer, "STORE_CHUNK", 7)
     import_workspace(path, "chunked")
 
     whole = _stored("whole")
