@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -190,6 +191,14 @@ def profile(client, url: str, requests: int) -> None:  # type: ignore[no-untyped
 
 
 def main(argv: list[str] | None = None) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="memoryui-pages-"))
+    try:
+        return run(argv, workdir)
+    finally:  # its SQLite database of the 10k tree is ~90 MB
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(argv: list[str] | None, workdir: Path) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
     parser.add_argument("--rollouts", type=int, default=10_000)
@@ -201,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", metavar="PAGE", action="append", help="measure these pages")
     args = parser.parse_args(argv)
 
-    workdir = Path(tempfile.mkdtemp(prefix="memoryui-pages-"))
     tree = args.tree or workdir / "tree"
     if not (tree / "README.md").exists():
         print(f"generating {args.rollouts:,} rollouts in {tree} ...", file=sys.stderr)
