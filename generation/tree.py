@@ -260,13 +260,28 @@ def read_file(root: Path, rel: str, expected: Stat | None = None) -> bytes:
     if expected is None and os.path.realpath(path) != os.path.join(os.path.realpath(root), rel):
         raise OSError(0, "path passes through a symbolic link")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as fh:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(0, "not a regular file")
         if expected is not None and (st.st_dev, st.st_ino) != expected.inode:
             raise OSError(0, "replaced while being read")
-        return fh.read()
+        return _read_all(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """Everything up to the end of the file (which may have grown since ``size``), with
+    plain reads: a buffered file object per file costs more than the reading. A read
+    of a regular file comes back short only at its end (or at Linux's 2 GB per read)."""
+    first = os.read(fd, size + 1)
+    if len(first) <= size and len(first) < 0x7FFFF000:
+        return first
+    parts = [first]
+    while block := os.read(fd, 1 << 20):
+        parts.append(block)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _printable(name: str) -> str:
@@ -409,7 +424,7 @@ def read_archive(
         raise
     with archive:
         try:
-            for member in archive:
+            for member in _members(archive):
                 name = member.name
                 if not _valid_name(name):
                     yield Problem(_printable(name), "member name is not valid UTF-8; skipped")
@@ -462,8 +477,7 @@ def read_archive(
                 if member.size > limits.max_file_bytes:
                     yield Problem(rel, _too_large(member.size, limits))
                     continue
-                fh = archive.extractfile(member)
-                data = fh.read() if fh is not None else b""
+                data = _member_data(archive, member)
                 yield Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)
             if not _ends_cleanly(archive):
                 yield Problem(
@@ -481,6 +495,27 @@ def read_archive(
 
 def _mtime_ns(member: tarfile.TarInfo) -> int:
     return int(member.mtime) * 10**9
+
+
+def _member_data(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A regular member's bytes, read straight from the archive (``extractfile`` wraps
+    each member in two file objects); sparse members still go through it."""
+    if member.issparse() or archive.fileobj is None:
+        fh = archive.extractfile(member)
+        return fh.read() if fh is not None else b""
+    archive.fileobj.seek(member.offset_data)
+    data = archive.fileobj.read(member.size)
+    if len(data) != member.size:
+        raise tarfile.ReadError("unexpected end of data")
+    return data
+
+
+def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members one at a time, each forgotten once read: a TarFile otherwise keeps
+    every member's header, tens of megabytes for a large snapshot."""
+    while (member := archive.next()) is not None:
+        archive.members.clear()
+        yield member
 
 
 def _ends_cleanly(archive: tarfile.TarFile) -> bool:
@@ -1015,7 +1050,7 @@ def parse_rollout_summary(
     rollout_id = ""
     rollout_path = headers.get("rollout_path", "")
     if rollout_path:
-        candidate = PurePosixPath(rollout_path).name
+        candidate = _path_name(rollout_path)
         if candidate.endswith(".jsonl"):
             candidate = candidate[: -len(".jsonl")]
         if stem.startswith(candidate + "_"):
@@ -1031,6 +1066,13 @@ def parse_rollout_summary(
     elif not headers:
         problems.append("no header lines (session_id, updated_at, rollout_path, terminal_state)")
     return RolloutSummary(headers, body, rollout_id, slug, problems)
+
+
+def _path_name(path: str) -> str:
+    """``PurePosixPath(path).name``, without a path object for a plain path."""
+    if path.endswith("/") or "//" in path or "/." in path or path.startswith("."):
+        return PurePosixPath(path).name
+    return path.rpartition("/")[2]
 
 
 @dataclass

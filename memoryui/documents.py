@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
 from generation import memory_md, tree
 from generation.summary import Injection, injected_summary
@@ -190,20 +191,48 @@ class EntryView:
 
     @classmethod
     def build(
-        cls, block: memory_md.Block, links: dict[str, Citation], html: SafeString
+        cls, block: memory_md.Block, links: dict[str, Citation], html: SafeString, shape: Outline
     ) -> EntryView:
-        headings = [b for b in block.walk() if b.level]
         return cls(
             block=block,
             html=html,
-            anchor=anchor(block.key),
-            citations=[links[c] for c in block.citations if c in links],
-            children=[
-                (child.label, child.title, anchor(child.key))
-                for child in headings
-                if child is not block and child.kind in _INDEXED_KINDS
-            ],
+            anchor=shape.anchor,
+            citations=[links[c] for c in shape.citations if c in links],
+            children=list(shape.children),
         )
+
+
+# Titles in a page's index of entries are cut to this many characters.
+INDEX_TITLE_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a page shows of one top-level entry besides its HTML: its anchor, the rollout
+    summaries it cites, and its indexed headings as (label, title cut for the index,
+    anchor). Computed once per content and entry, not on every page view."""
+
+    anchor: str
+    citations: tuple[str, ...]
+    children: tuple[tuple[str, str, str], ...]
+
+
+@lru_cache(maxsize=4096)
+def outline(sha256: str, index: int) -> Outline:
+    block = parsed(sha256).children[index]
+    return Outline(
+        anchor=anchor(block.key),
+        citations=tuple(block.citations),
+        children=tuple(
+            (
+                child.label,
+                Truncator(child.title or child.label).chars(INDEX_TITLE_CHARS),
+                anchor(child.key),
+            )
+            for child in block.walk()
+            if child.level and child is not block and child.kind in _INDEXED_KINDS
+        ),
+    )
 
 
 @dataclass

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -53,6 +53,10 @@ from .models import (
 
 Progress = Callable[[str, int, int], None]
 CHUNK = 1000
+# New and changed files are parsed and written this many at a time (their bytes then
+# dropped): few enough to bound memory, many enough for each table's index pages to
+# stay in cache while it is written.
+STORE_CHUNK = 2000
 ANALYZE_AFTER = 1000
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
@@ -497,7 +501,7 @@ class _Sync:
             placement = tree.classify(path, dirs, is_dir=item.is_dir)
             kind = placement.kind
             if kind == FileKind.ROLLOUT and not tree.ROLLOUT_ID_RE.fullmatch(
-                PurePosixPath(path).name.removesuffix(".jsonl")
+                _name(path).removesuffix(".jsonl")
             ):
                 kind = FileKind.WORKSPACE_FILE
                 item.problem = (
@@ -545,12 +549,7 @@ class _Sync:
                     self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
 
         self._step(1)
-        parsed = _Parsed.build(new + changed, self.workspace, layouts)
-        self._step(2)
-        self._write_blobs(new + changed)
-        self._write_files(new, changed, stat_only)
-        self._step(3)
-        parsed.write(new, changed)
+        self._store(new, changed, stat_only)
         self._step(4)
         missing = [
             old.file_id
@@ -571,14 +570,38 @@ class _Sync:
             counts, dirs, new, changed, unchanged, missing, new_versions, user, scheduled
         )
 
-    def _write_blobs(self, items: list[_Item]) -> None:
+    def _store(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
+        """Parse and write new and changed files a chunk at a time, dropping each chunk's
+        bytes once written: a large tree is never held in memory twice (as bytes and as
+        parsed rows). Rollout summaries come last: their ids are settled by the rollouts."""
+        known = _KnownIds()
+        is_new = {id(item) for item in new}
+        last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
+        first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
+        for chunk in (*_chunks(first, STORE_CHUNK), *_chunks(last, STORE_CHUNK)):
+            parsed = _Parsed.build(chunk, known)
+            self._write_blobs(chunk)
+            chunk_new = [i for i in chunk if id(i) in is_new]
+            chunk_changed = [i for i in chunk if id(i) not in is_new]
+            self._write_files(chunk_new, chunk_changed)
+            parsed.write(chunk_new, chunk_changed)
+            for item in chunk:
+                item.data = None
+        self._step(3)
+        _update_many(
+            WorkspaceFile,
+            ["mode", "mtime_ns"],
+            [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
+        )
+
+    def _write_blobs(self, items: Sequence[_Item]) -> None:
         rows: dict[str, tuple[str, int, bytes]] = {}
         for item in items:
             if item.data is not None and item.digest is not None:
                 rows[item.digest] = (item.digest, len(item.data), item.data)
         _insert_many(Blob, ["sha256", "size", "data"], list(rows.values()), ignore="sha256")
 
-    def _write_files(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
+    def _write_files(self, new: list[_Item], changed: list[_Item]) -> None:
         now = connection.ops.adapt_datetimefield_value(self.now)
         _insert_many(
             WorkspaceFile,
@@ -615,9 +638,14 @@ class _Sync:
             ],
         )
         if new:
-            ids = dict(
-                WorkspaceFile.objects.filter(workspace=self.workspace).values_list("path", "pk")
-            )
+            # Raw SQL: the ORM would prepare each of the chunk's paths as a lookup value.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT path, id FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
+                    f" AND path IN ({', '.join(['%s'] * len(new))})",
+                    [self.workspace.pk, *(i.path for i in new)],
+                )
+                ids = dict(cursor.fetchall())
             for item in new:
                 item.file_id = ids[item.path]
         _update_many(
@@ -648,11 +676,6 @@ class _Sync:
                 )
                 for i in changed
             ],
-        )
-        _update_many(
-            WorkspaceFile,
-            ["mode", "mtime_ns"],
-            [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
         )
 
     def _record_versions(self, items: list[_Item], layouts: dict[str, Layout]) -> list[str]:
@@ -774,6 +797,29 @@ class _Sync:
         )
 
 
+class _KnownIds:
+    """A layout's rollout ids, stored or parsed in this import: ids and slugs may both
+    hold "_", and these settle how a rollout summary's file name splits."""
+
+    def __init__(self) -> None:
+        self.parsed: dict[int, set[str]] = {}
+        self.ids: dict[int, set[str]] = {}
+
+    def add(self, layout_id: int, rollout_id: str) -> None:
+        self.parsed.setdefault(layout_id, set()).add(rollout_id)
+        if layout_id in self.ids:
+            self.ids[layout_id].add(rollout_id)
+
+    def of(self, layout_id: int) -> set[str]:
+        ids = self.ids.get(layout_id)
+        if ids is None:
+            stored = Rollout.objects.filter(layout_id=layout_id).values_list(
+                "rollout_id", flat=True
+            )
+            ids = self.ids[layout_id] = set(stored) | self.parsed.get(layout_id, set())
+        return ids
+
+
 @dataclass
 class _Parsed:
     """Rows parsed from the new and changed files, keyed by the file's path."""
@@ -814,7 +860,7 @@ class _Parsed:
     ]
 
     @classmethod
-    def build(cls, items: list[_Item], workspace: Workspace, layouts: dict[str, Layout]) -> _Parsed:
+    def build(cls, items: Sequence[_Item], known: _KnownIds) -> _Parsed:
         parsed = cls()
         summaries: list[_Item] = []
         for item in items:
@@ -825,7 +871,7 @@ class _Parsed:
             if kind == FileKind.ROLLOUT and item.layout_id is not None:
                 rollout = tree.parse_rollout(item.data)
                 notes.extend(rollout.problems)
-                rollout_id = PurePosixPath(item.path).name.removesuffix(".jsonl")
+                rollout_id = _name(item.path).removesuffix(".jsonl")
                 updated = _parse_datetime(rollout.updated_at)
                 parsed.rollouts[item.path] = (
                     item.layout_id,
@@ -853,7 +899,7 @@ class _Parsed:
                 raw = tree.parse_raw_memory(text)
                 notes.extend(raw.problems)
                 h = raw.headers
-                rollout_id = raw.rollout_id or PurePosixPath(item.path).name.removesuffix(".md")
+                rollout_id = raw.rollout_id or _name(item.path).removesuffix(".md")
                 parsed.raw_memories[item.path] = (
                     item.layout_id,
                     _clean(rollout_id[:128]),
@@ -882,23 +928,13 @@ class _Parsed:
                 notes.append(tree.parse_selection(item.data).problem or "")
             item.problem = "; ".join(filter(None, [item.problem, *notes]))
 
-        # Ids and slugs may both hold "_": the layout's rollout ids settle the split.
-        known_ids: dict[int, set[str]] = {}
         for row in parsed.rollouts.values():
-            known_ids.setdefault(row[0], set()).add(row[1])
-        stored_ids_loaded: set[int] = set()
+            known.add(row[0], row[1])
         for item in summaries:
             assert item.data is not None and item.layout_id is not None
             text, bad = tree.decode_text(item.data)
-            ids = known_ids.setdefault(item.layout_id, set())
-            if item.layout_id not in stored_ids_loaded:
-                stored_ids_loaded.add(item.layout_id)
-                ids |= set(
-                    Rollout.objects.filter(layout_id=item.layout_id).values_list(
-                        "rollout_id", flat=True
-                    )
-                )
-            summary = tree.parse_rollout_summary(PurePosixPath(item.path).name, text, ids)
+            ids = known.of(item.layout_id)
+            summary = tree.parse_rollout_summary(_name(item.path), text, ids)
             item.problem = "; ".join(filter(None, [item.problem, bad, *summary.problems]))
             parsed.summaries[item.path] = (
                 item.layout_id,
@@ -944,6 +980,12 @@ class _Parsed:
                 model.objects.filter(pk__in=chunk).delete()
             _update_many(model, columns, updates, key="id")
             _insert_many(model, ["file_id", *columns], inserts)
+
+
+def _name(path: str) -> str:
+    """The last part of a path as the import keeps it (normalised, "/"-separated):
+    ``PurePosixPath(path).name`` without building a path object per file."""
+    return path.rpartition("/")[2]
 
 
 def _clean(text: str) -> str:

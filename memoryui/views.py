@@ -4,12 +4,13 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import Truncator
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
@@ -20,6 +21,7 @@ from . import (
     charts,
     curation,
     documents,
+    figures,
     pipeline,
     search,
     snapshot_store,
@@ -109,29 +111,13 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     workspace = request.workspace
-    kinds = WorkspaceFile.Kind
-    layouts = (
-        Layout.objects.filter(workspace=workspace)
-        .annotate(
-            rollout_count=Count(
-                "files", filter=Q(files__kind=kinds.ROLLOUT, files__missing_since__isnull=True)
-            ),
-            raw_memory_count=Count(
-                "files", filter=Q(files__kind=kinds.RAW_MEMORY, files__missing_since__isnull=True)
-            ),
-            summary_count=Count(
-                "files",
-                filter=Q(files__kind=kinds.ROLLOUT_SUMMARY, files__missing_since__isnull=True),
-            ),
-            skill_count=Count(
-                "files", filter=Q(files__kind=kinds.SKILL, files__missing_since__isnull=True)
-            ),
-            problem_count=Count(
-                "files", filter=~Q(files__problem="") & Q(files__missing_since__isnull=True)
-            ),
-        )
-        .order_by("missing_since", "memories_dir")
+    layouts = list(
+        Layout.objects.filter(workspace=workspace).order_by("missing_since", "memories_dir")
     )
+    counts = figures.cached(workspace, "layout-counts", lambda: _layout_counts(workspace))
+    for layout in layouts:
+        for name, n in counts.get(layout.pk, _NO_COUNTS).items():
+            setattr(layout, name, n)
     runs = workspace.imports.defer("report").select_related("triggered_by")[:10]
     missing_files = workspace.files.filter(missing_since__isnull=False).count()
     return render(
@@ -148,6 +134,34 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             **snapshot_store.store_status(workspace),
         },
     )
+
+
+_NO_COUNTS = {
+    "rollout_count": 0,
+    "raw_memory_count": 0,
+    "summary_count": 0,
+    "skill_count": 0,
+    "problem_count": 0,
+}
+
+
+def _layout_counts(workspace: Workspace) -> dict[int, dict[str, int]]:
+    """Files present on disk per layout: rollouts, raw memories, summaries, skill files
+    and files with a problem (the same until the next import, see ``memoryui.figures``)."""
+    kinds = WorkspaceFile.Kind
+    present = Q(files__missing_since__isnull=True)
+    rows = (
+        Layout.objects.filter(workspace=workspace)
+        .annotate(
+            rollout_count=Count("files", filter=Q(files__kind=kinds.ROLLOUT) & present),
+            raw_memory_count=Count("files", filter=Q(files__kind=kinds.RAW_MEMORY) & present),
+            summary_count=Count("files", filter=Q(files__kind=kinds.ROLLOUT_SUMMARY) & present),
+            skill_count=Count("files", filter=Q(files__kind=kinds.SKILL) & present),
+            problem_count=Count("files", filter=~Q(files__problem="") & present),
+        )
+        .values("pk", *_NO_COUNTS)
+    )
+    return {row.pop("pk"): row for row in rows}
 
 
 @workspace_view(Role.VIEWER)
@@ -202,17 +216,39 @@ def _current_versions(layout: Layout) -> dict[str, dict[str, Any]]:
 @require_GET
 def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = _layout(request, name, layout_pk)
+    selection_file, selection = documents.current_selection(layout)
+    selected_ids = [item.rollout_id for item in selection.items] if selection else []
+    overview = figures.cached(
+        layout.workspace,
+        f"layout:{layout.pk}:{selection_file.blob_id if selection_file else ''}",
+        lambda: _layout_overview(layout, selected_ids),
+    )
+    return render(
+        request,
+        "memoryui/layout_detail.html",
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            **overview,
+            "versions": _current_versions(layout),
+            "selection_file": selection_file,
+            "selection": selection,
+            "selected_count": len(selected_ids),
+        },
+    )
+
+
+def _layout_overview(layout: Layout, selected_ids: list[str]) -> dict[str, Any]:
+    """The layout overview's figures from its files, rollouts and raw memories (the
+    same until the next import, see ``memoryui.figures``)."""
     present = WorkspaceFile.objects.present().filter(layout=layout)
     kinds = dict(
         present.order_by().values_list("kind").annotate(n=Count("pk")).values_list("kind", "n")
     )
-    # Files gone from disk are few (usually none): leaving them out by id is much
-    # cheaper than joining every rollout and raw memory to its file.
-    gone = list(
-        WorkspaceFile.objects.filter(layout=layout, missing_since__isnull=False)
-        .order_by()
-        .values_list("pk", flat=True)
-    )
+    # Files gone from disk are few (usually none): leaving them out by id (a subquery
+    # on a partial index, run once) is much cheaper than joining every rollout and raw
+    # memory to its file.
+    gone = WorkspaceFile.objects.filter(layout=layout, missing_since__isnull=False).values("pk")
     rollouts = Rollout.objects.filter(layout=layout).exclude(file_id__in=gone)
     per_day = list(
         rollouts.values("terminal_state", day=F("updated_day"))
@@ -221,38 +257,61 @@ def layout_detail(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
     )
     raws = RawMemory.objects.filter(layout=layout).exclude(file_id__in=gone)
     without_memory = rollouts.exclude(rollout_id__in=raws.values("rollout_id"))
-    selection_file, selection = documents.current_selection(layout)
-    selected_ids = [item.rollout_id for item in selection.items] if selection else []
     forgotten = raws.exclude(rollout_id__in=selected_ids).order_by("-updated_at_raw", "rollout_id")
-    return render(
-        request,
-        "memoryui/layout_detail.html",
-        {
-            "layout": layout,
-            "workspace": layout.workspace,
-            "counts": {
-                "rollouts": kinds.get(WorkspaceFile.Kind.ROLLOUT, 0),
-                "raw_memories": kinds.get(WorkspaceFile.Kind.RAW_MEMORY, 0),
-                "summaries": kinds.get(WorkspaceFile.Kind.ROLLOUT_SUMMARY, 0),
-                "skills": kinds.get(WorkspaceFile.Kind.SKILL, 0),
-            },
-            "chart": charts.terminal_states_per_day(
-                per_day,
-                state_url=reverse("memoryui:rollout_list", args=[layout.workspace.name, layout.pk]),
-            ),
-            "versions": _current_versions(layout),
-            "selection_file": selection_file,
-            "selection": selection,
-            "selected_count": len(selected_ids),
-            "forgotten_count": forgotten.count(),
-            "forgotten": forgotten[:10],
-            "without_memory_count": without_memory.count(),
-            "without_memory": without_memory.order_by("-sort_at", "-rollout_id")[:10],
-        },
+    chart = charts.terminal_states_per_day(
+        per_day,
+        state_url=reverse("memoryui:rollout_list", args=[layout.workspace.name, layout.pk]),
     )
+    return {
+        "counts": {
+            "rollouts": kinds.get(WorkspaceFile.Kind.ROLLOUT, 0),
+            "raw_memories": kinds.get(WorkspaceFile.Kind.RAW_MEMORY, 0),
+            "summaries": kinds.get(WorkspaceFile.Kind.ROLLOUT_SUMMARY, 0),
+            "skills": kinds.get(WorkspaceFile.Kind.SKILL, 0),
+        },
+        "chart": chart,
+        "chart_svg": chart.svg(),
+        "forgotten_count": forgotten.count(),
+        "forgotten": list(forgotten.values("rollout_id", "updated_at_raw")[:10]),
+        "without_memory_count": without_memory.count(),
+        "without_memory": list(
+            without_memory.order_by("-sort_at", "-rollout_id").values(
+                "rollout_id", "terminal_state"
+            )[:10]
+        ),
+    }
 
 
 ROLLOUTS_PER_PAGE = 50
+TITLE_CHARS = 110
+
+
+def cut_chars(text: str, length: int) -> str:
+    """The ``truncatechars`` filter, without its walk over every character when the
+    text is short enough to be shown whole."""
+    return text if len(text) <= length else Truncator(text).chars(length)
+
+
+class KeysThenRows:
+    """What a Paginator pages through: a page's primary keys first (the offset walks
+    the ordering's index alone, even on page 100), then only that page's rows from
+    ``rows``, joined and annotated, in the same order."""
+
+    ordered = True
+
+    def __init__(self, keys: QuerySet, rows: QuerySet) -> None:
+        self.keys, self.rows = keys, rows
+
+    def count(self) -> int:
+        return self.keys.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, index: slice) -> list[Any]:
+        pks = list(self.keys.values_list("pk", flat=True)[index])
+        found = {row.pk: row for row in self.rows.filter(pk__in=pks)}
+        return [found[pk] for pk in pks if pk in found]
 
 
 @workspace_view(Role.VIEWER)
@@ -262,7 +321,7 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     paging = PageForm(request.GET)
     number = paging.cleaned_data["page"] if paging.is_valid() else None
     form = RolloutFilterForm(request.GET or None)
-    rollouts = Rollout.objects.filter(layout=layout).select_related("file")
+    rollouts = Rollout.objects.filter(layout=layout)
     query = ""
     if form.is_valid():
         data = form.cleaned_data
@@ -287,12 +346,23 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         query = data["q"].strip()
         if query:
             rollouts = rollouts.filter(rollout_id__in=search.matching_rollout_ids(layout, query))
-    rollouts = rollouts.annotate(
-        has_raw_memory=Exists(
-            RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
+    rows = (
+        Rollout.objects.select_related("file")
+        .annotate(
+            has_raw_memory=Exists(
+                RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
+            )
         )
-    ).order_by("-sort_at", "-rollout_id")
-    page = Paginator(rollouts, ROLLOUTS_PER_PAGE).get_page(number)
+        .order_by("-sort_at", "-rollout_id")
+    )
+    page = Paginator(
+        KeysThenRows(rollouts.order_by("-sort_at", "-rollout_id"), rows), ROLLOUTS_PER_PAGE
+    ).get_page(number)
+    # One reverse() for the page (rollout ids need no quoting: ROLLOUT_ID_RE).
+    detail = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, "-"])
+    for rollout in page:
+        rollout.detail_url = f"{detail.removesuffix('-/')}{rollout.rollout_id}/"
+        rollout.short_title = cut_chars(rollout.title, TITLE_CHARS)
     params = request.GET.copy()
     params.pop("page", None)
     context = {
@@ -352,8 +422,10 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
-    page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
-    cited = {c for _, block in page.object_list for c in block.citations}
+    page = Paginator(top, ENTRIES_PER_PAGE).get_page(number)
+    cited = {
+        c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations
+    }
     links = documents.resolve_citations(layout, cited)
     if any(not c.exists for c in links.values()):
         pending = writeback.files_pending_write_back(layout)
@@ -389,7 +461,12 @@ def _entry_views(layout, version, blocks, links):
     selected = {item.rollout_id for item in selection.items} if selection else None
     views = []
     for i, block in blocks:
-        view = documents.EntryView.build(block, links, documents.rendered_entry(version.blob_id, i))
+        view = documents.EntryView.build(
+            block,
+            links,
+            documents.rendered_entry(version.blob_id, i),
+            documents.outline(version.blob_id, i),
+        )
         view.key = keys[i]
         view.pinned = view.key in pinned
         cited = {c.rollout_id for c in view.citations if c.rollout_id}

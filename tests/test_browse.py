@@ -1,6 +1,8 @@
 """The pages a reviewer reads after an import: layouts, rollouts, memory files, skills."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryui.importer import import_workspace
@@ -303,3 +305,49 @@ def test_layout_overview_leaves_out_files_gone_from_disk(reviewer, workspace_cop
     assert "max_turns_exceeded (1)" not in page  # the gone rollout is not in the chart
     without = page[page.index('id="without-memory"') :]
     assert "deploy-auth-proxy-dc4ee6" in without  # its raw memory is gone
+
+
+def test_memory_md_index_shows_long_headings_cut_and_the_entry_in_full(reviewer, workspace_copy):
+    ws = workspace_copy("small-a")
+    title = "Task 1: " + "a very long task title " * 6
+    (ws / "memories" / "engineering" / "MEMORY.md").write_text(
+        f"# Task Group: g\n\nscope: s\n\n## {title}\n\nbody\n"
+    )
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories/engineering")
+
+    for _ in range(2):  # the second view reads what the first computed
+        page = reviewer.get(url("memory_md", layout)).content.decode()
+        index = page.split('<nav class="doc-index"', 1)[1].split("</nav>", 1)[0]
+        assert f">{title[:59]}…</a>" in index
+        assert title.strip() not in index and title.strip() in page
+
+
+def _queries(client, page: str) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as queries:
+        content = client.get(page).content.decode()
+    return len(queries), content
+
+
+def test_layout_and_workspace_figures_are_computed_once_per_import(reviewer, workspace_copy):
+    ws = workspace_copy("medium-300")
+    import_workspace(ws, "m")
+    layout = layout_of("m", "memories")
+    overview = url("layout_detail", layout)
+    workspace = reverse("memoryui:workspace_detail", args=["m"])
+
+    first, page = _queries(reviewer, overview)
+    again, cached = _queries(reviewer, overview)
+    assert "<b>177</b> rollouts" in page and "<b>3</b> rollouts without a raw memory" in page
+    assert "<b>177</b> rollouts" in cached and again <= first - 6
+    first, page = _queries(reviewer, workspace)
+    again, cached = _queries(reviewer, workspace)
+    assert ">177</a>" in page and ">177</a>" in cached and again < first
+
+    gone = ws / "sessions" / "bug-fix-00001-096efc.jsonl"
+    gone.unlink()
+    import_workspace(ws, "m")
+
+    page = reviewer.get(overview).content.decode()
+    assert "<b>176</b> rollouts" in page and "<b>177</b> rollouts" not in page
+    assert ">176</a>" in reviewer.get(workspace).content.decode()

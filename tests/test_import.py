@@ -21,6 +21,7 @@ from memoryui.models import (
     RawMemory,
     Rollout,
     RolloutSummary,
+    SearchDocument,
     Workspace,
     WorkspaceFile,
 )
@@ -547,3 +548,42 @@ def test_import_that_stops_at_the_size_limit_marks_nothing_missing(workspace_cop
     assert any("expands past" in e["error"] for e in result.errors)
     assert result.missing == 0
     assert not WorkspaceFile.objects.filter(missing_since__isnull=False).exists()
+
+
+def _stored(name: str) -> list[list[tuple]]:
+    files = WorkspaceFile.objects.filter(workspace__name=name)
+    by_file = {"file__workspace__name": name}
+    return [
+        sorted(
+            files.values_list("path", "kind", "blob_id", "size", "problem", "layout__memories_dir")
+        ),
+        sorted(Rollout.objects.filter(**by_file).values_list("file__path", "rollout_id", "title")),
+        sorted(RawMemory.objects.filter(**by_file).values_list("file__path", "rollout_id")),
+        sorted(
+            RolloutSummary.objects.filter(**by_file).values_list("file__path", "rollout_id", "slug")
+        ),
+        sorted(SearchDocument.objects.filter(**by_file).values_list("file__path", "kind", "body")),
+    ]
+
+
+@pytest.mark.parametrize("source", ["directory", "tar"])
+def test_a_tree_written_a_few_files_at_a_time_is_stored_as_in_one_go(
+    source, fixtures_dir, tmp_path, monkeypatch
+):
+    """The importer parses and writes a large tree in chunks (dropping each chunk's bytes
+    once written); rollout summaries, whose ids the rollouts settle, come last."""
+    from memoryui import importer
+
+    tree_dir = fixtures_dir / "medium-300" / "workspace"
+    path = tree_dir
+    if source == "tar":
+        path = tmp_path / "medium.tar"
+        with tarfile.open(path, "w") as tar:
+            tar.add(tree_dir, arcname=".")
+    import_workspace(path, "whole")
+    monkeypatch.setattr(importer, "STORE_CHUNK", 7)
+    import_workspace(path, "chunked")
+
+    whole = _stored("whole")
+    assert whole == _stored("chunked")
+    assert len(whole[1]) == 300 and len(whole[3]) > 100

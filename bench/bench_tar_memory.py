@@ -1,0 +1,108 @@
+"""Peak memory of importing an SDK snapshot ``.tar`` of the 10,000-rollout tree.
+
+    .venv/bin/python bench/bench_tar_memory.py --tree /tmp/bench-10k
+    .venv/bin/python bench/bench_tar_memory.py --tree /tmp/bench-10k --gzip
+
+Writes the tree as a tar (as the SDK's snapshots are: one member per file and directory)
+into a temp dir, then imports it in a fresh Python process into a fresh SQLite database
+and prints that process's peak resident memory (``ru_maxrss``) before and after the
+import, and the CPU time of the import against the same import of the directory.
+Goal: peak at most 150 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROJECT_DIR = BENCH_DIR.parent
+for _path in (PROJECT_DIR, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import generate_tree  # noqa: E402
+
+GOAL_MB = 150.0
+
+CHILD = """
+import json, os, resource, sys, time
+import django
+django.setup()
+from django.core.management import call_command
+from memoryui.importer import import_workspace
+call_command("migrate", verbosity=0)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+cpu = time.process_time()
+result = import_workspace(__import__("pathlib").Path(sys.argv[1]), "bench")
+cpu = time.process_time() - cpu
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"before_mb": before, "peak_mb": peak, "cpu_s": cpu,
+                  "files": result.files, "errors": len(result.errors)}))
+"""
+
+
+def child(source: Path, workdir: Path, label: str) -> dict[str, float]:
+    (workdir / label).mkdir()
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="memoryui.settings",
+        DATABASE_URL=f"sqlite:///{workdir / label / 'db.sqlite3'}",
+        MEMORYUI_VAR_DIR=str(workdir / label / "var"),
+        LOG_LEVEL="WARNING",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(source)],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
+    parser.add_argument("--rollouts", type=int, default=10_000)
+    parser.add_argument("--gzip", action="store_true", help="a .tar.gz instead of a .tar")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="memoryui-tar-"))
+    try:
+        tree = args.tree or workdir / "tree"
+        if not (tree / "README.md").exists():
+            generate_tree.main([str(tree), "--rollouts", str(args.rollouts)])
+        archive = workdir / ("workspace.tar.gz" if args.gzip else "workspace.tar")
+        with tarfile.open(archive, "w:gz" if args.gzip else "w") as tar:
+            for entry in sorted(tree.iterdir()):
+                tar.add(entry, arcname=entry.name)
+        print(f"{archive.name}: {archive.stat().st_size / 1e6:.1f} MB", file=sys.stderr)
+        directory = child(tree, workdir, "directory")
+        snapshot = child(archive, workdir, "tar")
+        print(f"{'import of':<12} {'files':>6} {'CPU s':>7} {'RSS before':>11} {'peak MB':>8}")
+        for label, row in (("directory", directory), (archive.name, snapshot)):
+            print(
+                f"{label:<12} {row['files']:6d} {row['cpu_s']:7.2f} {row['before_mb']:11.0f} "
+                f"{row['peak_mb']:8.0f}"
+            )
+        ok = "ok" if snapshot["peak_mb"] <= GOAL_MB else "OVER"
+        print(
+            f"tar peak {snapshot['peak_mb']:.0f} MB (goal <= {GOAL_MB:.0f} MB: {ok}); "
+            f"tar CPU {snapshot['cpu_s'] / directory['cpu_s']:.2f}x the directory's"
+        )
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

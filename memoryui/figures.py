@@ -1,0 +1,41 @@
+"""Figures the pages compute from what imports wrote (counts per kind, rollouts per day,
+rollouts without a raw memory...), kept until the next import.
+
+Only the importer writes files, rollouts, raw memories and rollout summaries, and every
+import stamps the workspace's ``last_imported_at`` in the same transaction: a key that
+holds the stamp can never be stale, so nothing has to be invalidated. Django's default
+cache holds them: one per process unless settings configure a shared one (Redis in
+production). A workspace never imported (no stamp) is computed on every view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.core.cache import cache
+
+from .models import Workspace
+
+T = TypeVar("T")
+# Old stamps are never read again; let them expire rather than wait for eviction.
+TIMEOUT = 24 * 3600
+
+
+def key(workspace: Workspace, name: str) -> str | None:
+    stamp = workspace.last_imported_at
+    if stamp is None:
+        return None
+    return f"memoryui:figures:{name}:{workspace.pk}:{stamp.timestamp():.6f}"
+
+
+def cached(workspace: Workspace, name: str, compute: Callable[[], T]) -> T:
+    """``compute()``, or what it gave since the workspace's last import."""
+    cache_key = key(workspace, name)
+    if cache_key is None:
+        return compute()
+    found = cache.get(cache_key)
+    if found is None:
+        found = compute()
+        cache.set(cache_key, found, TIMEOUT)
+    return found
