@@ -422,7 +422,7 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
-    page = Paginator(top, ENTRIES_PER_PAGE).get_page(number)
+    page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
     cited = {
         c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations
     }
