@@ -357,15 +357,15 @@ def _budgeted_tarinfo(budget: _ArchiveBudget) -> type[tarfile.TarInfo]:
                     budget.pending = budget.headers = 0
             return member
 
-        def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
             return self._charged(super()._proc_gnulong, tarfile)  # type: ignore[misc]
 
-        def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
             return self._charged(super()._proc_pax, tarfile)  # type: ignore[misc]
 
         # GNU sparse maps are read block by block for as long as the archive says;
         # the SDK (Python's tarfile) never writes sparse members, so they are refused.
-        def _proc_sparse(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        def _proc_sparse(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
             raise HeaderLimitExceeded(SPARSE_REFUSED)
 
         def _proc_gnusparse_10(self, *args: Any) -> None:
@@ -514,7 +514,7 @@ def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     """The members one at a time, each forgotten once read: a TarFile otherwise keeps
     every member's header, tens of megabytes for a large snapshot."""
     while (member := archive.next()) is not None:
-        archive.members.clear()
+        archive.members.clear()  # type: ignore[attr-defined]  # typeshed leaves it out
         yield member
 
 

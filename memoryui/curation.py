@@ -411,7 +411,7 @@ def _assembled(
     )
 
 
-def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, dict[str, list]]:  # type: ignore[type-arg]
+def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, dict[str, list]]:
     """Per document, the entries with a poisoning flag that no reviewer decided, and
     their flags: approval keeps them out (the current text stays) until someone accepts
     or rejects each explicitly."""
@@ -841,6 +841,9 @@ def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
     from .entry_checks import agent_version_flags
 
     found = agent_version_flags(version)
+    flags: dict[str, Any] = (
+        {"poisoning_flags": [f"{f.label}: {f.reason}" for f in found]} if found else {}
+    )
     MemoryVersion.objects.filter(pk=version.pk).update(needs_review=False)
     AuditEvent.record(
         version.layout.workspace,
@@ -848,7 +851,7 @@ def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
         user=user,
         layout=version.layout,
         target=f"{Document(version.document).label} v{version.number}",
-        **({"poisoning_flags": [f"{f.label}: {f.reason}" for f in found]} if found else {}),
+        **flags,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 from django.conf import settings
 
@@ -34,16 +35,19 @@ def named_modules() -> list[str]:
     names: list[str] = list(settings.INSTALLED_APPS)
     names += settings.MIDDLEWARE + settings.AUTHENTICATION_BACKENDS
     names += [s["BACKEND"] for s in settings.STORAGES.values()]
-    for template in settings.TEMPLATES:
+    templates = cast(list[dict[str, Any]], settings.TEMPLATES)
+    logging_config = cast(dict[str, Any], settings.LOGGING)
+    beat = cast(dict[str, dict[str, Any]], settings.CELERY_BEAT_SCHEDULE)
+    for template in templates:
         names += [template["BACKEND"], *template.get("OPTIONS", {}).get("context_processors", [])]
     names += [db["ENGINE"] + ".base" for db in settings.DATABASES.values()]
-    names += [h["class"] for h in settings.LOGGING.get("handlers", {}).values() if "class" in h]
+    names += [h["class"] for h in logging_config.get("handlers", {}).values() if "class" in h]
     names += [settings.EMAIL_BACKEND, settings.ROOT_URLCONF, settings.WSGI_APPLICATION]
     names.append(getattr(settings, "AXES_HANDLER", ""))
     for name in dir(settings):
         if name.startswith("AXES_") and name.endswith("_CALLABLE"):
             names.append(getattr(settings, name))
-    names += [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
+    names += [entry["task"] for entry in beat.values()]
     return sorted({n for n in names if isinstance(n, str) and n})
 
 

@@ -171,7 +171,7 @@ def _as_text(value: Any) -> str:
 # --- checking one entry ---------------------------------------------------------------
 
 
-def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict]]:  # type: ignore[type-arg]
+def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict]]:
     """(risk, flags, claims) of one entry text against what it cites."""
     cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
     summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
@@ -203,7 +203,7 @@ def _unchecked(text: str) -> list[evidence.Claim]:
     return [evidence.Claim(t, n, None, 0.0) for n, t in evidence.claims_of(text)]
 
 
-def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) -> dict:  # type: ignore[type-arg]
+def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) -> dict:
     out: dict[str, Any] = {
         "text": claim.text,
         "line": claim.line,
@@ -326,7 +326,7 @@ def check_of(checks: Checks, document: str, key: str, text: str) -> EntryCheck |
     return checks.get((document, key, sha(text))) if text else None
 
 
-def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:  # type: ignore[type-arg]
+def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:
     """(document, key) -> flags of every proposed entry that carries a poisoning flag."""
     checks = ensure(proposal)
     return {

@@ -113,7 +113,7 @@ class DocumentText(forms.CharField):
         super().__init__(**kwargs)
 
     def to_python(self, value: Any) -> str:
-        return normalize_newlines(super().to_python(value))
+        return normalize_newlines(super().to_python(value) or "")
 
 
 entry_size = _size_validator("MEMORYUI_MAX_ENTRY_BYTES", "This entry")

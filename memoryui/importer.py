@@ -686,7 +686,7 @@ class _Sync:
         created = []
         for item in items:
             document = documents.get(FileKind(item.kind))
-            if document is None or item.memories_dir is None:
+            if document is None or item.memories_dir is None or item.digest is None:
                 continue
             layout = layouts[item.memories_dir]
             latest = (
@@ -953,7 +953,7 @@ class _Parsed:
         return parsed
 
     def write(self, new: list[_Item], changed: list[_Item]) -> None:
-        file_ids = {i.path: i.file_id for i in new + changed}
+        file_ids = {i.path: i.file_id for i in new + changed if i.file_id is not None}
         changed_ids = [i.file_id for i in changed]
         for model, rows, columns in (
             (Rollout, self.rollouts, self.ROLLOUT_COLUMNS),

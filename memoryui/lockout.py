@@ -36,7 +36,7 @@ class LockoutHandler(AxesDatabaseHandler):
         address = getattr(request, "axes_ip_address", None) or client_ip(request)
         if address_failures(address) < settings.MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT:
             return False
-        request.axes_locked_out = True  # the lockout page, not "did not match"
+        request.axes_locked_out = True  # type: ignore[attr-defined]  # the lockout page
         return True
 
 

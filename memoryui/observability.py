@@ -142,7 +142,7 @@ def queue_depths() -> dict[str, int]:
         finally:
             client.close()
     if url.startswith("filesystem://"):
-        folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
+        folder = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
         names = [p.name for p in folder.glob("*.msg")] if folder.is_dir() else []
         return {q: sum(1 for n in names if n.endswith(f".{q}.msg")) for q in queues}
     return {}

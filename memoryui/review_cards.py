@@ -109,9 +109,7 @@ class Marks:
             return qs.filter(key=key) if key is not None else qs
 
         decisions = only(EntryDecision.objects.filter(proposal=proposal).select_related("user"))
-        viewed = only(
-            EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", None))
-        )
+        viewed = only(EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", 0)))
         pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
         rejected = only(
             RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
@@ -216,7 +214,7 @@ def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[
             },
             viewed=set(
                 EntryView.objects.filter(
-                    proposal=proposal, user_id=getattr(user, "pk", None)
+                    proposal=proposal, user_id=getattr(user, "pk", 0)
                 ).values_list("document", "key")
             ),
             pinned=set(),

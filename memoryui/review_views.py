@@ -645,7 +645,7 @@ def _card_response(
     _note_lint_and_stale(marks, proposal, {document: [change]}, _lint(proposal))
     marks.note_checks(proposal, {document: [change]}, key=key)
     cites = _citation_status(proposal, [change]).get(key, [])
-    place = form.place(document)  # type: ignore[attr-defined]
+    place = form.place(document)
     row = _row(
         review_cards.card(document, change, marks, unsupported=_unsupported(change, cites)),
         cites,
@@ -780,7 +780,7 @@ def _duplicate_links(
     proposal: Proposal,
     reviews: list[curation.DocumentReview],
     duplicates: list[curation.Duplicate],
-) -> list[dict]:  # type: ignore[type-arg]
+) -> list[dict]:
     """Each duplicate's two entries with a link to their cards (the page of "all
     entries" that shows each)."""
     where: dict[tuple[str, str], tuple[str, int]] = {}

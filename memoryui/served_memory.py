@@ -121,8 +121,8 @@ def _curated_histories(layout: Layout) -> Iterator[tuple[str, list[_Candidate], 
         .values_list("document", "number", "needs_review", "blob_id")
     )
     histories: dict[str, list[_Candidate]] = {}
-    for document, *row in rows:
-        histories.setdefault(document, []).append(_Candidate(*row))
+    for document, number, needs_review, blob_id in rows:
+        histories.setdefault(document, []).append(_Candidate(number, needs_review, blob_id))
     for document, name in DOCUMENT_FILES.items():
         kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
         if document in histories:
@@ -133,8 +133,8 @@ def _curated_histories(layout: Layout) -> Iterator[tuple[str, list[_Candidate], 
         .order_by("path", "-number")
         .values_list("path", "number", "needs_review", "blob_id")
     )
-    for path, *row in skill_rows:
-        skills.setdefault(path, []).append(_Candidate(*row))
+    for path, number, needs_review, blob_id in skill_rows:
+        skills.setdefault(path, []).append(_Candidate(number, needs_review, blob_id))
     for rel, candidates in skills.items():
         if not _skill_path_problem(rel):
             yield f"{layout.memories_dir}/{rel}", candidates, FileKind.SKILL

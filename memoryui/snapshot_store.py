@@ -177,7 +177,7 @@ def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
 
     from . import pipeline
 
-    runs = []
+    runs: list[GenerationRun] = []
     for layout in result.workspace.layouts.present().order_by("memories_dir"):
         try:
             run = pipeline.start_run(layout, user)

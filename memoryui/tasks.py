@@ -99,7 +99,7 @@ def start_generation(run_id: int) -> None:
 
 # Named as when it lived in memoryui.webhooks: messages queued then still run.
 @app.task(name="memoryui.webhooks.deliver_webhook", bind=True, acks_late=True, max_retries=None)
-def deliver_webhook(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]
+def deliver_webhook(self, delivery_id: int) -> None:
     """POST a webhook delivery; a failing receiver is tried again with backoff."""
     retry_in = webhooks.attempt(delivery_id)
     if retry_in is not None:

@@ -1,4 +1,5 @@
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 from django import forms
 from django.conf import settings
@@ -292,7 +293,7 @@ def cut_chars(text: str, length: int) -> str:
     return text if len(text) <= length else Truncator(text).chars(length)
 
 
-class KeysThenRows:
+class KeysThenRows(Sequence[Any]):
     """What a Paginator pages through: a page's primary keys first (the offset walks
     the ordering's index alone, even on page 100), then only that page's rows from
     ``rows``, joined and annotated, in the same order."""
@@ -302,13 +303,16 @@ class KeysThenRows:
     def __init__(self, keys: QuerySet, rows: QuerySet) -> None:
         self.keys, self.rows = keys, rows
 
-    def count(self) -> int:
+    def __len__(self) -> int:  # what the Paginator counts
         return self.keys.count()
 
-    def __len__(self) -> int:
-        return self.count()
-
-    def __getitem__(self, index: slice) -> list[Any]:
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, int):
+            return self[index : index + 1][0]
         pks = list(self.keys.values_list("pk", flat=True)[index])
         found = {row.pk: row for row in self.rows.filter(pk__in=pks)}
         return [found[pk] for pk in pks if pk in found]
@@ -423,9 +427,11 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
     page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
-    cited = {
-        c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations
-    }
+    cited = (
+        {c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations}
+        if version
+        else set()
+    )
     links = documents.resolve_citations(layout, cited)
     if any(not c.exists for c in links.values()):
         pending = writeback.files_pending_write_back(layout)

@@ -19,6 +19,7 @@ import json
 import logging
 import secrets
 import time
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -97,7 +98,7 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
             },
         )
         made.append(delivery)
-        transaction.on_commit(lambda pk=delivery.pk: _queue(pk))
+        transaction.on_commit(partial(_queue, delivery.pk))
     return made
 
 
@@ -224,7 +225,7 @@ def _audited(sender, instance: AuditEvent, created: bool, **kwargs: Any) -> None
             event,
             {
                 "actor": instance.actor,
-                "layout": instance.layout.memories_dir if instance.layout_id else None,
+                "layout": instance.layout.memories_dir if instance.layout is not None else None,
                 "target": instance.target,
                 "detail": instance.detail,
             },

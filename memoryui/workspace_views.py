@@ -162,7 +162,7 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
             return _new_page(request, upload_form=form, status=400)
         assert isinstance(upload, TemporaryUploadedFile)
         temp = Path(upload.temporary_file_path())
-        if problem := _tar_problem(temp, upload.name):
+        if problem := _tar_problem(temp, upload.name or temp.name):
             form.add_error("snapshot", problem)
             return _new_page(request, upload_form=form, status=400)
         name = form.cleaned_data["name"]

@@ -153,10 +153,10 @@ class SnapshotClient:
     def _upload(self, snapshot_id: str, data: io.IOBase | IO[bytes]) -> dict[str, Any]:
         # Spooled (in memory up to 8 MB, then to a temporary file) to announce its length.
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-            shutil.copyfileobj(data, spool)  # type: ignore[misc]
+            shutil.copyfileobj(data, spool)
             length = spool.tell()
             spool.seek(0)
-            with self._open("PUT", self._url(snapshot_id), spool, length) as response:  # type: ignore[arg-type]
+            with self._open("PUT", self._url(snapshot_id), spool, length) as response:
                 answer: dict[str, Any] = self._json(response)
                 return answer
 
@@ -169,7 +169,7 @@ class SnapshotClient:
             local.close()
             raise
         local.seek(0)
-        return local  # type: ignore[return-value]
+        return local
 
     def _exists(self, snapshot_id: str) -> bool:
         with self._open("GET", self._url(snapshot_id, "/exists")) as response:
