@@ -163,40 +163,26 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _import_fields(result: ImportResult) -> dict[str, Any]:
+    return {
+        "files": result.files,
+        "added": result.added,
+        "changed": result.changed,
+        "missing": result.missing,
+        "problems": len(result.errors),
+        "outcome": "ok" if result.imported_anything else "empty",
+    }
+
+
+@observability.observed(
+    "import",
+    lambda source, name=None, **_: {
+        "workspace": name or default_name(Path(source)),
+        "source": source,
+    },
+    _import_fields,
+)
 def import_workspace(
-    source: Path,
-    name: str | None = None,
-    *,
-    limits: tree.Limits | None = None,
-    progress: Progress | None = None,
-    user: Any = None,
-    scheduled: bool = False,
-    merge: str = "",
-) -> ImportResult:
-    """``_import_workspace``, logged (``memoryui.import``) and counted for /metrics."""
-    shown = name or default_name(Path(source))
-    with observability.operation("import", "import", workspace=shown, source=source) as extra:
-        result = _import_workspace(
-            source,
-            name,
-            limits=limits,
-            progress=progress,
-            user=user,
-            scheduled=scheduled,
-            merge=merge,
-        )
-        extra.update(
-            files=result.files,
-            added=result.added,
-            changed=result.changed,
-            missing=result.missing,
-            problems=len(result.errors),
-            outcome="ok" if result.imported_anything else "empty",
-        )
-    return result
-
-
-def _import_workspace(
     source: Path,
     name: str | None = None,
     *,

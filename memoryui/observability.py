@@ -21,8 +21,9 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -96,6 +97,30 @@ def operation(area: str, name: str, /, **fields: Any) -> Iterator[dict[str, Any]
         area, f"{name}.done", **fields, **extra, outcome=outcome, duration_ms=round(seconds * 1000)
     )
     count(name, outcome, seconds)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def observed(
+    name: str, start: Callable[..., dict[str, Any]], done: Callable[[Any], dict[str, Any]]
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Every call of the decorated function as an ``operation`` of the area ``name``:
+    ``start`` gets the call's arguments and names the fields of its first line, ``done``
+    gets the result and names those of its last."""
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        @wraps(func)
+        def logged(*args: P.args, **kwargs: P.kwargs) -> R:
+            with operation(name, name, **start(*args, **kwargs)) as extra:
+                result = func(*args, **kwargs)
+                extra.update(done(result))
+            return result
+
+        return logged
+
+    return decorate
 
 
 def lease_taken_over(kind: str, **ids: Any) -> None:

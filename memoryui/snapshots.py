@@ -119,41 +119,6 @@ def plan_export(
     return ExportPlan(workspace, chosen, curated, findings, refused)
 
 
-def export_snapshot(
-    workspace: Workspace,
-    *,
-    snapshot_id: str,
-    base_path: Path | None = None,
-    fileobj: IO[bytes] | None = None,
-    memories_dirs: Collection[str] | None = None,
-    allow_findings: Collection[str] = (),
-    session_state: bool = False,
-    workspace_root: Path | None = None,
-    user: Any = None,
-    on_step: Callable[[str], None] | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> ExportResult:
-    """``_export_snapshot``, logged (``memoryui.export``) and counted for /metrics."""
-    with observability.operation(
-        "export", "export", workspace=workspace.name, snapshot_id=snapshot_id
-    ) as extra:
-        result = _export_snapshot(
-            workspace,
-            snapshot_id=snapshot_id,
-            base_path=base_path,
-            fileobj=fileobj,
-            memories_dirs=memories_dirs,
-            allow_findings=allow_findings,
-            session_state=session_state,
-            workspace_root=workspace_root,
-            user=user,
-            on_step=on_step,
-            progress=progress,
-        )
-        extra.update(_export_fields(result))
-    return result
-
-
 def _export_fields(result: ExportResult) -> dict[str, Any]:
     snapshot = result.snapshot
     return {
@@ -164,7 +129,15 @@ def _export_fields(result: ExportResult) -> dict[str, Any]:
     }
 
 
-def _export_snapshot(
+@observability.observed(
+    "export",
+    lambda workspace, *, snapshot_id, **_: {
+        "workspace": workspace.name,
+        "snapshot_id": snapshot_id,
+    },
+    _export_fields,
+)
+def export_snapshot(
     workspace: Workspace,
     *,
     snapshot_id: str,

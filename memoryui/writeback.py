@@ -612,35 +612,6 @@ class _ChangedOnDisk(Exception):
         self.conflict = conflict
 
 
-def write_back(
-    layout: Layout,
-    *,
-    user: Any = None,
-    overwrite: Collection[str] = (),
-    allow_findings: Collection[str] = (),
-    dry_run: bool = False,
-    on_written: Callable[[WrittenFile], None] | None = None,
-    on_step: Callable[[str], None] | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> WritebackResult:
-    """``_write_back``, logged (``memoryui.writeback``) and counted for /metrics."""
-    with observability.operation(
-        "writeback", "writeback", layout=layout.pk, dry_run=dry_run
-    ) as extra:
-        result = _write_back(
-            layout,
-            user=user,
-            overwrite=overwrite,
-            allow_findings=allow_findings,
-            dry_run=dry_run,
-            on_written=on_written,
-            on_step=on_step,
-            progress=progress,
-        )
-        extra.update(_writeback_fields(result))
-    return result
-
-
 def _writeback_fields(result: WritebackResult) -> dict[str, Any]:
     return {
         "written": len(result.written),
@@ -650,7 +621,12 @@ def _writeback_fields(result: WritebackResult) -> dict[str, Any]:
     }
 
 
-def _write_back(
+@observability.observed(
+    "writeback",
+    lambda layout, *, dry_run=False, **_: {"layout": layout.pk, "dry_run": dry_run},
+    _writeback_fields,
+)
+def write_back(
     layout: Layout,
     *,
     user: Any = None,

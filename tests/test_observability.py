@@ -115,7 +115,7 @@ def test_metrics_read_the_queue_depths_of_a_redis_broker(broker, settings):
 @pytest.mark.django_db
 def test_a_job_taken_over_from_a_dead_worker_is_logged_and_counted(model, layout, caplog):
     caplog.set_level(logging.INFO)
-    run = pipeline.start_run(layout)
+    run = pipeline.start_run(layout, reextract=True)
     job = run.jobs.first()
     past = timezone.now() - timedelta(minutes=5)
     PhaseOneJob.objects.filter(pk=job.pk).update(
