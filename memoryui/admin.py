@@ -19,6 +19,7 @@ from .models import (
     LintResult,
     Membership,
     MemoryVersion,
+    OperationStat,
     PhaseOneJob,
     PhaseOneResult,
     Pin,
@@ -283,6 +284,12 @@ class EntryCheckAdmin(admin.ModelAdmin):
     list_display = ["proposal", "document", "key", "risk", "unsupported", "tool_only"]
     list_filter = ["risk"]
     raw_id_fields = ["proposal"]
+
+
+@admin.register(OperationStat)
+class OperationStatAdmin(admin.ModelAdmin):
+    list_display = ["operation", "outcome", "count", "seconds"]
+    readonly_fields = ["operation", "outcome", "count", "seconds"]
 
 
 @admin.register(LintResult)

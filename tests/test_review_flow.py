@@ -349,8 +349,9 @@ def test_query_counts_do_not_grow_with_the_proposal(layout, reviewer):
     large = _queries(client, build(layout, 200))
 
     assert small == large
-    # The decision round trip (savepoints included; one read of the entry's checks).
-    assert small[0] <= 31
+    # The decision round trip (savepoints included; one read of the entry's checks; one
+    # of the decision another reviewer may have made meanwhile).
+    assert small[0] <= 32
 
 
 def test_a_comment_on_an_entry_updates_its_card_in_place(proposal, reviewer):
