@@ -300,11 +300,12 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
     assert "immutable" in asset.headers["Cache-Control"]
     assert asset.headers.get("Content-Encoding") == "gzip"
 
-    # Generate from the dashboard: the worker runs it against the model server.
+    # Generate from the dashboard: the worker runs it against the model server (every
+    # rollout extracted again: the SDK already extracted the sample's).
     layout = f"{base}/w/small-a/layouts/{layout_pk}/"
     started = s.post(
         layout + "generation/start/",
-        data={"csrfmiddlewaretoken": csrf(s, layout + "generation/")},
+        data={"csrfmiddlewaretoken": csrf(s, layout + "generation/"), "reextract": "on"},
         headers={"Referer": layout + "generation/"},
     )
     assert re.search(r"/runs/\d+/$", started.url), started.text[:500]
