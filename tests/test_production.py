@@ -8,6 +8,8 @@ There is no TLS here, so the HTTPS settings are turned off (SECURE_SSL_REDIRECT=
 secure cookies); everything else is the production configuration. The database is a new
 one on the PostgreSQL server of TEST_POSTGRES_URL, the broker TEST_REDIS_URL's Redis db."""
 
+import asyncio
+import hashlib
 import io
 import json
 import os
@@ -30,6 +32,8 @@ import yaml
 
 from generation.fake_openai import FakeOpenAI
 from memoryui.health import PATH as HEALTHZ
+from memoryui_client import SnapshotClient
+from tests.test_snapshot_store import APPROVED_MD, SUMMARY_MD, M, S, raw_memory, rollout
 from tests.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -489,3 +493,135 @@ def test_the_runtime_environment_has_no_test_tools_and_the_check_names_what_is_m
     )
     assert checked.returncode == 0, checked.stderr
     assert "uploads: " in checked.stdout and "journal: " in checked.stdout
+
+
+BLOB_BYTES, BLOBS = 512 * 1024, 200  # 100 MiB of incompressible workspace files
+
+
+def big_workspace_archive(path: Path) -> dict[str, str]:
+    """A ~100 MiB SDK-like workspace archive written to ``path`` as it streams (random
+    file data, three rollouts with the memory phase one and two left); answers each
+    file's sha256."""
+    files: dict[str, str] = {}
+
+    def add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(f"./{name}")
+        info.size, info.mtime, info.mode = len(data), 1_790_000_000, 0o644
+        archive.addfile(info, io.BytesIO(data))
+        files[name] = hashlib.sha256(data).hexdigest()
+
+    with tarfile.open(path, mode="w") as archive:
+        add(archive, "README.md", b"# A large sandbox\n")
+        for i in range(BLOBS):
+            add(archive, f"data/blob-{i:03}.bin", os.urandom(BLOB_BYTES))
+        for rid in ("big-1", "big-2", "big-3"):
+            add(archive, f"{S}/{rid}.jsonl", rollout(rid, f"task of {rid}"))
+            add(archive, f"{M}/raw_memories/{rid}.md", raw_memory(rid))
+            add(archive, f"{M}/rollout_summaries/{rid}_work.md", f"# {rid}\n".encode())
+        add(archive, f"{M}/MEMORY.md", APPROVED_MD)
+        add(archive, f"{M}/memory_summary.md", SUMMARY_MD)
+    return files
+
+
+def test_a_100_mb_persist_through_gunicorn_answers_and_imports_in_a_worker(deployment, tmp_path):
+    """The SDK's persist of a ~100 MiB workspace with the client, to gunicorn with its
+    default timeout (30 s): the upload is answered once stored, no worker is killed; the
+    import runs in the Celery worker with its progress on the job's page, and the
+    snapshot downloads back byte for byte."""
+    prod, port = deployment
+    web = command("web", prod.bin)
+    assert "--timeout" not in web and "GUNICORN_CMD_ARGS" not in prod.env  # the default
+    web[web.index("--bind") + 1] = f"127.0.0.1:{port}"
+    python = str(prod.bin / "python")
+    prod.run(*command("migrate", prod.bin))
+    prod.run(python, "manage.py", "collectstatic", "--noinput")  # the image's build step
+    prod.start("web", web)
+    for service in ("worker", "beat"):
+        prod.start(service, command(service, prod.bin))
+    secret = prod.run(
+        python,
+        "manage.py",
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; from memoryui import tokens; "
+        "u = User.objects.create_superuser('admin', '', 'a-long-test-password-42'); "
+        "print(tokens.create_token(u, 'sandboxes', ['big']).secret)",
+    ).stdout.split()[-1]
+    archive = tmp_path / "big.tar"
+    try:
+        sent = big_workspace_archive(archive)
+        size = archive.stat().st_size
+        assert size > 100 * 1024 * 1024
+        login = prod.base_url + "/accounts/login/"
+
+        def answering() -> bool:
+            try:
+                return requests.get(login, timeout=5).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        prod.wait_for(answering, 60, "gunicorn")
+        store = SnapshotClient(prod.base_url, secret, workspace="big", timeout=120)
+        prod.step(f"persisting {size / 2**20:.1f} MiB")
+        started = time.monotonic()
+        with archive.open("rb") as data:
+            answer = asyncio.run(store.upload("sandbox-big", data))
+        answered = time.monotonic() - started
+        prod.step(f"upload answered in {answered:.1f} s")
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        assert answer["size"] == size and answer["sha256"] == digest
+        assert answer["import_status"] in ("queued", "running"), answer
+        web_log = (prod.logs / "web.log").read_text(errors="replace")
+        assert "WORKER TIMEOUT" not in web_log and "SIGKILL" not in web_log, web_log[-3000:]
+        assert re.search(r'"PUT /api/workspaces/big/snapshots/sandbox-big HTTP/1.1" 202', web_log)
+
+        # The import's page, as a person watching it: live until the report opens.
+        s = requests.Session()
+        s.post(
+            login,
+            data={
+                "username": "admin",
+                "password": "a-long-test-password-42",
+                "csrfmiddlewaretoken": csrf(s, login),
+            },
+            headers={"Referer": login},
+        )
+        progress = prod.base_url + answer["progress_url"]
+        seen: list[str] = []
+
+        def report() -> str | None:
+            page = s.get(progress, allow_redirects=False, timeout=30)
+            if page.status_code == 302:
+                return page.headers["Location"]
+            assert page.status_code == 200 and 'id="import-error"' not in page.text, page.text
+            if '<progress aria-label="import progress">' in page.text:
+                status = re.search(r'class="status job-(\w+)"', page.text).group(1)
+                files = re.search(r"<dt>Files</dt><dd>([\d,]+)</dd>", page.text).group(1)
+                seen.append(f"{status} {files}")
+            return None
+
+        done = prod.wait_for(report, 240, "the import")
+        prod.step(f"imported; the progress page showed {seen}")
+        assert seen and seen[0].split()[0] in ("queued", "running")
+        assert re.fullmatch(r"/w/big/imports/\d+/", done), done
+        imported = s.get(prod.base_url + done)
+        assert imported.status_code == 200 and "big-1" in imported.text
+
+        got = asyncio.run(store.download("sandbox-big"))
+        with got, tarfile.open(fileobj=got) as restored:
+            back = {
+                info.name.removeprefix("./"): hashlib.sha256(
+                    restored.extractfile(info).read()  # type: ignore[union-attr]
+                ).hexdigest()
+                for info in restored
+                if info.isreg()
+            }
+        prod.step("downloaded")
+        blobs = {name: sha for name, sha in sent.items() if name.startswith("data/")}
+        assert len(blobs) == BLOBS and {n: back.get(n) for n in blobs} == blobs
+        assert back["README.md"] == sent["README.md"]
+        assert back[f"{S}/big-1.jsonl"] == sent[f"{S}/big-1.jsonl"]
+        assert "WORKER TIMEOUT" not in (prod.logs / "web.log").read_text(errors="replace")
+    finally:
+        archive.unlink(missing_ok=True)
+        shutil.rmtree(Path(prod.env["MEMORYUI_VAR_DIR"]) / "remote-store", ignore_errors=True)
