@@ -15,7 +15,7 @@ from tests.factories import make_user
 from tests.review_world import MD
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
 from tests.test_entry_checks import ENG, HONEST, POISON, POISONED, group, propose
-from tests.test_review_browser import focused, open_page, review_url, settled, until
+from tests.test_review_browser import focused, open_page, review_url, settled, swapped, until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SHOTS = os.environ.get("MEMORYUI_SCREENSHOTS")
@@ -84,7 +84,8 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
         # The three groups cite one rollout in the same words: likely duplicates, kept
         # by ticking "Approve them anyway".
         assert "likely duplicate" in page.inner_text("#review-duplicates")
-        page.keyboard.press("Tab")  # from the choice for undecided entries
+        swapped(page)  # the dialog has put the focus on the choice for undecided entries
+        page.keyboard.press("Tab")
         assert page.evaluate("document.activeElement.id") == "duplicates-ok"
         page.keyboard.press("Space")
         page.keyboard.press("Tab")

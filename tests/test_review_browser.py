@@ -40,6 +40,12 @@ def review_url(live_server, proposal: Proposal, query: str = "") -> str:
     return f"{live_server.url}{path}{query}"
 
 
+def swapped(page) -> None:  # type: ignore[no-untyped-def]
+    """Wait until no htmx request, swap or settle is under way (htmx:afterSettle, where
+    review.js moves the focus, has run)."""
+    until(page, "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
+
+
 def until(page, predicate: str, arg=None, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
     """Poll ``predicate`` (wait_for_function evaluates strings, which the page's CSP
     forbids)."""
@@ -129,6 +135,7 @@ def test_a_whole_review_by_keyboard_from_opening_to_approval(
 
         page.keyboard.press("s")  # submit the review: the summary, as a dialog
         page.wait_for_selector("#review-dialog[open] #approve-summary")
+        swapped(page)  # the dialog's focus is on the choice for undecided entries
         assert page.inner_text("#review-dialog [data-count=undecided]") == "10"
         page.keyboard.press("ArrowDown")  # keep the current text of the undecided ten
         assert page.evaluate("document.activeElement.value") == "reject"
@@ -360,11 +367,13 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
 
         page.keyboard.press("s")
         page.wait_for_selector("#review-dialog[open] #review-duplicates")
+        swapped(page)
         warning = page.inner_text("#review-duplicates")
         assert "1 likely duplicate" in warning and "again" in warning
         assert page.evaluate("document.activeElement.id") == "confirm-approve"
         page.keyboard.press("Enter")  # not ticked: refused, the dialog says so
         page.wait_for_selector("#review-dialog[open] #review-duplicates [role=alert]")
+        swapped(page)  # the refusal's focus has moved before the keys go on
         until(page, "() => document.activeElement.id === 'confirm-approve'")
         page.keyboard.press("Shift+Tab")
         assert page.evaluate("document.activeElement.id") == "duplicates-ok"
