@@ -155,7 +155,8 @@
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var card = cardOf(event.detail.elt);
-    if (card) {
+    // Only an action that swaps the card itself (not a fold loading inside it).
+    if (card && event.detail.target === card) {
       pending = { id: card.id, decision: event.detail.elt.hasAttribute("data-decision-form") };
     }
   });
@@ -176,6 +177,9 @@
       pending = null;
       return;
     }
+    // A fold that loaded inside a card (evidence, rendered text) leaves the focus alone
+    // and does not take the place of the card's own pending action.
+    if (target && cardOf(target) && !target.matches("[data-entry]")) return;
     if (!pending) return;
     var done = pending;
     pending = null;
