@@ -40,28 +40,34 @@ def build(
     proposal (a new entry)."""
     cites = cites or {}
     base_text = curation.review.join(entry(i, f"person {i}") for i in range(n))
+    proposed = curation.review.join(
+        [*(entry(i, f"model {i}", cites.get(i, 1)) for i in range(n)), *([extra] if extra else [])]
+    )
+    return proposal_over(layout, base_text, proposed, user=user)
+
+
+def proposal_over(layout: Layout, base: str, proposed: str, *, user=None) -> Proposal:  # type: ignore[no-untyped-def]
+    """A pending proposal turning the current MEMORY.md, made ``base``, into ``proposed``,
+    its entries checked as the pipeline does when it stores a proposal."""
     current = curation.latest(layout, MD)
-    base = curation.save_document(
+    base_version = curation.save_document(
         layout,
         MD,
-        base_text,
+        base,
         user=user,
         reason="test base",
         based_on=current.number if current else None,
     )
     summary = curation.latest(layout, SUMMARY)
-    proposed = curation.review.join(
-        [*(entry(i, f"model {i}", cites.get(i, 1)) for i in range(n)), *([extra] if extra else [])]
-    )
     run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
     proposal = Proposal.objects.create(
         layout=layout,
         run=run,
-        base_memory_md=base,
+        base_memory_md=base_version,
         base_memory_summary=summary,
         memory_md=proposed,
         memory_summary=curation.text_of(summary),
         raw_memories_md="",
     )
-    entry_checks.ensure(proposal)  # as the pipeline does when it stores a proposal
+    entry_checks.ensure(proposal)
     return proposal

@@ -340,7 +340,7 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
 ):
     from generation import review
     from memoryui.review_views import _slug
-    from tests.test_review_cards import proposal_over
+    from tests.review_world import proposal_over
     from tests.test_task_review import CHANGES, World, label
 
     world = World(fixtures_dir)

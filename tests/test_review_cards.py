@@ -6,8 +6,9 @@ import pytest
 from django.test import Client
 
 from generation import review
-from memoryui import curation, entry_checks, tokens
-from memoryui.models import EntryView, GenerationRun, Layout, MemoryVersion, Proposal, Role
+from memoryui import curation, tokens
+from memoryui.models import EntryView, Layout, MemoryVersion, Proposal, Role
+from tests.review_world import proposal_over
 from tests.test_curation import member, url
 
 MD = MemoryVersion.Document.MEMORY_MD
@@ -26,32 +27,6 @@ def group(name: str, scope: str) -> str:
         f"### rollout_summary_files\n\n- rollout_summaries/{name}_x.md (rollout_id={name})\n\n"
         f"### keywords\n\n- {name}\n"
     )
-
-
-def proposal_over(layout: Layout, base: str, proposed: str) -> Proposal:
-    """A pending proposal turning the current MEMORY.md, made ``base``, into ``proposed``."""
-    current = curation.latest(layout, MD)
-    base_version = curation.save_document(
-        layout,
-        MD,
-        base,
-        user=None,
-        reason="test base",
-        based_on=current.number if current else None,
-    )
-    summary = curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY)
-    run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
-    proposal = Proposal.objects.create(
-        layout=layout,
-        run=run,
-        base_memory_md=base_version,
-        base_memory_summary=summary,
-        memory_md=proposed,
-        memory_summary=curation.text_of(summary),
-        raw_memories_md="",
-    )
-    entry_checks.ensure(proposal)  # as the pipeline does when it stores a proposal
-    return proposal
 
 
 def api_token_client(user, layout: Layout) -> tuple[Client, dict[str, str]]:

@@ -12,9 +12,9 @@ from django.test import Client
 from generation import review
 from memoryui import curation
 from memoryui.models import MemoryVersion, Pin, Role
+from tests.review_world import proposal_over
 from tests.test_curation import member, url
 from tests.test_decisions import consolidate_with
-from tests.test_review_cards import proposal_over
 
 MD = MemoryVersion.Document.MEMORY_MD
 HTMX = {"HX-Request": "true"}
