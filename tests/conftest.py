@@ -103,3 +103,26 @@ def model(settings):
         settings.MEMORYUI_DEMO_MODEL = "off"
         settings.MEMORYUI_RETRY_BASE_SECONDS = 0
         yield server
+
+
+# bin/test runs the suite twice: everything on SQLite, then on PostgreSQL the tests that use
+# the test database (MEMORYUI_TEST_DATABASE_TESTS_ONLY=1). A test that never touches it
+# (parsing, the model client, a deployment that brings its own PostgreSQL database) proves
+# the same thing on both runs, so it runs once.
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
+
+
+def uses_test_database(item: pytest.Item) -> bool:
+    if item.get_closest_marker("django_db") is not None:
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("MEMORYUI_TEST_DATABASE_TESTS_ONLY") != "1":
+        return
+    kept = [item for item in items if uses_test_database(item)]
+    dropped = [item for item in items if not uses_test_database(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
