@@ -1,4 +1,6 @@
-"""Celery tasks: thin wrappers that take ids and call plain functions. Importing this
+"""Celery tasks: thin wrappers that take ids and call plain functions. Each is named
+explicitly (``memoryui.tasks.<function>``): a queued message names its task, so moving or
+renaming a function must not change the name (former names are forwarded below). Importing this
 module loads the Celery app (``memoryui.celery``) the tasks are sent with: modules that
 send a task import it where they send it, so that pages and commands that send none
 never load Celery."""
@@ -12,7 +14,7 @@ from memoryui.celery import app
 from memoryui.models import GenerationRun, WorkerHeartbeat, Workspace
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.reimport_workspace", acks_late=True)
 def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     """Re-run the import of a workspace from its recorded source, if it is under the
     workspace roots. Safe to run twice: the import is a sync that skips unchanged files."""
@@ -23,14 +25,14 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     workspaces.reimport(workspace, user)
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.import_new_workspace", acks_late=True)
 def import_new_workspace(job_id: int) -> None:
     """Create a workspace from an uploaded snapshot or a registered directory, or merge
     a sandbox's upload to the remote snapshot store into its workspace."""
     workspaces.run_import_job(job_id)
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.sync_workspaces", acks_late=True)
 def sync_workspaces() -> None:
     """Periodic (Celery beat, every minute): re-import each workspace whose sync
     interval has passed, each claimed by one beat only."""
@@ -38,12 +40,18 @@ def sync_workspaces() -> None:
         sync_workspace.delay(workspace_id)
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.sync_workspace", acks_late=True)
 def sync_workspace(workspace_id: int) -> None:
     workspaces.sync_workspace(workspace_id)
 
 
-@app.task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@app.task(
+    name="memoryui.tasks.phase_one_task",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+)
 def phase_one_task(self, job_id: int) -> None:
     """Phase one for one rollout, then keep the layout's window of jobs full and start
     phase two after the last one."""
@@ -64,7 +72,13 @@ def advance_run(run_id: int) -> None:
         phase_two_task.delay(run_id)
 
 
-@app.task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@app.task(
+    name="memoryui.tasks.phase_two_task",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+)
 def phase_two_task(self, run_id: int) -> None:
     """Phase two for a run: consolidate into a proposal for review."""
     try:
@@ -77,7 +91,7 @@ def phase_two_task(self, run_id: int) -> None:
         raise self.retry(countdown=pipeline.retry_delay(attempt, exc.retry_after)) from exc
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.recover_stalled_runs", acks_late=True)
 def recover_stalled_runs() -> None:
     """Periodic (Celery beat): send again the work of active runs whose task message was
     lost with a worker, and keep every extracting run's window of jobs full."""
@@ -91,7 +105,7 @@ def recover_stalled_runs() -> None:
         advance_run(run_id)
 
 
-@app.task(acks_late=True)
+@app.task(name="memoryui.tasks.start_generation", acks_late=True)
 def start_generation(run_id: int) -> None:
     """Fill the first window of phase-one jobs (or go straight to phase two)."""
     advance_run(run_id)
@@ -106,7 +120,7 @@ def deliver_webhook(self, delivery_id: int) -> None:
         raise self.retry(countdown=retry_in)
 
 
-@app.task(ignore_result=True)
+@app.task(name="memoryui.tasks.heartbeat", ignore_result=True)
 def heartbeat() -> None:
     """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``."""
     WorkerHeartbeat.objects.update_or_create(name="worker", defaults={"seen_at": timezone.now()})

@@ -1,0 +1,39 @@
+"""Task names are part of the broker's protocol: a message queued by one version names the
+task a later version must run. They are explicit in memoryui/tasks.py; this list is the
+contract, so renaming or moving a function cannot silently strand queued messages."""
+
+import inspect
+
+from memoryui import tasks
+from memoryui.celery import app
+
+NAMES = {
+    "memoryui.tasks.reimport_workspace",
+    "memoryui.tasks.import_new_workspace",
+    "memoryui.tasks.sync_workspaces",
+    "memoryui.tasks.sync_workspace",
+    "memoryui.tasks.phase_one_task",
+    "memoryui.tasks.phase_two_task",
+    "memoryui.tasks.recover_stalled_runs",
+    "memoryui.tasks.start_generation",
+    "memoryui.tasks.heartbeat",
+    "memoryui.webhooks.deliver_webhook",
+    # Former names, forwarded to the tasks above.
+    "generation.tasks.reimport_workspace",
+    "generation.tasks.phase_one_task",
+    "generation.tasks.phase_two_task",
+    "generation.tasks.recover_stalled_runs",
+    "generation.tasks.start_generation",
+}
+
+
+def test_every_task_name_a_queued_message_may_carry_is_registered():
+    registered = {name for name in app.tasks if not name.startswith("celery.")}
+    assert registered == NAMES
+
+
+def test_each_task_is_named_in_its_decorator_not_by_where_its_function_lives():
+    source = inspect.getsource(tasks)
+    decorators = source.count("@app.task(")
+    assert decorators == source.count("@app.task(\n    name=") + source.count('@app.task(name="')
+    assert decorators == len([n for n in NAMES if not n.startswith("generation.")])
