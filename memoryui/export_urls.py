@@ -4,11 +4,11 @@
 
 from django.urls import path
 
-from . import export_views
+from .views import exports
 
 layout = "w/<str:name>/layouts/<int:layout_pk>/"
 
 urlpatterns = [
-    path(layout + "writeback/", export_views.layout_writeback, name="layout_writeback"),
-    path("w/<str:name>/export/", export_views.workspace_export, name="workspace_export"),
+    path(layout + "writeback/", exports.layout_writeback, name="layout_writeback"),
+    path("w/<str:name>/export/", exports.workspace_export, name="workspace_export"),
 ]

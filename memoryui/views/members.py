@@ -10,10 +10,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .members import MemberError, add_member, change_role, remove_member
-from .models import Membership, Role
-from .roles import workspace_view
-from .views import HtmxHttpRequest, bad_request
+from ..members import MemberError, add_member, change_role, remove_member
+from ..models import Membership, Role
+from ..roles import workspace_view
+from .common import HtmxHttpRequest, bad_request
 
 
 class AddMemberForm(forms.Form):

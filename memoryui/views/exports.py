@@ -20,12 +20,11 @@ from django.views.decorators.http import require_http_methods
 from generation.export import SNAPSHOT_ID_RE, ExportError
 from generation.lint import Finding
 
-from . import lint_allowances
-from .models import Layout, Role, Workspace
-from .roles import has_role, workspace_view
-from .snapshots import export_snapshot, plan_export, snapshot_base_path
-from .views import HtmxHttpRequest
-from .writeback import (
+from .. import lint_allowances
+from ..models import Layout, Role, Workspace
+from ..roles import has_role, workspace_view
+from ..snapshots import export_snapshot, plan_export, snapshot_base_path
+from ..writeback import (
     Plan,
     Refused,
     WritebackError,
@@ -35,6 +34,7 @@ from .writeback import (
     workspace_root,
     write_back,
 )
+from .common import HtmxHttpRequest
 
 # --- write-back ---------------------------------------------------------------------------
 

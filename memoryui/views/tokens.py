@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import tokens
-from .models import ApiToken, Role, Workspace
-from .roles import has_role, signed_in
+from .. import tokens
+from ..models import ApiToken, Role, Workspace
+from ..roles import has_role, signed_in
 
 EXPIRY_CHOICES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "never")]
 

@@ -1,24 +1,25 @@
 """A workspace's webhooks page (admins): receivers, the delivery log with every attempt,
-and redelivery."""
+and redelivery. The page also holds the snapshot store's policy form, posted to
+``snapshot_store``."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import outbound, webhooks
-from .models import (
+from .. import outbound, webhooks
+from ..models import (
     AuditEvent,
     Role,
     SnapshotStorePolicy,
     Webhook,
     WebhookDelivery,
-    Workspace,
 )
-from .roles import signed_in, workspace_view
+from ..roles import signed_in, workspace_view
+from .common import HtmxHttpRequest
 
 DELIVERIES_SHOWN = 50
 
@@ -48,15 +49,10 @@ class WebhookForm(forms.Form):
         return url
 
 
-def _workspace(request: HttpRequest, name: str) -> Workspace:
-    """The route's workspace, resolved (and the admin role checked) by ``workspace_view``."""
-    return request.workspace  # type: ignore[attr-defined]
-
-
 @workspace_view(Role.ADMIN)
 @require_http_methods(["GET", "POST"])
-def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
-    workspace = _workspace(request, name)
+def webhook_list(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    workspace = request.workspace
     form = WebhookForm(request.POST or None)
     created = None
     status = 200
@@ -95,8 +91,8 @@ def webhook_list(request: HttpRequest, name: str) -> HttpResponse:
 
 @workspace_view(Role.ADMIN)
 @require_POST
-def webhook_delete(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    workspace = _workspace(request, name)
+def webhook_delete(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = request.workspace
     hook = get_object_or_404(Webhook, pk=pk, workspace=workspace)
     AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.origin)
     hook.delete()
@@ -106,40 +102,9 @@ def webhook_delete(request: HttpRequest, name: str, pk: int) -> HttpResponse:
 
 @workspace_view(Role.ADMIN)
 @require_POST
-def webhook_redeliver(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    workspace = _workspace(request, name)
+def webhook_redeliver(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
+    workspace = request.workspace
     delivery = get_object_or_404(WebhookDelivery, pk=pk, webhook__workspace=workspace)
     webhooks.redeliver(delivery)
     messages.info(request, f"Delivery {delivery.pk} ({delivery.event}) queued again.")
-    return redirect("memoryui:webhook_list", name=name)
-
-
-@workspace_view(Role.ADMIN)
-@require_POST
-def snapshot_store_policy(request: HttpRequest, name: str) -> HttpResponse:
-    """Set the remote snapshot store's policies (admins): generate on upload, and
-    whether sandboxes get unreviewed agent memory (by default they do not)."""
-    workspace = _workspace(request, name)
-    generate = request.POST.get("generate_on_upload") == "on"
-    unreviewed = request.POST.get("serve_unreviewed") == "on"
-    SnapshotStorePolicy.objects.update_or_create(
-        workspace=workspace,
-        defaults={"generate_on_upload": generate, "serve_unreviewed": unreviewed},
-    )
-    AuditEvent.record(
-        workspace,
-        "snapshot_store.policy",
-        user=request.user,
-        generate_on_upload=generate,
-        serve_unreviewed=unreviewed,
-    )
-    messages.info(
-        request,
-        ("Uploads now start a generation run. " if generate else "Uploads start no run. ")
-        + (
-            "Sandboxes get the latest memory, unreviewed agent changes included."
-            if unreviewed
-            else "Sandboxes get approved memory only."
-        ),
-    )
     return redirect("memoryui:webhook_list", name=name)
