@@ -4,13 +4,13 @@ and redelivery. The page also holds the snapshot store's policy form, posted to
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import outbound, webhooks
+from .. import webhooks
+from ..forms import WebhookForm
 from ..models import (
     AuditEvent,
     Role,
@@ -22,31 +22,6 @@ from ..roles import signed_in, workspace_view
 from .common import HtmxHttpRequest
 
 DELIVERIES_SHOWN = 50
-
-
-class WebhookForm(forms.Form):
-    url = forms.URLField(
-        label="Receiver URL",
-        max_length=1000,
-        assume_scheme="https",
-        widget=forms.URLInput(
-            attrs={"placeholder": "https://ci.example.com/memoryui-hook", "size": 60}
-        ),
-    )
-    events = forms.MultipleChoiceField(
-        choices=webhooks.EVENTS,
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        help_text="None ticked: every event.",
-    )
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data["url"]
-        try:
-            outbound.validate_target(url)
-        except outbound.Refused as exc:
-            raise forms.ValidationError(f"This receiver is refused: {exc}.") from exc
-        return url
 
 
 @workspace_view(Role.ADMIN)
