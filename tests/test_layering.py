@@ -1,6 +1,5 @@
 """``generation`` (the format and the pipeline's plain functions) never imports Django
-or the web app: ``memoryui`` uses it, never the other way round. Inside ``memoryui``,
-the pages (``memoryui/views/``) are imported by the routes alone, never by a service."""
+or the web app: ``memoryui`` uses it, never the other way round."""
 
 import ast
 import subprocess
@@ -51,34 +50,3 @@ def test_every_generation_module_imports_with_django_missing():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
-
-
-def absolute_imports(path: Path) -> set[str]:
-    """Every module a file of ``memoryui`` imports, relative imports resolved (``from .
-    import views`` in ``memoryui/x.py`` is ``memoryui.views``)."""
-    package = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def test_only_the_routes_import_the_pages():
-    """Services, tasks, commands and the API never import a page module: the pages
-    (``memoryui/views/``) sit on top, reached through the URLconf alone."""
-    allowed = {ROOT / "memoryui" / "urls.py"}
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            n for n in absolute_imports(path) if n.startswith("memoryui.views")
-        )
-        for path in (ROOT / "memoryui").rglob("*.py")
-        if "views" not in path.relative_to(ROOT / "memoryui").parts[:1] and path not in allowed
-    }
-    assert {name: found for name, found in offenders.items() if found} == {}
-    assert "memoryui.views.proposals" in absolute_imports(ROOT / "memoryui" / "urls.py")
