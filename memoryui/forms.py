@@ -1,10 +1,21 @@
+"""Every form of the dashboard, by room: what a person types or a page's query string
+carries is checked here before a view uses it (a view answers an invalid form with 400
+and the form's messages). The admin's own ModelForm stays in ``admin.py``."""
+
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 
+from generation.export import SNAPSHOT_ID_RE
 from generation.tree import TERMINAL_STATES
+
+from . import outbound, webhooks
+from .models import Role
+
+if TYPE_CHECKING:
+    from .models import Layout
 
 
 class RolloutFilterForm(forms.Form):
@@ -508,3 +519,86 @@ class ApproveForm(forms.Form):
     )
     # Approve even though the result holds likely duplicates (listed in the dialog).
     duplicates_ok = forms.BooleanField(required=False)
+
+
+# --- export -------------------------------------------------------------------------
+
+
+class ExportForm(forms.Form):
+    DESTINATIONS = [("server", "Snapshot directory on the server"), ("download", "Download")]
+
+    layouts = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, help_text="None ticked: every layout."
+    )
+    snapshot_id = forms.RegexField(
+        regex=SNAPSHOT_ID_RE,
+        max_length=128,
+        error_messages={
+            "invalid": "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
+        },
+    )
+    destination = forms.ChoiceField(choices=DESTINATIONS, widget=forms.RadioSelect)
+    session_state = forms.BooleanField(
+        required=False,
+        label="Also write the session state that resumes it (server only)",
+    )
+
+    def __init__(self, *args: Any, layouts: list[Layout], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast(forms.MultipleChoiceField, self.fields["layouts"])
+        field.choices = [(lay.memories_dir, lay.memories_dir) for lay in layouts]
+
+
+# --- members and API tokens ---------------------------------------------------------
+
+
+class AddMemberForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+
+
+class MemberForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices, required=False)
+    remove = forms.BooleanField(required=False)
+
+
+EXPIRY_CHOICES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "never")]
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    workspaces = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    expires_in_days = forms.ChoiceField(choices=EXPIRY_CHOICES, initial="90", required=False)
+
+    def __init__(self, *args, workspaces: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast(forms.MultipleChoiceField, self.fields["workspaces"])
+        field.choices = [(n, n) for n in workspaces]
+
+
+# --- webhooks -----------------------------------------------------------------------
+
+
+class WebhookForm(forms.Form):
+    url = forms.URLField(
+        label="Receiver URL",
+        max_length=1000,
+        assume_scheme="https",
+        widget=forms.URLInput(
+            attrs={"placeholder": "https://ci.example.com/memoryui-hook", "size": 60}
+        ),
+    )
+    events = forms.MultipleChoiceField(
+        choices=webhooks.EVENTS,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event.",
+    )
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        try:
+            outbound.validate_target(url)
+        except outbound.Refused as exc:
+            raise forms.ValidationError(f"This receiver is refused: {exc}.") from exc
+        return url

@@ -339,7 +339,7 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
     fixtures_dir,
 ):
     from generation import review
-    from memoryui.review_views import _slug
+    from memoryui.views.common import key_slug
     from tests.review_world import proposal_over
     from tests.test_task_review import CHANGES, World, label
 
@@ -347,7 +347,7 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
     proposal = proposal_over(review_layout, world.base, world.apply(CHANGES | {"duplicate"}))
     changes = [c for c in review.compare(world.base, proposal.memory_md) if c.status != "unchanged"]
     labels = {
-        f"entry-{MD}-{_slug(c.key)}": "duplicate"
+        f"entry-{MD}-{key_slug(c.key)}": "duplicate"
         if c.status == "added" and "again" in c.title
         else label(c, world)
         for c in changes

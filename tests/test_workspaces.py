@@ -235,11 +235,11 @@ def test_upload_whose_request_is_over_the_limit_is_refused_unread(
 def test_upload_over_the_limit_is_stopped_while_it_streams(
     client, staff, roots, settings, monkeypatch
 ):
-    from memoryui.workspace_views import SnapshotUploadHandler
+    from memoryui.views.workspaces import SnapshotUploadHandler
 
     settings.MEMORYUI_MAX_UPLOAD_BYTES = 100_000
     data = bytes(300_000)  # the request passes the Content-Length check only by the slack
-    monkeypatch.setattr("memoryui.workspace_views.MULTIPART_SLACK", 250_000)
+    monkeypatch.setattr("memoryui.views.workspaces.MULTIPART_SLACK", 250_000)
     written = []
     original = SnapshotUploadHandler.receive_data_chunk
 

@@ -23,11 +23,11 @@ from generation import review
 from generation.memory_md import KIND_LABELS
 from generation.summary import approx_tokens, injected_summary
 
-from . import curation, forms
-from .models import Layout, MemoryVersion, Role
-from .roles import workspace_view
-from .templatetags.markdown import render_markdown
-from .views import HtmxHttpRequest, bad_request
+from .. import curation, forms
+from ..models import Layout, MemoryVersion, Role
+from ..roles import workspace_view
+from ..templatetags.markdown import render_markdown
+from .common import HtmxHttpRequest, bad_request
 
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 # Characters of the kept text shown on either side of the marker in the cut preview.

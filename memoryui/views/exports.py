@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from typing import Any, cast
+from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.http import FileResponse, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from generation.export import SNAPSHOT_ID_RE, ExportError
+from generation.export import ExportError
 from generation.lint import Finding
 
-from . import lint_allowances
-from .models import Layout, Role, Workspace
-from .roles import has_role, workspace_view
-from .snapshots import export_snapshot, plan_export, snapshot_base_path
-from .views import HtmxHttpRequest
-from .writeback import (
+from .. import lint_allowances
+from ..forms import ExportForm
+from ..models import Layout, Role, Workspace
+from ..roles import has_role, workspace_view
+from ..snapshots import export_snapshot, plan_export, snapshot_base_path
+from ..writeback import (
     Plan,
     Refused,
     WritebackError,
@@ -35,6 +34,7 @@ from .writeback import (
     workspace_root,
     write_back,
 )
+from .common import HtmxHttpRequest
 
 # --- write-back ---------------------------------------------------------------------------
 
@@ -164,31 +164,6 @@ def _lint_context(
 
 
 # --- export -------------------------------------------------------------------------------
-
-
-class ExportForm(forms.Form):
-    DESTINATIONS = [("server", "Snapshot directory on the server"), ("download", "Download")]
-
-    layouts = forms.MultipleChoiceField(
-        required=False, widget=forms.CheckboxSelectMultiple, help_text="None ticked: every layout."
-    )
-    snapshot_id = forms.RegexField(
-        regex=SNAPSHOT_ID_RE,
-        max_length=128,
-        error_messages={
-            "invalid": "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
-        },
-    )
-    destination = forms.ChoiceField(choices=DESTINATIONS, widget=forms.RadioSelect)
-    session_state = forms.BooleanField(
-        required=False,
-        label="Also write the session state that resumes it (server only)",
-    )
-
-    def __init__(self, *args: Any, layouts: list[Layout], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = cast(forms.MultipleChoiceField, self.fields["layouts"])
-        field.choices = [(lay.memories_dir, lay.memories_dir) for lay in layouts]
 
 
 @workspace_view(Role.VIEWER, post=Role.ADMIN)

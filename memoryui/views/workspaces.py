@@ -1,5 +1,6 @@
-"""Creating workspaces from the dashboard (an uploaded snapshot or a registered
-directory) and their scheduled sync."""
+"""The workspace pages: the list, a workspace's page (its layouts, imports and sync),
+an import's report, and creating workspaces from the dashboard (an uploaded snapshot or
+a registered directory) with their scheduled sync and re-import."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadedfile import TemporaryUploadedFile, UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,12 +26,12 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
 
-from . import observability, workspaces
-from .forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
-from .importer import default_limits
-from .models import ImportJob, Role, Workspace
-from .roles import has_role, signed_in, workspace_view
-from .views import HtmxHttpRequest
+from .. import figures, observability, snapshot_store, workspaces
+from ..forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
+from ..importer import default_limits
+from ..models import ImportJob, ImportRun, Layout, Role, Workspace, WorkspaceFile
+from ..roles import has_role, signed_in, workspace_view
+from .common import HtmxHttpRequest
 
 # Room in a request for the multipart boundaries and the other fields of the form.
 MULTIPART_SLACK = 64 * 1024
@@ -273,3 +276,117 @@ def _send_import(job_id: int) -> None:
     from memoryui.tasks import import_new_workspace  # Celery loads when a task is sent
 
     import_new_workspace.delay_on_commit(job_id)
+
+
+def _count_subquery(queryset):
+    return Coalesce(
+        Subquery(
+            queryset.order_by().values("workspace_id").annotate(n=Count("pk")).values("n"),
+            output_field=IntegerField(),
+        ),
+        0,
+    )
+
+
+@require_GET
+def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
+    annotated = Workspace.objects.annotate(
+        layout_count=Count("layouts", filter=Q(layouts__missing_since__isnull=True)),
+        rollout_count=_count_subquery(
+            WorkspaceFile.objects.present().filter(
+                workspace=OuterRef("pk"), kind=WorkspaceFile.Kind.ROLLOUT
+            )
+        ),
+        last_run_pk=Subquery(
+            ImportRun.objects.filter(workspace=OuterRef("pk")).order_by("-pk").values("pk")[:1]
+        ),
+    ).order_by("name")
+    workspaces = [w for w in annotated if has_role(request.user, w, Role.VIEWER)]
+    runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
+    rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
+    return render(request, "memoryui/workspace_list.html", {"rows": rows})
+
+
+@workspace_view(Role.VIEWER)
+@require_GET
+def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    workspace = request.workspace
+    layouts = list(
+        Layout.objects.filter(workspace=workspace).order_by("missing_since", "memories_dir")
+    )
+    counts = figures.cached(workspace, "layout-counts", lambda: _layout_counts(workspace))
+    for layout in layouts:
+        for name, n in counts.get(layout.pk, _NO_COUNTS).items():
+            setattr(layout, name, n)
+    runs = workspace.imports.defer("report").select_related("triggered_by")[:10]
+    missing_files = workspace.files.filter(missing_since__isnull=False).count()
+    return render(
+        request,
+        "memoryui/workspace_detail.html",
+        {
+            "workspace": workspace,
+            "layouts": layouts,
+            "runs": runs,
+            "missing_files": missing_files,
+            "is_admin": has_role(request.user, workspace, Role.ADMIN),
+            "sync_form": SyncForm(instance=workspace),
+            **workspaces.sync_status(workspace),
+            **snapshot_store.store_status(workspace),
+        },
+    )
+
+
+_NO_COUNTS = {
+    "rollout_count": 0,
+    "raw_memory_count": 0,
+    "summary_count": 0,
+    "skill_count": 0,
+    "problem_count": 0,
+}
+
+
+def _layout_counts(workspace: Workspace) -> dict[int, dict[str, int]]:
+    """Files present on disk per layout: rollouts, raw memories, summaries, skill files
+    and files with a problem (the same until the next import, see ``memoryui.figures``)."""
+    kinds = WorkspaceFile.Kind
+    present = Q(files__missing_since__isnull=True)
+    rows = (
+        Layout.objects.filter(workspace=workspace)
+        .annotate(
+            rollout_count=Count("files", filter=Q(files__kind=kinds.ROLLOUT) & present),
+            raw_memory_count=Count("files", filter=Q(files__kind=kinds.RAW_MEMORY) & present),
+            summary_count=Count("files", filter=Q(files__kind=kinds.ROLLOUT_SUMMARY) & present),
+            skill_count=Count("files", filter=Q(files__kind=kinds.SKILL) & present),
+            problem_count=Count("files", filter=~Q(files__problem="") & present),
+        )
+        .values("pk", *_NO_COUNTS)
+    )
+    return {row.pop("pk"): row for row in rows}
+
+
+@workspace_view(Role.VIEWER)
+@require_GET
+def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
+    run = get_object_or_404(ImportRun, workspace=request.workspace, pk=pk)
+    run.workspace = request.workspace
+    return render(request, "memoryui/import_detail.html", {"run": run, "workspace": run.workspace})
+
+
+@workspace_view(Role.ADMIN)
+@require_POST
+def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """Queue a re-import from the workspace's source path (admins)."""
+    workspace = request.workspace
+    if snapshot_store.has_uploads(workspace):
+        messages.error(request, f"Not re-imported: {snapshot_store.NO_SOURCE}")
+        return redirect(workspace)
+    try:
+        workspaces.resolve_source(workspace.source_path)
+    except workspaces.PathRefused as exc:
+        messages.error(request, f"Not re-imported: {exc}")
+        return redirect(workspace)
+    from memoryui.tasks import reimport_workspace  # Celery loads when a task is sent
+
+    reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
+    messages.info(request, f"Re-import of {workspace.name} queued.")
+    return redirect(workspace)

@@ -17,12 +17,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from generation import tree
 
-from . import consolidation, curation, diffs, forms, skills
-from .documents import SHOWN_BYTES
-from .models import Blob, Layout, Proposal, Role, SkillFileVersion
-from .roles import has_role, workspace_view
-from .templatetags.markdown import render_markdown
-from .views import HtmxHttpRequest, bad_request
+from .. import consolidation, curation, diffs, forms, skills
+from ..documents import SHOWN_BYTES
+from ..models import Blob, Layout, Proposal, Role, SkillFileVersion
+from ..roles import has_role, workspace_view
+from ..templatetags.markdown import render_markdown
+from .common import HtmxHttpRequest, bad_request
 
 
 def _rel(skill: str, file: str) -> str:

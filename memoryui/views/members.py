@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpResponse
@@ -10,20 +9,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .members import MemberError, add_member, change_role, remove_member
-from .models import Membership, Role
-from .roles import workspace_view
-from .views import HtmxHttpRequest, bad_request
-
-
-class AddMemberForm(forms.Form):
-    username = forms.CharField(max_length=150)
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
-
-
-class MemberForm(forms.Form):
-    role = forms.ChoiceField(choices=Role.choices, required=False)
-    remove = forms.BooleanField(required=False)
+from ..forms import AddMemberForm, MemberForm
+from ..members import MemberError, add_member, change_role, remove_member
+from ..models import Membership, Role
+from ..roles import workspace_view
+from .common import HtmxHttpRequest, bad_request
 
 
 @workspace_view(Role.ADMIN)

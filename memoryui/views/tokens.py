@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import cast
 
-from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import tokens
-from .models import ApiToken, Role, Workspace
-from .roles import has_role, signed_in
-
-EXPIRY_CHOICES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "never")]
-
-
-class TokenForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    workspaces = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
-    expires_in_days = forms.ChoiceField(choices=EXPIRY_CHOICES, initial="90", required=False)
-
-    def __init__(self, *args, workspaces: list[str], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        field = cast(forms.MultipleChoiceField, self.fields["workspaces"])
-        field.choices = [(n, n) for n in workspaces]
+from .. import tokens
+from ..forms import TokenForm
+from ..models import ApiToken, Role, Workspace
+from ..roles import has_role, signed_in
 
 
 def _visible(request: HttpRequest) -> list[str]:

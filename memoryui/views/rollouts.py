@@ -1,5 +1,6 @@
-"""The rollout page: a transcript rendered by item type, beside its raw memory and
-rollout summary; and one item in full, the fragment behind each "expand"."""
+"""The rollouts of a layout: the list (filtered, searched, paged by keys); the rollout
+page, a transcript rendered by item type, beside its raw memory and rollout summary;
+and one item in full, the fragment behind each "expand"."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -15,11 +18,11 @@ from django.views.decorators.http import require_GET
 
 from generation import tree
 
-from . import transcript
-from .forms import PageForm
-from .models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
-from .roles import workspace_view
-from .views import HtmxHttpRequest, bad_request
+from .. import documents, search, transcript
+from ..forms import PageForm, RolloutFilterForm
+from ..models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
+from ..roles import workspace_view
+from .common import HtmxHttpRequest, KeysThenRows, bad_request, cut_chars
 
 
 def _rollout(request: HtmxHttpRequest, rollout_id: str) -> Rollout:
@@ -178,3 +181,79 @@ def rollout_item(
         f"{back}?page={page}#{item.anchor}" if page > 1 else f"{back}#{item.anchor}"
     )
     return render(request, "memoryui/_rollout_item.html", context)
+
+
+# --- the list -------------------------------------------------------------------------
+
+ROLLOUTS_PER_PAGE = 50
+TITLE_CHARS = 110
+
+
+@workspace_view(Role.VIEWER)
+@require_GET
+def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
+    layout = request.layout
+    paging = PageForm(request.GET)
+    number = paging.cleaned_data["page"] if paging.is_valid() else None
+    form = RolloutFilterForm(request.GET or None)
+    rollouts = Rollout.objects.filter(layout=layout)
+    query = ""
+    if form.is_valid():
+        data = form.cleaned_data
+        if data["state"]:
+            rollouts = rollouts.filter(terminal_state=data["state"])
+        if data["since"]:
+            rollouts = rollouts.filter(updated_day__gte=data["since"])
+        if data["until"]:
+            rollouts = rollouts.filter(updated_day__lte=data["until"])
+        raw_ids = RawMemory.objects.filter(layout=layout).values("rollout_id")
+        if data["memory"] == "none":
+            rollouts = rollouts.exclude(rollout_id__in=raw_ids)
+        elif data["memory"] == "some":
+            rollouts = rollouts.filter(rollout_id__in=raw_ids)
+        if data["selection"]:
+            _, selection = documents.current_selection(layout)
+            ids = [item.rollout_id for item in selection.items] if selection else []
+            if data["selection"] == "selected":
+                rollouts = rollouts.filter(rollout_id__in=ids)
+            else:
+                rollouts = rollouts.filter(rollout_id__in=raw_ids).exclude(rollout_id__in=ids)
+        query = data["q"].strip()
+        if query:
+            rollouts = rollouts.filter(rollout_id__in=search.matching_rollout_ids(layout, query))
+    rows = (
+        Rollout.objects.select_related("file")
+        .annotate(
+            has_raw_memory=Exists(
+                RawMemory.objects.filter(layout=layout, rollout_id=OuterRef("rollout_id"))
+            )
+        )
+        .order_by("-sort_at", "-rollout_id")
+    )
+    page = Paginator(
+        KeysThenRows(rollouts.order_by("-sort_at", "-rollout_id"), rows), ROLLOUTS_PER_PAGE
+    ).get_page(number)
+    # One reverse() for the page (rollout ids need no quoting: ROLLOUT_ID_RE).
+    detail = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, "-"])
+    for rollout in page:
+        rollout.detail_url = f"{detail.removesuffix('-/')}{rollout.rollout_id}/"
+        rollout.short_title = cut_chars(rollout.title, TITLE_CHARS)
+    params = request.GET.copy()
+    params.pop("page", None)
+    context = {
+        "layout": layout,
+        "workspace": layout.workspace,
+        "form": form,
+        "paging": paging,
+        "page": page,
+        "query": query,
+        "params": params.urlencode(),
+        "states": tree.TERMINAL_STATES,
+    }
+    template = "memoryui/rollout_list.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#rollout-table"
+    # Invalid filters (or page number) are shown with their messages, over the unfiltered
+    # list (its first page).
+    status = 400 if (form.is_bound and not form.is_valid()) or paging.errors else 200
+    return render(request, template, context, status=status)

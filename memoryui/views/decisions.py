@@ -1,0 +1,344 @@
+"""What reviewers decide on a proposal: per entry (accept, reject, undo, viewed, pin),
+and on the whole (approve, reject, reserve it while reviewing). A decision that comes
+too late (another reviewer's, a held proposal) is refused with 409 and what happened
+instead. The review page itself is ``proposals``."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from .. import consolidation, curation, entry_checks, forms, review_cards
+from ..models import MemoryVersion, Proposal, Role
+from ..roles import has_role, workspace_view
+from .common import HtmxHttpRequest, bad_request, key_slug
+from .proposals import (
+    REVIEW_PAGE_SIZE,
+    back_to_review,
+    card_response,
+    proposal_of,
+    reservation,
+    review_url,
+)
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Accept or reject entries (one, with an optional edit, or all of a document). For
+    htmx, one entry's decision answers with that entry's card and the progress bar
+    only; without JavaScript, a redirect back to the same page, filter and entry."""
+    proposal = proposal_of(request, pk)
+    form = forms.DecidePlaceForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+    document, decision = form.cleaned_data["document"], form.cleaned_data["decision"]
+    keys = form.cleaned_data["key"]
+    if form.cleaned_data["all"]:
+        doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
+        theirs = curation.decided_by_others(proposal, document, request.user)
+        keys = [c.key for c in curation.decidable(doc) if c.key not in theirs]
+    try:
+        with transaction.atomic():  # all of them or, when refused, none
+            for key in keys:
+                curation.decide(
+                    proposal,
+                    document,
+                    key,
+                    decision,
+                    user=request.user,
+                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
+                )
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "decision")
+    if request.htmx and len(keys) == 1:
+        return card_response(request, proposal, document, keys[0], form)
+    return redirect(back_to_review(proposal, form, document))
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_undo(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Take back the decision on one entry (audited): it is undecided again."""
+    proposal = proposal_of(request, pk)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    try:
+        curation.undo_decision(proposal, document, key, user=request.user)
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "undo")
+    if request.htmx:
+        return card_response(request, proposal, document, key, form)
+    return redirect(back_to_review(proposal, form, document))
+
+
+@workspace_view(Role.VIEWER)
+@require_POST
+def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Mark an entry viewed (``action=off``: not viewed): each member's own progress,
+    so a viewer may mark entries too; it decides nothing."""
+    proposal = proposal_of(request, pk)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    if not any(c.key == key for c in review_cards.changes(proposal, document)):
+        raise Http404("No such entry in this proposal.")
+    curation.set_viewed(
+        proposal, document, key, form.cleaned_data["action"] != "off", user=request.user
+    )
+    if request.htmx:
+        return card_response(request, proposal, document, key, form)
+    return redirect(back_to_review(proposal, form, document))
+
+
+@workspace_view(Role.EDITOR)
+@require_POST
+def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Pin (or unpin) an entry of the current document from the review page."""
+    proposal = proposal_of(request, pk)
+    form = forms.EntryActionForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    try:
+        curation.set_pin(
+            proposal.layout,
+            document,
+            key,
+            form.cleaned_data["action"] != "unpin",  # an intent, not a toggle
+            user=request.user,
+        )
+    except KeyError:
+        return bad_request(
+            request,
+            "Only an entry of the current document can be pinned; this one is new in the "
+            "proposal (approve it first).",
+            back=review_url(proposal),
+            workspace=request.workspace,
+        )
+    if request.htmx:
+        return card_response(request, proposal, document, key, form)
+    return redirect(back_to_review(proposal, form, document))
+
+
+@workspace_view(Role.REVIEWER)
+@require_http_methods(["GET", "POST"])
+def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """GET: the review's summary (accepted, rejected, edited, undecided, not viewed)
+    and the choice of what the undecided entries become; a dialog for htmx, a page
+    without. POST: approve with that choice."""
+    proposal = proposal_of(request, pk)
+    if request.method == "GET":
+        return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
+    form = forms.ApproveForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+    undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
+    reviews = curation.document_reviews(proposal)
+    duplicates = curation.duplicates(reviews, undecided)
+    if duplicates and not form.cleaned_data["duplicates_ok"]:
+        # Never approved silently: the dialog again, saying what to look at.
+        return _submit_dialog(
+            request, proposal, undecided, reviews=reviews, duplicates=duplicates, refused=True
+        )
+    try:
+        versions = curation.approve(
+            proposal, user=request.user, undecided=undecided, duplicates=duplicates
+        )
+    except curation.UnresolvedConflicts as exc:
+        messages.error(
+            request,
+            f"Decide the {len(exc.conflicts)} entr{'y' if len(exc.conflicts) == 1 else 'ies'} "
+            "that people and the model both changed first: "
+            + ", ".join(c.title or c.key for c in exc.conflicts),
+        )
+        if request.htmx:  # from the dialog: the review page, which says so
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = review_url(proposal)
+            return response
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "approval")
+    messages.success(
+        request,
+        f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
+    )
+    if request.htmx:  # from the dialog: a full page, where the approval leads
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("memoryui:memory_md", args=[name, layout_pk])
+        return response
+    return redirect("memoryui:memory_md", name=name, layout_pk=layout_pk)
+
+
+def _submit_dialog(
+    request: HtmxHttpRequest,
+    proposal: Proposal,
+    undecided: str,
+    *,
+    reviews: list[curation.DocumentReview] | None = None,
+    duplicates: list[curation.Duplicate] | None = None,
+    refused: bool = False,
+) -> HttpResponse:
+    """The review's summary (counts, conflicts, likely duplicates with links to their
+    cards, skill files and what approval does to each) and the choice for undecided
+    entries: the dialog for htmx, a page without."""
+    if reviews is None:
+        reviews = curation.document_reviews(proposal)
+    if duplicates is None:
+        duplicates = curation.duplicates(reviews, undecided)
+    template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "counts": {
+            **review_cards.progress(proposal, request.user),
+            **_flag_counts(proposal, reviews),
+        },
+        "conflicts": [c for d in reviews for c in d.conflicts if c.key not in d.decisions],
+        "pending": proposal.status == Proposal.Status.PENDING,
+        "held": curation.held_by_other(proposal, request.user),
+        "duplicates": _duplicate_links(proposal, reviews, duplicates),
+        "skill_files": consolidation.skill_diffs(proposal),
+        "undecided": undecided,
+        "refused": refused,
+    }
+    # A refusal in the dialog is swapped in like the dialog itself (htmx swaps 2xx).
+    status = 400 if refused and not request.htmx else 200
+    return render(request, template, context, status=status)
+
+
+def _duplicate_links(
+    proposal: Proposal,
+    reviews: list[curation.DocumentReview],
+    duplicates: list[curation.Duplicate],
+) -> list[dict]:
+    """Each duplicate's two entries with a link to their cards (the page of "all
+    entries" that shows each)."""
+    where: dict[tuple[str, str], tuple[str, int]] = {}
+    for doc in reviews:
+        for index, change in enumerate(doc.changes):
+            for key in (change.key, *change.also):
+                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
+    out = []
+    for dup in duplicates:
+        links = []
+        for key, title in zip(dup.keys, dup.titles, strict=True):
+            card, page = where.get((dup.document, key), (key, 1))
+            query = urlencode({"show": "all", f"page_{dup.document}": page})
+            anchor = f"entry-{dup.document}-{key_slug(card)}"
+            links.append({"title": title or key, "url": f"{review_url(proposal)}?{query}#{anchor}"})
+        out.append({"document": MemoryVersion.Document(dup.document).label, "entries": links})
+    return out
+
+
+def _flag_counts(proposal: Proposal, reviews: list[curation.DocumentReview]) -> dict[str, int]:
+    """For the submit dialog: entries with a poisoning flag, how many a reviewer
+    accepted explicitly, rejected, and how many approval keeps out (undecided)."""
+    flagged = entry_checks.flagged_keys(proposal)
+    decisions = {(d.document, k): v.decision for d in reviews for k, v in d.decisions.items()}
+    states = [decisions.get(entry) for entry in flagged]
+    return {
+        "flagged": len(flagged),
+        "flagged_accepted": states.count("accept"),
+        "flagged_rejected": states.count("reject"),
+        "quarantined": states.count(None),
+    }
+
+
+@workspace_view(Role.REVIEWER)
+@require_http_methods(["GET", "POST"])
+def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """GET: what rejecting the proposal does, to confirm; POST: reject it."""
+    proposal = proposal_of(request, pk)
+    if request.method == "GET":
+        template = "memoryui/proposal_approve.html" + ("#reject" if request.htmx else "")
+        return render(
+            request,
+            template,
+            {
+                "proposal": proposal,
+                "layout": proposal.layout,
+                "workspace": proposal.layout.workspace,
+                "rejecting": True,
+                "decided": proposal.decisions.count(),
+                "pending": proposal.status == Proposal.Status.PENDING,
+                "held": curation.held_by_other(proposal, request.user),
+            },
+        )
+    try:
+        curation.reject_proposal(proposal, user=request.user)
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "rejection")
+    messages.info(request, "Proposal rejected; the current files stay as they are.")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = review_url(proposal)
+        return response
+    return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+    """Start reviewing (reserve the proposal for 30 minutes: nobody else decides on it
+    meanwhile) or stop (``action=release``). A workspace admin may release someone
+    else's reservation, say one left by a reviewer who went home; nobody decides
+    through one."""
+    proposal = proposal_of(request, pk)
+    releasing = request.POST.get("action") == "release"
+    refused = ""
+    try:
+        if releasing:
+            admin = has_role(request.user, proposal.layout.workspace, Role.ADMIN)
+            curation.release(proposal, request.user, override=admin)
+        else:
+            curation.reserve(proposal, request.user)
+    except curation.DecisionRefused as exc:
+        if not request.htmx:
+            return _refused(request, proposal, exc, "release" if releasing else "reservation")
+        refused = str(exc)
+        proposal.refresh_from_db(fields=["status", "reserved_by", "reserved_until"])
+    if not request.htmx:
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+    return render(
+        request,
+        "memoryui/proposal_review.html#reservation",
+        {
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "refused": refused,
+            **reservation(request, proposal),
+        },
+        status=409 if refused else 200,
+    )
+
+
+def _refused(
+    request: HtmxHttpRequest, proposal: Proposal, exc: curation.DecisionRefused, attempted: str
+) -> HttpResponse:
+    """409: the decision was not recorded, and what happened instead (who decided
+    what, when, or who holds the proposal); the fragment alone for htmx."""
+    template = "memoryui/proposal_refused.html" + ("#refusal" if request.htmx else "")
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "attempted": attempted,
+        "reason": str(exc),
+    }
+    response = render(request, template, context, status=409)
+    if request.htmx:  # into the review page's notice, not in place of the entry
+        response["HX-Retarget"] = "#review-notice"
+        response["HX-Reswap"] = "innerHTML"
+    return response
