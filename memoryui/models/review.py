@@ -66,7 +66,18 @@ class Proposal(models.Model):
         return f"proposal {self.pk} for {self.layout}"
 
 
-class EntryDecision(models.Model):
+class EntryRef(models.Model):
+    """Which entry: its document (``MEMORY.md`` or ``memory_summary.md``) and its key
+    there (``generation.memory_md``'s key). Every model about one entry has these two."""
+
+    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
+    key = models.CharField(max_length=600)
+
+    class Meta:
+        abstract = True
+
+
+class EntryDecision(EntryRef):
     """A reviewer's accept or reject (optionally with an edit) of one proposal entry."""
 
     class Decision(models.TextChoices):
@@ -74,8 +85,6 @@ class EntryDecision(models.Model):
         REJECT = "reject", "Rejected"
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="decisions")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     decision = models.CharField(max_length=8, choices=Decision.choices)
     edited_text = models.TextField(blank=True)
     user = models.ForeignKey(
@@ -94,13 +103,11 @@ class EntryDecision(models.Model):
         return f"{self.decision} {self.key}"
 
 
-class EntryView(models.Model):
+class EntryView(EntryRef):
     """A reviewer marked one proposal entry as viewed (per person, like a pull
     request's "Viewed" checkbox): the review's progress, not a decision."""
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="views")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     at = models.DateTimeField(default=timezone.now)
 
@@ -115,12 +122,10 @@ class EntryView(models.Model):
         return f"{self.user} viewed {self.key}"
 
 
-class Pin(models.Model):
+class Pin(EntryRef):
     """An entry that survives every later consolidation verbatim."""
 
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="pins")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     title = models.CharField(max_length=500, blank=True)
     text = models.TextField()
     pinned_by = models.ForeignKey(
@@ -137,12 +142,10 @@ class Pin(models.Model):
         return f"pin {self.key}"
 
 
-class RejectedEntry(models.Model):
+class RejectedEntry(EntryRef):
     """An entry people rejected: phase two is told not to bring it back."""
 
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="rejections")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     title = models.CharField(max_length=500, blank=True)
     text = models.TextField()
     proposal = models.ForeignKey(
@@ -195,13 +198,11 @@ class ProtectedRawMemory(models.Model):
         return f"protected {self.rollout_id}"
 
 
-class ApprovedEntry(models.Model):
+class ApprovedEntry(EntryRef):
     """An entry's text as people approved it: later proposals that keep the text keep
     the approval; one that changes it comes back as outdated."""
 
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="approvals")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     text = models.TextField()
     proposal = models.ForeignKey(
         Proposal, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -222,14 +223,12 @@ class ApprovedEntry(models.Model):
         return f"approved {self.key}"
 
 
-class EntryCheck(models.Model):
+class EntryCheck(EntryRef):
     """What memoryui found in one entry text of a proposal (the model's, or a reviewer's
     edit): each claim with its evidence and provenance, and the poisoning flags.
     Computed once per text (``entry_checks.ensure``), never per request."""
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="checks")
-    document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
-    key = models.CharField(max_length=600)
     sha256 = models.CharField(max_length=64, help_text="of the text checked")
     # The strongest flag's strength (generation.poison.STRENGTH); 0: no flag.
     risk = models.PositiveSmallIntegerField(default=0)
