@@ -68,7 +68,8 @@ class Proposal(models.Model):
 
 class EntryRef(models.Model):
     """Which entry: its document (``MEMORY.md`` or ``memory_summary.md``) and its key
-    there (``generation.memory_md``'s key). Every model about one entry has these two."""
+    there (``generation.memory_md``'s key), for every model about one entry. (A comment
+    may be on no entry: ``Comment`` keeps its own optional pair.)"""
 
     document = models.CharField(max_length=32, choices=MemoryVersion.Document.choices)
     key = models.CharField(max_length=600)
