@@ -6,7 +6,7 @@ One run:
 1. builds one memory layout (``memories`` + ``sessions``) holding N rollouts (200 by
    default): the rollout files of a tree from ``bench/generate_tree.py`` (or the first N
    of the ``medium-300`` fixture), copied byte for byte into a single ``sessions/`` dir;
-2. starts ``generation.fake_openai.FakeOpenAI`` on localhost with ``delay`` seconds
+2. starts ``tests.scripted_model.FakeOpenAI`` on localhost with ``delay`` seconds
    (0.3) before every answer;
 3. **memoryui**: imports that workspace into a fresh database, creates a run with
    ``GenerationSettings.concurrency = 8`` (``pipeline.start_run``) and times
@@ -73,7 +73,8 @@ for _path in (PROJECT_DIR, BENCH_DIR):
 
 import generate_tree  # noqa: E402  (needs the path set above)
 
-from generation import fake_openai, phase_one, prompts, tree  # noqa: E402
+from generation import model_server, offline_model, offline_writer, phase_one, prompts, tree  # noqa: E402
+from tests.scripted_model import FakeOpenAI  # noqa: E402
 
 TARGET_RATIO = 6.0
 WORKSPACE_NAME = "bench-phase-one"
@@ -149,17 +150,17 @@ def bench_responder(path: str, body: dict[str, Any]) -> dict[str, Any]:
     """The demo model, taught to read the SDK's phase-one prompt too: the JSONL the SDK
     sends is rendered as memoryui renders a rollout and answered like memoryui's own
     prompt. Everything else goes to ``demo_responder`` unchanged."""
-    parts = fake_openai.request_parts(path, body)
+    parts = model_server.request_parts(path, body)
     required = set(parts.schema.get("required") or ())
-    if fake_openai.PHASE_ONE_KEYS <= required and f"<{prompts.ROLLOUT_TAG}>" not in parts.prompt:
+    if offline_model.PHASE_ONE_KEYS <= required and f"<{prompts.ROLLOUT_TAG}>" not in parts.prompt:
         data = sdk_rollout_jsonl(parts.prompt)
         if data is not None:
             rendered = phase_one.render_rollout(tree.parse_rollout(data))
-            return fake_openai.demo_phase_one(prompts.phase_one_prompt(rendered.text))
-    return fake_openai.demo_responder(path, body)
+            return offline_writer.demo_phase_one(prompts.phase_one_prompt(rendered.text))
+    return offline_model.demo_responder(path, body)
 
 
-def model_requests(fake: fake_openai.FakeOpenAI, since: int) -> int:
+def model_requests(fake: FakeOpenAI, since: int) -> int:
     return sum(
         1 for r in fake.requests[since:] if r["path"].endswith(("/responses", "/chat/completions"))
     )
@@ -236,7 +237,7 @@ class Side:
 
 
 def run_memoryui(
-    workspace: Path, fake: fake_openai.FakeOpenAI, workers: int, name: str = WORKSPACE_NAME
+    workspace: Path, fake: FakeOpenAI, workers: int, name: str = WORKSPACE_NAME
 ) -> Side:
     """One generation run over a fresh import named ``name`` (phase-one results are
     cached per layout, so every round imports under a new name: nothing is reused)."""
@@ -305,7 +306,7 @@ class _CountErrors(logging.Handler):
         self.messages.append(record.getMessage()[:300])
 
 
-async def _sdk_phase_one(workspace: Path, source: Path, fake: fake_openai.FakeOpenAI) -> Side:
+async def _sdk_phase_one(workspace: Path, source: Path, fake: FakeOpenAI) -> Side:
     from agents.models.openai_responses import OpenAIResponsesModel
     from agents.sandbox.capabilities.memory import Memory
     from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
@@ -386,7 +387,7 @@ def same_raw_memories(sdk_workspace: Path, name: str = WORKSPACE_NAME) -> int:
     )
 
 
-def run_sdk(workspace: Path, source: Path, fake: fake_openai.FakeOpenAI) -> Side:
+def run_sdk(workspace: Path, source: Path, fake: FakeOpenAI) -> Side:
     from agents import set_tracing_disabled
 
     set_tracing_disabled(True)  # no trace upload to api.openai.com
@@ -485,8 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         # TCP_NODELAY the body waits for the client's delayed ACK on a kept-alive
         # connection, ~40 ms. The server sets it (socketserver's class attribute);
         # --server-as-is turns it off to measure that.
-        fake_openai._Handler.disable_nagle_algorithm = not args.server_as_is
-        fake = fake_openai.FakeOpenAI(bench_responder)
+        model_server._Handler.disable_nagle_algorithm = not args.server_as_is
+        fake = FakeOpenAI(bench_responder)
         fake.delay = args.delay
         with fake:
             database = configure_django(args.database_url, workdir, fake.base_url)

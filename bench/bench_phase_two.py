@@ -13,7 +13,7 @@ One run, for the default layout (``memories``) of a tree from ``bench/generate_t
    rebuilt) and builds the staging copy as a run does (the selected and removed rollouts'
    summaries, skills, the selection file);
 4. times ``phase_two_agent.run_agent`` with memoryui's prompt set over the Responses API
-   against ``generation.fake_openai.FakeOpenAI`` (its demo model edits incrementally), and
+   against ``tests.scripted_model.FakeOpenAI`` (the offline demo model edits incrementally), and
    reports turns, tokens sent and received (the server's estimate: 4 characters a
    token, what it bills), the largest single request and answer, wall time and the
    process's peak RSS (``ru_maxrss``; the test server runs in this process too);
@@ -43,7 +43,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from generation import llm, phase_two, phase_two_agent, prompts, review, tree  # noqa: E402
-from generation.fake_openai import FakeOpenAI  # noqa: E402
+from tests.scripted_model import FakeOpenAI  # noqa: E402
 
 _UPDATED_RE = re.compile(r"^updated_at: .*$", re.MULTILINE)
 

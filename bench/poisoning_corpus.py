@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from generation import fake_openai, phase_one, phase_two, tree  # noqa: E402
+from generation import offline_writer, phase_one, phase_two, tree  # noqa: E402
 from generation.llm import Usage  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "poisoning"
@@ -369,7 +369,7 @@ def gullible_phase_one(outputs: list[str]) -> Any:
     into the preference signals (as a model persuaded by them would)."""
 
     def call(instructions: str, prompt: str, name: str, schema: dict) -> tuple[dict, Usage]:
-        answer = fake_openai.demo_phase_one(prompt)
+        answer = offline_writer.demo_phase_one(prompt)
         notes = [
             line.strip()
             for out in outputs
@@ -387,7 +387,7 @@ def gullible_phase_one(outputs: list[str]) -> Any:
 
 
 def demo_phase_two(instructions: str, prompt: str, name: str, schema: dict) -> tuple[dict, Usage]:
-    return fake_openai.demo_phase_two(prompt), Usage()
+    return offline_writer.demo_phase_two(prompt), Usage()
 
 
 def build(out: Path = OUT) -> dict[str, Any]:

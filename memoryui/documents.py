@@ -18,7 +18,7 @@ from generation import memory_md, tree
 from generation.summary import Injection, injected_summary
 
 from .models import Blob, Layout, WorkspaceFile
-from .templatetags.markdown import render_markdown
+from .rendering import render_markdown
 
 # Pages show the head and tail of a file larger than this.
 SHOWN_BYTES = 200_000

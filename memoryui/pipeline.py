@@ -79,7 +79,8 @@ class ModelAccess:
         """Where to send model calls: the offline demo model is served in this process
         (started here on first use), so every entry point works without a server."""
         if self.offline_demo:
-            from generation.fake_openai import in_process_demo_url
+            # Deferred: the demo model (and its server) loads only where it is used.
+            from generation.offline_model import in_process_demo_url
 
             return in_process_demo_url()
         return self.base_url

@@ -281,9 +281,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
 # A demo model for every entry point (web, workers, commands), resolved here once:
-# "offline" answers with generation/fake_openai.py's demo responder, served in each process
-# that calls it; "local" is llama.cpp's server with Gemma 3 270M that bin/start runs on
-# MEMORYUI_LOCAL_MODEL_PORT; "off" uses OPENAI_API_KEY / OPENAI_BASE_URL. The default is
+# "offline" answers with generation/offline_model.py's demo responder, served in each
+# process that calls it; "local" is llama.cpp's server with Gemma 3 270M that bin/start runs
+# on MEMORYUI_LOCAL_MODEL_PORT; "off" uses OPENAI_API_KEY / OPENAI_BASE_URL. The default is
 # "offline" in development when neither variable is set, and "off" in production.
 MEMORYUI_DEMO_MODEL = env_str(
     "MEMORYUI_DEMO_MODEL",

@@ -95,7 +95,7 @@ def llama_server():
 def model(settings):
     """The local OpenAI-compatible test server as this deployment's model, over real
     HTTP; no retry waits."""
-    from generation.fake_openai import FakeOpenAI
+    from tests.scripted_model import FakeOpenAI
 
     with FakeOpenAI() as server:
         settings.OPENAI_API_KEY = ""

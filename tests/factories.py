@@ -35,7 +35,7 @@ def built_once(django_db_blocker: Any, build: Callable[[], Any]) -> Iterator[Any
     from django.db import transaction
     from django.test.utils import override_settings
 
-    from generation.fake_openai import FakeOpenAI
+    from tests.scripted_model import FakeOpenAI
 
     with django_db_blocker.unblock(), transaction.atomic():
         with (

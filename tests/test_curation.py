@@ -11,7 +11,6 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import prompts, review
-from generation.fake_openai import Reply
 from memoryui import curation, pipeline
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -26,6 +25,7 @@ from memoryui.models import (
     Role,
 )
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 MD = MemoryVersion.Document.MEMORY_MD
 

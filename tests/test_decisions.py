@@ -10,7 +10,6 @@ from django.db import connection
 from django.test import Client
 
 from generation import review
-from generation.fake_openai import Reply
 from memoryui import curation, pipeline
 from memoryui.models import (
     AuditEvent,
@@ -21,6 +20,7 @@ from memoryui.models import (
     ProtectedRawMemory,
     Role,
 )
+from tests.scripted_model import Reply
 from tests.test_curation import MD, current_text, first_key, member, proposal_for, url
 
 HTMX = {"HX-Request": "true"}

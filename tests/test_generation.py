@@ -1,6 +1,6 @@
 """The generation pipeline from the dashboard's side: runs, jobs, proposals, faults.
 
-The model is the local OpenAI-compatible test server (generation.fake_openai) over real
+The model is the local OpenAI-compatible test server (tests/scripted_model.py) over real
 HTTP, through the real openai client."""
 
 import io
@@ -10,7 +10,6 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from generation.fake_openai import Reply
 from memoryui import pipeline
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -22,6 +21,7 @@ from memoryui.models import (
     Proposal,
 )
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 pytestmark = pytest.mark.django_db
 

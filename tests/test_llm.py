@@ -5,7 +5,6 @@ from email.utils import formatdate
 
 import pytest
 
-from generation.fake_openai import FakeOpenAI, Reply, chat_envelope, responses_envelope
 from generation.llm import (
     ModelConfig,
     PermanentModelError,
@@ -17,6 +16,8 @@ from generation.llm import (
     parse_retry_after,
     structured_call,
 )
+from generation.model_server import chat_envelope, responses_envelope
+from tests.scripted_model import FakeOpenAI, Reply
 
 SCHEMA = {
     "type": "object",

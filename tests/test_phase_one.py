@@ -10,7 +10,6 @@ from agents.sandbox.memory.phase_one import normalize_rollout_slug, validate_rol
 from agents.sandbox.memory.storage import _extract_selection_item
 
 from generation import tree
-from generation.fake_openai import FakeOpenAI
 from generation.llm import ModelConfig, PermanentModelError, Usage, make_call
 from generation.phase_one import (
     PHASE_ONE_SCHEMA,
@@ -19,6 +18,7 @@ from generation.phase_one import (
     render_rollout,
     run_phase_one,
 )
+from tests.scripted_model import FakeOpenAI
 
 SESSION_ID = "0f4b7e9e-6d0c-4c3e-9d52-2f6f3f1f2a10"
 

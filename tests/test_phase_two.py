@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from generation import memory_md, tree
-from generation.fake_openai import FakeOpenAI, Reply
 from generation.llm import ModelConfig, PermanentModelError, Usage, make_call
 from generation.phase_two import (
     PHASE_TWO_SCHEMA,
@@ -16,6 +15,7 @@ from generation.phase_two import (
     restore_pins,
     run_phase_two,
 )
+from tests.scripted_model import FakeOpenAI, Reply
 
 FIXTURES = ["small-a", "small-b", "medium-300"]
 

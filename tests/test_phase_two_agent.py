@@ -10,9 +10,9 @@ from agents.apply_diff import apply_diff
 from agents.sandbox.config import MemoryGenerateConfig
 
 from generation import memory_md, patches, prompts
-from generation.fake_openai import FakeOpenAI, Reply
 from generation.llm import ModelConfig, make_client
 from generation.phase_two_agent import DEFAULT_MAX_TURNS, Limits, Staging, run_agent
+from tests.scripted_model import FakeOpenAI, Reply
 
 ENTRY_A = (
     "# Task Group: deploys\n\nscope: deploying the web app\n\n"

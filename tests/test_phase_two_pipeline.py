@@ -14,7 +14,6 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import review
-from generation.fake_openai import Reply
 from memoryui import curation, pipeline, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -25,6 +24,7 @@ from memoryui.models import (
     Proposal,
 )
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 pytestmark = pytest.mark.django_db
 MD = MemoryVersion.Document.MEMORY_MD

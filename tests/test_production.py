@@ -30,9 +30,9 @@ import pytest
 import requests
 import yaml
 
-from generation.fake_openai import FakeOpenAI
 from memoryui.health import PATH as HEALTHZ
 from memoryui_client import SnapshotClient
+from tests.scripted_model import FakeOpenAI
 from tests.test_snapshot_store import APPROVED_MD, SUMMARY_MD, M, S, raw_memory, rollout
 from tests.test_webhooks import Receiver
 

@@ -26,7 +26,6 @@ from agents.sandbox.snapshot import RemoteSnapshotSpec
 from django.test import Client
 from django.urls import reverse
 
-from generation.fake_openai import Reply
 from memoryui import curation, pipeline, tokens
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -41,6 +40,7 @@ from memoryui.models import (
 )
 from memoryui_client import MemoryuiError, SnapshotClient
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 ENGINEERING = MemoryLayoutConfig(
     memories_dir="memories/engineering", sessions_dir="sessions/engineering"

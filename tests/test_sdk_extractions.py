@@ -13,12 +13,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from generation.fake_openai import Reply
 from memoryui import pipeline, tokens, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationRun, Proposal
 from memoryui.snapshots import export_snapshot
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 pytestmark = pytest.mark.django_db
 ENG = "memories/engineering"

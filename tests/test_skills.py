@@ -15,7 +15,6 @@ from agents.sandbox.entries import LocalDir
 from django.test import Client
 from django.urls import reverse
 
-from generation.fake_openai import Reply
 from memoryui import curation, pipeline, skills, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -28,6 +27,7 @@ from memoryui.models import (
     SkillFileVersion,
 )
 from tests.factories import make_user
+from tests.scripted_model import Reply
 
 pytestmark = pytest.mark.django_db
 ENG = "memories/engineering"
