@@ -13,6 +13,7 @@ from generation import poison, review
 
 from .. import curation, forms
 from ..models import AuditEvent, Layout, MemoryVersion, Role
+from ..rendering import render_markdown
 from ..roles import workspace_view
 from .common import HtmxHttpRequest, bad_request, document_or_404
 
@@ -54,8 +55,6 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
     text = form.cleaned_data["text"]
     base = based_on
     if form.cleaned_data["preview"]:
-        from ..templatetags.markdown import render_markdown  # markdown-it loads when used
-
         context.update(text=text, based_on=based_on, preview=render_markdown(text))
         return render(request, "memoryui/entry_edit.html", context)
     try:

@@ -42,6 +42,7 @@ from ..models import (
     Rollout,
     Workspace,
 )
+from ..rendering import render_markdown
 from ..roles import has_role, workspace_view
 from ..writeback import layout_dirs
 from .common import HtmxHttpRequest, bad_request, key_slug
@@ -429,7 +430,6 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     """One entry as approval would apply it (a reviewer's edit, else the model's text),
     rendered: loaded when its "Rendered" fold opens (the fragment for htmx, a page
     without JavaScript), so the review page renders no Markdown it is not asked for."""
-    from ..templatetags.markdown import render_markdown  # markdown-it loads when used
 
     proposal = proposal_of(request, pk)
     form = forms.EntryActionForm(request.GET)

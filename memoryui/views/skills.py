@@ -20,8 +20,8 @@ from generation import tree
 from .. import consolidation, curation, diffs, forms, skills
 from ..documents import SHOWN_BYTES
 from ..models import Blob, Layout, Proposal, Role, SkillFileVersion
+from ..rendering import render_markdown
 from ..roles import has_role, workspace_view
-from ..templatetags.markdown import render_markdown
 from .common import HtmxHttpRequest, bad_request
 
 

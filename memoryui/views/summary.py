@@ -25,8 +25,8 @@ from generation.summary import approx_tokens, injected_summary
 
 from .. import curation, forms
 from ..models import Layout, MemoryVersion, Role
+from ..rendering import render_markdown
 from ..roles import workspace_view
-from ..templatetags.markdown import render_markdown
 from .common import HtmxHttpRequest, bad_request
 
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
