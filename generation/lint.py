@@ -142,9 +142,9 @@ def find_secrets(path: str, text: str) -> list[Finding]:
     """Credentials found by ``detect-secrets`` (every detector but the entropy ones,
     with its default false-positive filters). Lines are scanned once each; the
     detector's settings are process-global, hence the lock."""
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-    from detect_secrets.core.scan import scan_line
-    from detect_secrets.settings import transient_settings
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
+    from detect_secrets.core.scan import scan_line  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
+    from detect_secrets.settings import transient_settings  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
 
     detectors: list[type] = list(get_mapping_from_secret_type_to_class().values())
     plugins = [

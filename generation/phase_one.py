@@ -340,8 +340,8 @@ def sdk_phase_one_prompts(data: bytes, extra_prompt: str = "") -> tuple[str, str
     by the installed openai-agents package (the ``sdk`` prompt set). The SDK reads the
     whole file and parses every line, so this does not keep memory bounded as memoryui's
     own rendering does."""
-    from agents.sandbox.memory.phase_one import render_phase_one_prompt
-    from agents.sandbox.memory.prompts import render_rollout_extraction_prompt
+    from agents.sandbox.memory.phase_one import render_phase_one_prompt  # noqa: PLC0415 (deferred: the SDK loads when its prompt is rendered)
+    from agents.sandbox.memory.prompts import render_rollout_extraction_prompt  # noqa: PLC0415 (deferred: the SDK loads when its prompt is rendered)
 
     try:
         prompt = render_phase_one_prompt(rollout_contents=data.decode("utf-8", errors="replace"))

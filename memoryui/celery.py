@@ -20,6 +20,6 @@ def _recover_at_start(**kwargs: Any) -> None:
     """Write-backs and exports that died are finished or undone when a worker starts
     (here) or the web server does (wsgi.py), never merely on start-up of Django:
     migrations and other management commands must not touch workspaces."""
-    from .recovery import recover_at_start
+    from .recovery import recover_at_start  # noqa: PLC0415 (deferred: the app registry is not ready when the Celery app is made)
 
     recover_at_start(**kwargs)

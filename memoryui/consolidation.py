@@ -18,6 +18,7 @@ from django.conf import settings
 
 from generation import llm, phase_two, phase_two_agent, prompts, tree
 
+from . import diffs, skills  # skills: the curated skill files, not the ones on disk
 from .models import (
     GenerationRun,
     PhaseOneJob,
@@ -78,7 +79,6 @@ def staging_files(
         for rel, text in result.files.items():
             if rel in wanted:
                 files[rel] = text.encode()
-    from . import skills  # the curated skill files, not the ones on disk
 
     for rel, data in skills.current_files(layout).items():
         if data is not None:
@@ -114,8 +114,8 @@ def sdk_phase_two_prompt(
     *, memories_dir: str, plan: phase_two.PhaseTwoInput, extra_prompt: str
 ) -> str:
     """The SDK's own phase-two prompt, rendered by the installed package."""
-    from agents.sandbox.memory.prompts import render_memory_consolidation_prompt
-    from agents.sandbox.memory.storage import PhaseTwoInputSelection, PhaseTwoSelectionItem
+    from agents.sandbox.memory.prompts import render_memory_consolidation_prompt  # noqa: PLC0415 (deferred: the SDK loads when its prompt is rendered)
+    from agents.sandbox.memory.storage import PhaseTwoInputSelection, PhaseTwoSelectionItem  # noqa: PLC0415 (deferred: the SDK loads when its prompt is rendered)
 
     def item(i: tree.SelectionItem) -> PhaseTwoSelectionItem:
         return PhaseTwoSelectionItem(
@@ -227,7 +227,6 @@ def consolidate(
 
 def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
     """The proposal's skill files for the review and run pages: path, status, diff."""
-    from . import diffs
 
     shown = []
     decisions = getattr(proposal, "skill_decisions", None) or {}

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from django.conf import settings
+from kombu.transport import TRANSPORT_ALIASES
+
+from .snapshots import snapshot_base_path
+from .writeback import journal_base
 
 
 def _import(path: str) -> None:
@@ -54,7 +58,6 @@ def named_modules() -> list[str]:
 def broker_transport() -> str:
     """The kombu transport module the broker URL needs (kombu imports it lazily, when a
     worker starts: a missing dependency shows only then)."""
-    from kombu.transport import TRANSPORT_ALIASES
 
     scheme = settings.CELERY_BROKER_URL.partition("://")[0]
     transport = TRANSPORT_ALIASES.get(scheme, f"kombu.transport.{scheme}:Transport")
@@ -75,8 +78,6 @@ def missing_modules() -> dict[str, str]:
 def shared_directories() -> dict[str, list[Path]]:
     """The directories web, workers and beat must share (the same volume, or one network
     file system), by what lives there."""
-    from .snapshots import snapshot_base_path
-    from .writeback import journal_base
 
     return {
         "workspaces": list(settings.MEMORYUI_WORKSPACE_ROOTS),

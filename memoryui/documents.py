@@ -14,7 +14,7 @@ from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from generation import memory_md, tree
+from generation import memory_md, review, tree
 from generation.summary import Injection, injected_summary
 
 from .models import Blob, Layout, WorkspaceFile
@@ -62,7 +62,6 @@ class Section:
 @lru_cache(maxsize=16)
 def rendered_sections(sha256: str) -> tuple[Section, ...]:
     """Every top-level entry, text before the first heading included (blank ones aside)."""
-    from generation import review
 
     return tuple(
         Section(
@@ -76,7 +75,6 @@ def rendered_sections(sha256: str) -> tuple[Section, ...]:
 @lru_cache(maxsize=16)
 def entry_keys(sha256: str) -> tuple[str, ...]:
     """The review keys (generation.review) of the top-level entries, in order."""
-    from generation import review
 
     return tuple(e.key for e in review.entries(content(sha256).decode("utf-8", "replace")))
 

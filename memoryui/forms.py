@@ -4,15 +4,22 @@ and the form's messages). The admin's own ModelForm stays in ``admin.py``."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
 
 from generation.export import SNAPSHOT_ID_RE
+from generation.summary import approx_tokens as count
 from generation.tree import TERMINAL_STATES
 
 from . import outbound, webhooks
-from .models import Role
+from .importer import default_name, valid_workspace_name
+from .models import GenerationSettings, MemoryVersion, Role, Workspace
+from .skills import new_path_problem
+from .workspaces import PathRefused, resolve_source
 
 if TYPE_CHECKING:
     from .models import Layout
@@ -46,8 +53,6 @@ class RolloutFilterForm(forms.Form):
 
 class GenerationSettingsForm(forms.ModelForm):
     class Meta:
-        from .models import GenerationSettings
-
         model = GenerationSettings
         fields = [
             "phase_one_model",
@@ -82,7 +87,6 @@ class GenerationSettingsForm(forms.ModelForm):
 
 
 def approx_tokens(text: str) -> int:
-    from generation.summary import approx_tokens as count
 
     return count(text)
 
@@ -95,7 +99,6 @@ def approx_tokens(text: str) -> int:
 
 def _size_validator(setting: str, what: str):
     def validate(value: str) -> None:
-        from django.conf import settings
 
         limit = getattr(settings, setting)
         size = len(value.encode("utf-8", "replace"))
@@ -134,7 +137,6 @@ KEY_LENGTH = 600  # EntryDecision.key, Pin.key, Comment.key
 
 
 def _documents() -> list[tuple[str, str]]:
-    from .models import MemoryVersion
 
     return list(MemoryVersion.Document.choices)
 
@@ -275,7 +277,6 @@ class AssignForm(forms.Form):
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from django.contrib.auth import get_user_model
 
         super().__init__(*args, **kwargs)
         reviewer = cast("forms.ModelChoiceField[Any]", self.fields["reviewer"])
@@ -297,8 +298,6 @@ class ProtectForm(forms.Form):
 
 
 def _new_workspace_name(name: str) -> str:
-    from .importer import valid_workspace_name
-    from .models import Workspace
 
     if not valid_workspace_name(name):
         raise forms.ValidationError(
@@ -321,7 +320,6 @@ def archive_suffix(filename: str) -> str:
 
 
 def name_from_file(filename: str) -> str:
-    import re
 
     stem = filename[: len(filename) - len(archive_suffix(filename))] or filename
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:100] or "workspace"
@@ -364,7 +362,6 @@ class DirectoryForm(forms.Form):
     )
 
     def clean_path(self):
-        from .workspaces import PathRefused, resolve_source
 
         try:
             return resolve_source(self.cleaned_data["path"], directory_only=True)
@@ -372,7 +369,6 @@ class DirectoryForm(forms.Form):
             raise forms.ValidationError(str(exc)) from exc
 
     def clean(self) -> dict:
-        from .importer import default_name
 
         super().clean()
 
@@ -387,8 +383,6 @@ class DirectoryForm(forms.Form):
 
 class SyncForm(forms.ModelForm):
     class Meta:
-        from .models import Workspace
-
         model = Workspace
         fields = ["sync_interval_minutes"]
         widgets = {"sync_interval_minutes": forms.NumberInput(attrs={"min": 0, "step": 1})}
@@ -423,7 +417,6 @@ class NewSkillFileForm(forms.Form):
     preview = forms.BooleanField(required=False)
 
     def clean_path(self) -> str:
-        from .skills import new_path_problem
 
         path = self.cleaned_data["path"]
         problem = new_path_problem(path)

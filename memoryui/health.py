@@ -15,6 +15,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from memoryui.models import WorkerHeartbeat
+
 PATH = "/healthz"
 BROKER_TIMEOUT = 2.0  # seconds
 
@@ -43,7 +45,7 @@ def check_migrations() -> bool:
 
 
 def check_broker() -> bool:
-    from memoryui.celery import app
+    from memoryui.celery import app  # noqa: PLC0415 (deferred: Celery loads only for the broker check)
 
     try:
         with app.connection_for_write() as conn:
@@ -54,7 +56,6 @@ def check_broker() -> bool:
 
 
 def check_worker() -> bool:
-    from memoryui.models import WorkerHeartbeat
 
     try:
         beat = WorkerHeartbeat.objects.filter(name="worker").first()

@@ -31,6 +31,8 @@ from django.db.models import Count, F
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from .models import GenerationRun, OperationStat, PhaseOneJob, WebhookDelivery, WorkerHeartbeat
+
 PATH = "/metrics"
 
 
@@ -50,7 +52,6 @@ def log_event(area: str, event: str, level: int = logging.INFO, /, **fields: Any
 def count(operation: str, outcome: str, seconds: float = 0.0) -> None:
     """Add one ``outcome`` of ``operation`` (and its seconds) to the shared counters; a
     failure to count never fails the operation."""
-    from .models import OperationStat
 
     try:
         with transaction.atomic():
@@ -159,7 +160,7 @@ def queue_depths() -> dict[str, int]:
     queues = ["celery", "webhooks"]
     url = settings.CELERY_BROKER_URL
     if url.startswith(("redis://", "rediss://")):
-        import redis
+        import redis  # noqa: PLC0415 (deferred: only with a Redis broker)
 
         client = redis.Redis.from_url(url, socket_timeout=2)
         try:
@@ -174,7 +175,6 @@ def queue_depths() -> dict[str, int]:
 
 
 def _operations(out: _Exposition) -> None:
-    from .models import OperationStat
 
     stats = list(OperationStat.objects.values_list("operation", "outcome", "count", "seconds"))
     out.family("memoryui_operations_total", "counter", "Operations by outcome.")
@@ -196,7 +196,6 @@ def _operations(out: _Exposition) -> None:
 
 
 def _states(out: _Exposition) -> None:
-    from .models import GenerationRun, PhaseOneJob, WebhookDelivery, WorkerHeartbeat
 
     for name, model, help_text in (
         ("memoryui_generation_runs", GenerationRun, "Generation runs by status."),

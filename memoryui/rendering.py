@@ -21,7 +21,7 @@ def _markdown() -> MarkdownIt:
     "js-default": CommonMark with raw HTML disabled and validateLink refusing
     javascript:, vbscript:, file: and data: (except images) URLs. Tables and
     strikethrough are on, as GitHub renders memory files."""
-    from markdown_it import MarkdownIt  # deferred: loaded by the first page that renders
+    from markdown_it import MarkdownIt  # noqa: PLC0415 (deferred: loaded by the first page that renders)
 
     md = MarkdownIt("js-default").enable(["table", "strikethrough"])
     md.add_render_rule("heading_open", _heading_open)

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from .models import ROLE_ORDER, Layout, Membership, Role, Workspace
 
@@ -123,8 +123,6 @@ def workspace_routes(
 ) -> Iterator[tuple[str, URLPattern]]:
     """Every route of the URLconf whose path names a workspace, with its full path."""
     if resolver is None:
-        from django.urls import get_resolver
-
         resolver = get_resolver()
     for entry in resolver.url_patterns:
         route = prefix + str(entry.pattern)

@@ -9,7 +9,7 @@ application = get_wsgi_application()
 def _recover() -> None:
     """Write-backs and exports that died are finished or undone before the first request
     (runserver loads this module too)."""
-    from memoryui.recovery import recover_at_start
+    from memoryui.recovery import recover_at_start  # noqa: PLC0415 (deferred: Django is set up first)
 
     recover_at_start()
 

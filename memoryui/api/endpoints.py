@@ -2,6 +2,7 @@
 thing, and calls the same functions (curation, pipeline, importer, write-back,
 export)."""
 
+import difflib
 from datetime import date, datetime
 from typing import Any, Literal
 
@@ -10,13 +11,14 @@ from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Schema, Status
+from ninja.errors import HttpError
 from ninja.pagination import LimitOffsetPagination, paginate
 from pydantic import ConfigDict
 
 from generation import review, tree
 from generation.export import ExportError
 
-from .. import curation, documents, pipeline, review_cards, search
+from .. import curation, documents, pipeline, review_cards, search, skills
 from ..models import (
     GenerationRun,
     ImportRun,
@@ -29,7 +31,9 @@ from ..models import (
     Workspace,
     WorkspaceFile,
 )
-from ..roles import has_role
+from ..roles import has_role, role_of
+from ..snapshots import export_snapshot, snapshot_base_path
+from ..writeback import WritebackError, write_back
 from .core import api, conflict, layout, workspace
 
 DocumentName = Literal["memory_md", "memory_summary"]
@@ -77,7 +81,6 @@ def _layout_out(lay) -> dict:
 
 
 def _workspace_out(request: HttpRequest, ws: Workspace) -> dict:
-    from ..roles import role_of
 
     role = role_of(request.user, ws)
     return {
@@ -261,7 +264,6 @@ class SkillOut(Schema):
 def _curated_skill_files(lay, path: str = ""):
     """The current curated version of each skill file (deleted ones left out): what the
     skill pages show and what a write-back or an export writes."""
-    from .. import skills
 
     versions = skills.current_versions(lay, prefix=path).filter(blob__isnull=False)
     if path:
@@ -390,7 +392,6 @@ class _Mapped:
 
 
 def conflict_422(message: str):
-    from ninja.errors import HttpError
 
     return HttpError(422, message)
 
@@ -552,7 +553,6 @@ def list_proposals(
 
 
 def _unified(current: str, proposed: str) -> str:
-    import difflib
 
     return "".join(
         difflib.unified_diff(
@@ -738,7 +738,7 @@ class QueuedOut(Schema):
 @api.post("/workspaces/{name}/imports", response={202: QueuedOut, **ERRORS}, tags=["actions"])
 def start_import(request: HttpRequest, name: str):
     """Re-import the workspace from its source (admins); a Celery task."""
-    from memoryui.tasks import reimport_workspace
+    from memoryui.tasks import reimport_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     ws = workspace(request, name, Role.ADMIN)
     reimport_workspace.delay_on_commit(ws.pk, request.user.pk)
@@ -821,9 +821,8 @@ def _run_out(run: GenerationRun) -> dict:
 def start_run(request: HttpRequest, name: str, layout_id: int, reextract: bool = False):
     """Start a generation run (admins): 409 while one is active, 503 without a model.
     Rollouts already extracted on disk are kept unless ``reextract=true``."""
-    from ninja.errors import HttpError
 
-    from memoryui.tasks import start_generation
+    from memoryui.tasks import start_generation  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     lay = layout(request, name, layout_id, Role.ADMIN)
     try:
@@ -875,7 +874,6 @@ class WritebackOut(Schema):
 def writeback(request: HttpRequest, name: str, layout_id: int, body: WritebackIn):
     """Write the curated files into the layout's directory (admins), as the write-back
     page does; 409 with the reason while conflicts or findings block it."""
-    from ..writeback import WritebackError, write_back
 
     lay = layout(request, name, layout_id, Role.ADMIN)
     try:
@@ -926,7 +924,6 @@ class ExportOut(Schema):
 @api.post("/workspaces/{name}/exports", response={201: ExportOut, **ERRORS}, tags=["actions"])
 def export(request: HttpRequest, name: str, body: ExportIn):
     """Export an SDK snapshot into the server's snapshot directory (admins)."""
-    from ..snapshots import export_snapshot, snapshot_base_path
 
     ws = workspace(request, name, Role.ADMIN)
     try:

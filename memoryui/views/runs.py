@@ -72,7 +72,7 @@ def generation_start(request: HtmxHttpRequest, name: str, layout_pk: int) -> Htt
     except (pipeline.RunConflict, pipeline.GenerationUnavailable) as exc:
         messages.error(request, str(exc))
         return redirect("memoryui:generation", name=name, layout_pk=layout.pk)
-    from memoryui.tasks import start_generation  # Celery loads when a task is sent
+    from memoryui.tasks import start_generation  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     start_generation.delay_on_commit(run.pk)
     return redirect("memoryui:run_detail", name=name, layout_pk=layout.pk, run_pk=run.pk)
