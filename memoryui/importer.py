@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -293,14 +294,21 @@ class _Sync:
         self.now = started
         self.items: dict[str, _Item] = {}
         self.problems: list[dict[str, str]] = []
-        self.stored = self._load_stored()
         self.root: Path | None = None
+        # A directory listed exactly as at the previous import (``_listing``): its run,
+        # whose outcome this import repeats without looking at any file or stored row.
+        self.same_as: ImportRun | None = None
+        self.listing = ""
+        self.listed = 0
         # Reading stopped early (size limit, damaged archive): what was not seen is not
         # taken as gone from disk.
         self.complete = True
         self.stopped = ""
 
-    def _load_stored(self) -> dict[str, _Stored]:
+    @cached_property
+    def stored(self) -> dict[str, _Stored]:
+        """The workspace's file rows by path (loaded when first needed: an unchanged
+        directory never needs them)."""
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
@@ -315,11 +323,23 @@ class _Sync:
     # -- reading -----------------------------------------------------------------
     def collect_directory(self, root: Path) -> None:
         self.root = root
-        last = self.workspace.imports.order_by("-started_at").values_list("started_at", flat=True)
-        previous = last.first()
-        racy_from = int((previous - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        previous = self.workspace.imports.order_by("-started_at", "-pk").first()
+        racy_from = int((previous.started_at - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        scanned = list(tree.scan_directory(root, self.limits))
+        self.listed = sum(1 for s in scanned if type(s) is tree.Stat)
+        if not self.merge:
+            self.listing = _listing(root, self.limits, scanned)
+            if (
+                previous is not None
+                and previous.report.get("listing") == self.listing
+                and all(s.is_dir or s.mtime_ns < racy_from for s in scanned if type(s) is tree.Stat)
+            ):
+                # Every path, size, mtime and mode as the previous import saw them, and
+                # the importer is the only writer of the rows: nothing to read or write.
+                self.same_as = previous
+                return
         total = 0
-        for stat in tree.scan_directory(root, self.limits):
+        for stat in scanned:
             if isinstance(stat, Problem):
                 self.problems.append({"path": stat.path, "error": stat.error})
                 continue
@@ -451,6 +471,8 @@ class _Sync:
             self.progress("store", done, 5)
 
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
+        if self.same_as is not None:
+            return self._repeat(self.same_as, user, scheduled)
         if self.progress:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
@@ -721,6 +743,31 @@ class _Sync:
         if found:
             skills.record_import(found, now=self.now, uploaded_by=self.merge)
 
+    def _repeat(self, previous: ImportRun, user: Any, scheduled: bool) -> ImportResult:
+        """The outcome of an import that found the directory as ``previous`` left it:
+        the same layouts and problems, every file unchanged, no new version."""
+        files = self.listed
+        run = ImportRun.objects.create(
+            workspace=self.workspace,
+            started_at=self.now,
+            finished_at=timezone.now(),
+            status=previous.status,
+            unchanged=files,
+            report={**previous.report, "new_versions": []},
+            triggered_by=user if getattr(user, "pk", None) else None,
+            scheduled=scheduled,
+        )
+        self.workspace.last_imported_at = run.finished_at
+        self.workspace.save(update_fields=["last_imported_at"])
+        return ImportResult(
+            workspace=self.workspace,
+            run=run,
+            layouts=[LayoutCounts(**c) for c in run.report.get("layouts", [])],
+            errors=list(run.report.get("errors", [])),
+            unchanged=files,
+            files=files,
+        )
+
     def _report(
         self,
         counts: dict[str, LayoutCounts],
@@ -749,6 +796,13 @@ class _Sync:
         else:
             status = ImportRun.Status.OK
         layout_counts = [counts[d.memories_dir] for d in dirs]
+        report: dict[str, Any] = {
+            "layouts": [c.as_dict() for c in layout_counts],
+            "errors": errors,
+            "new_versions": new_versions,
+        }
+        if self.listing and self.complete and len(self.items) == self.listed:
+            report["listing"] = self.listing
         run = ImportRun.objects.create(
             workspace=self.workspace,
             started_at=self.now,
@@ -758,11 +812,7 @@ class _Sync:
             changed=len(changed),
             unchanged=unchanged,
             missing=len(missing),
-            report={
-                "layouts": [c.as_dict() for c in layout_counts],
-                "errors": errors,
-                "new_versions": new_versions,
-            },
+            report=report,
             triggered_by=user if getattr(user, "pk", None) else None,
             scheduled=scheduled,
         )
@@ -781,6 +831,14 @@ class _Sync:
             new_versions=new_versions,
             stopped=self.stopped,
         )
+
+
+def _listing(root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem]) -> str:
+    """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
+    and inode, every problem) under these limits: equal digests, same directory."""
+    digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
+    digest.update("\n".join(map(repr, scanned)).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 class _KnownIds:
