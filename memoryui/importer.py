@@ -21,8 +21,9 @@ import gc
 import hashlib
 import os
 import re
+import stat as stat_mode
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -236,6 +237,25 @@ def import_workspace(
         return result
 
 
+def sync_paths(workspace: Workspace, root: Path, paths: Collection[str]) -> None:
+    """Bring the rows of ``paths`` (files and directories under ``root``, the workspace's
+    directory) to what is on disk now, as an import would, without looking at any other
+    file: what a write-back does after writing a few files of a large tree. Paths gone
+    from disk are marked missing. Records no import run: nothing else was compared."""
+    wanted = sorted({p for path in paths for p in _with_parents(path)})
+    with _gc_paused(), transaction.atomic():
+        workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
+        sync = _Sync(workspace, default_limits(), None, timezone.now())
+        sync.only = wanted
+        sync.collect_paths(root, wanted)
+        sync._sync_rows()
+
+
+def _with_parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def _read(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:
     """The archive's entries; with ``links``, in-tree symbolic links are passed over
     (the remote store serves them from the stored archive) and hostile ones refused."""
@@ -300,6 +320,8 @@ class _Sync:
         self.same_as: ImportRun | None = None
         self.listing = ""
         self.listed = 0
+        # A write-back's re-sync: only these paths are looked at, stored or on disk.
+        self.only: list[str] | None = None
         # Reading stopped early (size limit, damaged archive): what was not seen is not
         # taken as gone from disk.
         self.complete = True
@@ -309,12 +331,16 @@ class _Sync:
     def stored(self) -> dict[str, _Stored]:
         """The workspace's file rows by path (loaded when first needed: an unchanged
         directory never needs them)."""
+        sql = (
+            "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
+            f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
+        )
+        params: list[Any] = [self.workspace.pk]
+        if self.only is not None:
+            sql += f" AND path IN ({', '.join(['%s'] * len(self.only))})"
+            params += self.only
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
-                f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s",
-                [self.workspace.pk],
-            )
+            cursor.execute(sql, params)
             return {
                 path: _Stored(pk, blob, kind, layout, gone is None, mode, mtime_ns, size)
                 for path, pk, blob, kind, layout, gone, mode, mtime_ns, size in cursor.fetchall()
@@ -405,8 +431,42 @@ class _Sync:
             if self.progress and len(self.items) % 500 == 0:
                 self.progress("read", len(self.items), 0)
 
+    def collect_paths(self, root: Path, paths: list[str]) -> None:
+        """Stat and read only ``paths`` under ``root`` (no scan of the rest); a path gone
+        from disk is marked missing. Paths that pass through a link are left as stored."""
+        self.root = root
+        real_root = os.path.realpath(root)
+        for rel in paths:
+            path = os.path.join(root, rel)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.problems.append({"path": rel, "error": f"could not be read ({exc.strerror})"})
+                self.complete = False
+                continue
+            mode = st.st_mode
+            if os.path.realpath(path) != os.path.join(real_root, rel) or not (
+                stat_mode.S_ISREG(mode) or stat_mode.S_ISDIR(mode)
+            ):
+                self.complete = False
+                continue
+            is_dir = stat_mode.S_ISDIR(mode)
+            item = _Item(
+                rel, is_dir, 0 if is_dir else st.st_size, stat_mode.S_IMODE(mode), st.st_mtime_ns
+            )
+            item.stat = tree.Stat(
+                rel, is_dir, item.size, st.st_mtime_ns, item.mode, (st.st_dev, st.st_ino)
+            )
+            self.items[rel] = item
+            if not is_dir and not self._read(item):
+                self.complete = False
+
     # -- layouts -----------------------------------------------------------------
     def _layout_dirs(self) -> list[LayoutDirs]:
+        if self.only is not None:
+            return self._stored_layout_dirs()  # a write-back writes inside its layout
         unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
         if unchanged_tree and all(
             item.data is None
@@ -417,12 +477,7 @@ class _Sync:
             for path, item in self.items.items()
         ):
             # Same paths and no file read again: the layouts are the stored ones.
-            return [
-                LayoutDirs(m, s)
-                for m, s in self.workspace.layouts.present().values_list(
-                    "memories_dir", "sessions_dir"
-                )
-            ]
+            return self._stored_layout_dirs()
         rollout_paths: dict[str, str] = {}
         unread = [p for p, i in self.items.items() if i.data is None and not i.is_dir]
         if unread:
@@ -440,6 +495,12 @@ class _Sync:
             (p for p, i in self.items.items() if not i.is_dir),
             rollout_paths,
         )
+
+    def _stored_layout_dirs(self) -> list[LayoutDirs]:
+        return [
+            LayoutDirs(m, s)
+            for m, s in self.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+        ]
 
     def _sync_layouts(self, dirs: list[LayoutDirs]) -> dict[str, Layout]:
         existing = {layout.memories_dir: layout for layout in self.workspace.layouts.all()}
@@ -473,6 +534,20 @@ class _Sync:
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
         if self.same_as is not None:
             return self._repeat(self.same_as, user, scheduled)
+        return self._report(*self._sync_rows(), user, scheduled)
+
+    def _sync_rows(
+        self,
+    ) -> tuple[
+        dict[str, LayoutCounts],
+        list[LayoutDirs],
+        list[_Item],
+        list[_Item],
+        int,
+        list[int],
+        list[str],
+    ]:
+        """Bring the rows to what was collected: layouts, files, parsed rows, versions."""
         if self.progress:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
@@ -574,9 +649,7 @@ class _Sync:
                 for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
                     cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
         self._step(5)
-        return self._report(
-            counts, dirs, new, changed, unchanged, missing, new_versions, user, scheduled
-        )
+        return counts, dirs, new, changed, unchanged, missing, new_versions
 
     def _store(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
         """Parse and write new and changed files a chunk at a time, dropping each chunk's

@@ -14,6 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from generation import tree
+from memoryui import importer
 from memoryui.importer import import_workspace
 from memoryui.models import (
     Blob,
@@ -542,6 +543,40 @@ def test_a_directory_listed_as_before_is_synced_again_after_another_source(
     assert sorted(
         WorkspaceFile.objects.present().filter(workspace__name="a").values_list("path", flat=True)
     ) == sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
+
+
+def test_syncing_a_few_paths_follows_them_and_leaves_every_other_row(workspace_copy):
+    """A write-back's re-sync: the changed file is stored and parsed, the deleted one is
+    marked gone, nothing else is touched and no import run is recorded."""
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    workspace = Workspace.objects.get(name="a")
+    raw = next((ws / "memories" / "raw_memories").iterdir())
+    gone = str(raw.relative_to(ws))
+    raw.unlink()
+    (ws / "memories" / "memory_summary.md").write_bytes(b"## General Tips\n- synced\n")
+    (ws / "memories" / "rollout_summaries" / "extra.md").write_text("never synced\n")
+    others = set(
+        WorkspaceFile.objects.exclude(path__in=[gone, "memories/memory_summary.md"]).values_list(
+            "pk", "blob_id", "changed_at", "missing_since"
+        )
+    )
+
+    importer.sync_paths(workspace, ws, ["memories/memory_summary.md", gone])
+
+    summary = WorkspaceFile.objects.get(path="memories/memory_summary.md")
+    assert bytes(summary.blob.data) == b"## General Tips\n- synced\n"
+    assert WorkspaceFile.objects.get(path=gone).missing_since is not None
+    assert not RawMemory.objects.filter(file__path=gone, file__missing_since=None).exists()
+    assert (
+        set(
+            WorkspaceFile.objects.exclude(
+                path__in=[gone, "memories/memory_summary.md"]
+            ).values_list("pk", "blob_id", "changed_at", "missing_since")
+        )
+        == others
+    )
+    assert ImportRun.objects.filter(workspace=workspace).count() == 1
 
 
 def test_reimport_sees_a_change_that_kept_the_size(workspace_copy):
