@@ -55,13 +55,15 @@ def test_starting_django_loads_nothing_heavy(tmp_path: Path) -> None:
 
 
 def test_reversing_a_dashboard_link_loads_neither_the_api_nor_the_admin(tmp_path: Path) -> None:
-    """As the commands print them: the dashboard's routes (``memoryui.urls``) only."""
+    """The commands' links need no routes at all; reversing another page loads the
+    dashboard's routes (``memoryui.urls``) only."""
     code = (
-        "import django; django.setup()\n"
+        "import sys, django; django.setup()\n"
         "from django.urls import reverse\n"
         "from memoryui.management.common import dashboard_url\n"
         "url = dashboard_url('memoryui:layout_writeback', 'w', 1)\n"
         "assert url == 'http://dash.test:8123/w/w/layouts/1/writeback/', url\n"
+        "assert 'memoryui.urls' not in sys.modules  # the link printed without the views\n"
         "assert reverse('login', urlconf='memoryui.urls') == '/accounts/login/'\n"
     )
     modules = loaded(code, tmp_path, MEMORYUI_BASE_URL="http://dash.test:8123")
