@@ -79,6 +79,28 @@ def curate(round_: int) -> str:
     return memories_dir
 
 
+def profile_commands(
+    out: Path, manage: list[str], env: dict[str, str], snapshots: Path, round_: int
+) -> None:
+    """One more write-back and export, each under cProfile (untimed)."""
+    import pstats
+
+    out.mkdir(parents=True, exist_ok=True)
+    memories_dir = curate(round_)
+    commands = {
+        "writeback": ["writeback", WORKSPACE_NAME, "--layout", memories_dir],
+        "export": ["export_snapshot", WORKSPACE_NAME, "--base-path", str(snapshots)]
+        + ["--snapshot-id", "profiled"],
+    }
+    for name, command in commands.items():
+        prof = out / f"{name}.prof"
+        child_cpu(
+            [sys.executable, "-m", "cProfile", "-o", str(prof), *manage[1:], *command], env=env
+        )
+        print(f"=== {name}: top 30 by cumulative time ({prof})")
+        pstats.Stats(str(prof)).strip_dirs().sort_stats("cumulative").print_stats(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Time write-back and export against tar.")
     parser.add_argument("--tree", type=Path, help="reuse (or generate and keep) the tree here")
@@ -87,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regenerate", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--database-url", help="default: SQLite in a temp dir")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after the timed rounds, run each command once more under cProfile, save "
+        "writeback.prof and export.prof in DIR and print their top entries",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-writeback-"))
@@ -124,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"round {round_ + 1}: tar {tar_cpu[-1]:.2f}s, write-back {writeback_cpu[-1]:.2f}s,"
                 f" export {export_cpu[-1]:.2f}s (CPU)"
             )
+        if args.profile:
+            profile_commands(args.profile, manage, env, workdir / "snapshots", args.repeat)
         tar = statistics.median(tar_cpu)
         ok = True
         for what, times, goal in (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import re
 import stat
@@ -207,18 +208,25 @@ def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Pro
     if root.is_symlink() or not root.is_dir():
         raise TreeError(f"{root} is not a directory.")
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    # The loop runs once per file of trees of tens of thousands: a re-import of an
+    # unchanged tree is mostly this, so it avoids per-entry Python calls it can.
+    make = tuple.__new__
+    is_lnk, is_dir, is_reg, imode = stat.S_ISLNK, stat.S_ISDIR, stat.S_ISREG, stat.S_IMODE
+    max_bytes = limits.max_file_bytes
     while stack:
         abs_dir, rel_dir = stack.pop()
         try:
             with os.scandir(abs_dir) as it:
-                children = sorted(it, key=lambda e: e.name)
+                children = sorted(it, key=_ENTRY_NAME)
         except OSError as exc:
             yield Problem(rel_dir or ".", f"directory could not be listed ({exc.strerror})")
             continue
+        prefix = rel_dir + "/" if rel_dir else ""
         subdirs = []
         for child in children:
-            rel = f"{rel_dir}/{child.name}" if rel_dir else child.name
-            if not _valid_name(child.name):
+            name = child.name
+            rel = prefix + name
+            if not name.isascii() and not _valid_name(name):
                 yield Problem(_printable(rel), "file name is not valid UTF-8; skipped")
                 continue
             try:
@@ -227,26 +235,32 @@ def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Pro
                 yield Problem(rel, f"could not be read ({exc.strerror})")
                 continue
             mode = st.st_mode
-            if stat.S_ISLNK(mode):
-                yield Problem(rel, "symbolic link; links are never followed, skipped")
-            elif stat.S_ISDIR(mode):
-                yield Stat(rel, True, 0, st.st_mtime_ns, stat.S_IMODE(mode))
-                subdirs.append((child.path, rel))
-            elif stat.S_ISREG(mode):
-                if st.st_size > limits.max_file_bytes:
+            if is_reg(mode):
+                if st.st_size > max_bytes:
                     yield Problem(rel, _too_large(st.st_size, limits))
                 else:
-                    yield Stat(
-                        rel,
-                        False,
-                        st.st_size,
-                        st.st_mtime_ns,
-                        stat.S_IMODE(mode),
-                        (st.st_dev, st.st_ino),
+                    yield make(
+                        Stat,
+                        (
+                            rel,
+                            False,
+                            st.st_size,
+                            st.st_mtime_ns,
+                            imode(mode),
+                            (st.st_dev, st.st_ino),
+                        ),
                     )
+            elif is_lnk(mode):
+                yield Problem(rel, "symbolic link; links are never followed, skipped")
+            elif is_dir(mode):
+                yield Stat(rel, True, 0, st.st_mtime_ns, imode(mode))
+                subdirs.append((child.path, rel))
             else:
                 yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")
         stack.extend(reversed(subdirs))
+
+
+_ENTRY_NAME = operator.attrgetter("name")
 
 
 def read_file(root: Path, rel: str, expected: Stat | None = None) -> bytes:

@@ -21,11 +21,13 @@ import gc
 import hashlib
 import os
 import re
+import stat as stat_mode
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -235,6 +237,25 @@ def import_workspace(
         return result
 
 
+def sync_paths(workspace: Workspace, root: Path, paths: Collection[str]) -> None:
+    """Bring the rows of ``paths`` (files and directories under ``root``, the workspace's
+    directory) to what is on disk now, as an import would, without looking at any other
+    file: what a write-back does after writing a few files of a large tree. Paths gone
+    from disk are marked missing. Records no import run: nothing else was compared."""
+    wanted = sorted({p for path in paths for p in _with_parents(path)})
+    with _gc_paused(), transaction.atomic():
+        workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
+        sync = _Sync(workspace, default_limits(), None, timezone.now())
+        sync.only = wanted
+        sync.collect_paths(root, wanted)
+        sync._sync_rows()
+
+
+def _with_parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def _read(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:
     """The archive's entries; with ``links``, in-tree symbolic links are passed over
     (the remote store serves them from the stored archive) and hostile ones refused."""
@@ -293,20 +314,33 @@ class _Sync:
         self.now = started
         self.items: dict[str, _Item] = {}
         self.problems: list[dict[str, str]] = []
-        self.stored = self._load_stored()
         self.root: Path | None = None
+        # A directory listed exactly as at the previous import (``_listing``): its run,
+        # whose outcome this import repeats without looking at any file or stored row.
+        self.same_as: ImportRun | None = None
+        self.listing = ""
+        self.listed = 0
+        # A write-back's re-sync: only these paths are looked at, stored or on disk.
+        self.only: list[str] | None = None
         # Reading stopped early (size limit, damaged archive): what was not seen is not
         # taken as gone from disk.
         self.complete = True
         self.stopped = ""
 
-    def _load_stored(self) -> dict[str, _Stored]:
+    @cached_property
+    def stored(self) -> dict[str, _Stored]:
+        """The workspace's file rows by path (loaded when first needed: an unchanged
+        directory never needs them)."""
+        sql = (
+            "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
+            f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
+        )
+        params: list[Any] = [self.workspace.pk]
+        if self.only is not None:
+            sql += f" AND path IN ({', '.join(['%s'] * len(self.only))})"
+            params += self.only
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
-                f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s",
-                [self.workspace.pk],
-            )
+            cursor.execute(sql, params)
             return {
                 path: _Stored(pk, blob, kind, layout, gone is None, mode, mtime_ns, size)
                 for path, pk, blob, kind, layout, gone, mode, mtime_ns, size in cursor.fetchall()
@@ -315,11 +349,23 @@ class _Sync:
     # -- reading -----------------------------------------------------------------
     def collect_directory(self, root: Path) -> None:
         self.root = root
-        last = self.workspace.imports.order_by("-started_at").values_list("started_at", flat=True)
-        previous = last.first()
-        racy_from = int((previous - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        previous = self.workspace.imports.order_by("-started_at", "-pk").first()
+        racy_from = int((previous.started_at - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        scanned = list(tree.scan_directory(root, self.limits))
+        self.listed = sum(1 for s in scanned if type(s) is tree.Stat)
+        if not self.merge:
+            self.listing = _listing(root, self.limits, scanned)
+            if (
+                previous is not None
+                and previous.report.get("listing") == self.listing
+                and all(s.is_dir or s.mtime_ns < racy_from for s in scanned if type(s) is tree.Stat)
+            ):
+                # Every path, size, mtime and mode as the previous import saw them, and
+                # the importer is the only writer of the rows: nothing to read or write.
+                self.same_as = previous
+                return
         total = 0
-        for stat in tree.scan_directory(root, self.limits):
+        for stat in scanned:
             if isinstance(stat, Problem):
                 self.problems.append({"path": stat.path, "error": stat.error})
                 continue
@@ -385,8 +431,42 @@ class _Sync:
             if self.progress and len(self.items) % 500 == 0:
                 self.progress("read", len(self.items), 0)
 
+    def collect_paths(self, root: Path, paths: list[str]) -> None:
+        """Stat and read only ``paths`` under ``root`` (no scan of the rest); a path gone
+        from disk is marked missing. Paths that pass through a link are left as stored."""
+        self.root = root
+        real_root = os.path.realpath(root)
+        for rel in paths:
+            path = os.path.join(root, rel)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.problems.append({"path": rel, "error": f"could not be read ({exc.strerror})"})
+                self.complete = False
+                continue
+            mode = st.st_mode
+            if os.path.realpath(path) != os.path.join(real_root, rel) or not (
+                stat_mode.S_ISREG(mode) or stat_mode.S_ISDIR(mode)
+            ):
+                self.complete = False
+                continue
+            is_dir = stat_mode.S_ISDIR(mode)
+            item = _Item(
+                rel, is_dir, 0 if is_dir else st.st_size, stat_mode.S_IMODE(mode), st.st_mtime_ns
+            )
+            item.stat = tree.Stat(
+                rel, is_dir, item.size, st.st_mtime_ns, item.mode, (st.st_dev, st.st_ino)
+            )
+            self.items[rel] = item
+            if not is_dir and not self._read(item):
+                self.complete = False
+
     # -- layouts -----------------------------------------------------------------
     def _layout_dirs(self) -> list[LayoutDirs]:
+        if self.only is not None:
+            return self._stored_layout_dirs()  # a write-back writes inside its layout
         unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
         if unchanged_tree and all(
             item.data is None
@@ -397,12 +477,7 @@ class _Sync:
             for path, item in self.items.items()
         ):
             # Same paths and no file read again: the layouts are the stored ones.
-            return [
-                LayoutDirs(m, s)
-                for m, s in self.workspace.layouts.present().values_list(
-                    "memories_dir", "sessions_dir"
-                )
-            ]
+            return self._stored_layout_dirs()
         rollout_paths: dict[str, str] = {}
         unread = [p for p, i in self.items.items() if i.data is None and not i.is_dir]
         if unread:
@@ -420,6 +495,12 @@ class _Sync:
             (p for p, i in self.items.items() if not i.is_dir),
             rollout_paths,
         )
+
+    def _stored_layout_dirs(self) -> list[LayoutDirs]:
+        return [
+            LayoutDirs(m, s)
+            for m, s in self.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+        ]
 
     def _sync_layouts(self, dirs: list[LayoutDirs]) -> dict[str, Layout]:
         existing = {layout.memories_dir: layout for layout in self.workspace.layouts.all()}
@@ -451,6 +532,22 @@ class _Sync:
             self.progress("store", done, 5)
 
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
+        if self.same_as is not None:
+            return self._repeat(self.same_as, user, scheduled)
+        return self._report(*self._sync_rows(), user, scheduled)
+
+    def _sync_rows(
+        self,
+    ) -> tuple[
+        dict[str, LayoutCounts],
+        list[LayoutDirs],
+        list[_Item],
+        list[_Item],
+        int,
+        list[int],
+        list[str],
+    ]:
+        """Bring the rows to what was collected: layouts, files, parsed rows, versions."""
         if self.progress:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
@@ -552,9 +649,7 @@ class _Sync:
                 for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
                     cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
         self._step(5)
-        return self._report(
-            counts, dirs, new, changed, unchanged, missing, new_versions, user, scheduled
-        )
+        return counts, dirs, new, changed, unchanged, missing, new_versions
 
     def _store(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
         """Parse and write new and changed files a chunk at a time, dropping each chunk's
@@ -721,6 +816,31 @@ class _Sync:
         if found:
             skills.record_import(found, now=self.now, uploaded_by=self.merge)
 
+    def _repeat(self, previous: ImportRun, user: Any, scheduled: bool) -> ImportResult:
+        """The outcome of an import that found the directory as ``previous`` left it:
+        the same layouts and problems, every file unchanged, no new version."""
+        files = self.listed
+        run = ImportRun.objects.create(
+            workspace=self.workspace,
+            started_at=self.now,
+            finished_at=timezone.now(),
+            status=previous.status,
+            unchanged=files,
+            report={**previous.report, "new_versions": []},
+            triggered_by=user if getattr(user, "pk", None) else None,
+            scheduled=scheduled,
+        )
+        self.workspace.last_imported_at = run.finished_at
+        self.workspace.save(update_fields=["last_imported_at"])
+        return ImportResult(
+            workspace=self.workspace,
+            run=run,
+            layouts=[LayoutCounts(**c) for c in run.report.get("layouts", [])],
+            errors=list(run.report.get("errors", [])),
+            unchanged=files,
+            files=files,
+        )
+
     def _report(
         self,
         counts: dict[str, LayoutCounts],
@@ -749,6 +869,13 @@ class _Sync:
         else:
             status = ImportRun.Status.OK
         layout_counts = [counts[d.memories_dir] for d in dirs]
+        report: dict[str, Any] = {
+            "layouts": [c.as_dict() for c in layout_counts],
+            "errors": errors,
+            "new_versions": new_versions,
+        }
+        if self.listing and self.complete and len(self.items) == self.listed:
+            report["listing"] = self.listing
         run = ImportRun.objects.create(
             workspace=self.workspace,
             started_at=self.now,
@@ -758,11 +885,7 @@ class _Sync:
             changed=len(changed),
             unchanged=unchanged,
             missing=len(missing),
-            report={
-                "layouts": [c.as_dict() for c in layout_counts],
-                "errors": errors,
-                "new_versions": new_versions,
-            },
+            report=report,
             triggered_by=user if getattr(user, "pk", None) else None,
             scheduled=scheduled,
         )
@@ -781,6 +904,14 @@ class _Sync:
             new_versions=new_versions,
             stopped=self.stopped,
         )
+
+
+def _listing(root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem]) -> str:
+    """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
+    and inode, every problem) under these limits: equal digests, same directory."""
+    digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
+    digest.update("\n".join(map(repr, scanned)).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 class _KnownIds:

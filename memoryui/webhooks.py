@@ -22,14 +22,13 @@ import time
 from functools import partial
 from typing import Any
 
-import httpx2
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from . import observability, outbound
+from . import observability
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -110,6 +109,12 @@ def _queue(delivery_id: int) -> None:
 
 def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
     """POST once through the outbound client: the status, and what went wrong."""
+    # The HTTP client (httpx2, httpcore2: 0.16 s of CPU) loads with the first delivery,
+    # not in every command and process that starts Django (this module's signals do).
+    import httpx2
+
+    from . import outbound
+
     deadline = settings.MEMORYUI_WEBHOOK_DEADLINE_SECONDS
     try:
         answer = outbound.post(

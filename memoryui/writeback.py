@@ -1015,8 +1015,13 @@ def record_written(
     deleted: Collection[str] = (),
 ) -> None:
     """Bring the database to the bytes now on disk: the importer's own sync (file rows,
-    blobs, parsed rows) over the workspace. Written files equal the current versions, so
-    no new version appears; files found on disk already (an earlier write-back stopped
-    midway) are recorded too."""
-    if written or deleted or plan.on_disk:
-        importer.import_workspace(root, layout.workspace.name, user=user)
+    blobs, parsed rows) of the paths written, deleted or found on disk already (an
+    earlier write-back stopped midway), with the directories they were written in; no
+    other file is looked at. Written files equal the current versions, so no new version
+    appears."""
+    paths = {file.path for file in written}
+    paths.update(d for file in written for d in file.created_dirs)
+    paths.update(deleted)
+    paths.update(file.path for file in plan.on_disk)
+    if paths:
+        importer.sync_paths(layout.workspace, root, paths)

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from memoryui import curation
 from memoryui.importer import import_workspace
+from memoryui.management.common import COMMAND_LINKS, dashboard_url
 from memoryui.models import GenerationRun, Layout, Proposal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,3 +135,10 @@ def test_writeback_and_export_print_progress_and_their_page_urls(layout, tmp_pat
     steps = [line.removeprefix("export: ").split("/") for line in exported.stderr.splitlines()]
     assert steps[0][0] == "1" and steps[-1][0] == steps[-1][1] and len(steps) == 5  # quarters
     assert (tmp_path / "snapshots" / "s1.tar").exists()
+
+
+def test_every_link_a_command_prints_is_the_page_the_dashboard_routes(settings):
+    """The commands build their links without loading the dashboard's views."""
+    for name, route in COMMAND_LINKS.items():
+        args = ("team-1.x", 2, 3)[: route.count("{}")]
+        assert dashboard_url(name, *args) == settings.MEMORYUI_BASE_URL + reverse(name, args=args)

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from generation import tree
+from memoryui import importer
 from memoryui.importer import import_workspace
 from memoryui.models import (
     Blob,
@@ -501,6 +504,79 @@ def test_reimport_does_not_read_files_whose_size_and_mtime_are_unchanged(
 
     assert reads == []
     assert result.unchanged == result.files and result.changed == 0
+
+
+def test_reimport_of_an_unchanged_directory_reads_no_stored_file_row(workspace_copy):
+    """Listed exactly as last time: the outcome is repeated without loading the
+    workspace's file rows (30,000 of them on a large tree) or reading a file."""
+    ws = workspace_copy("small-a")
+    (ws / "memories" / "rollout_summaries" / "bad name!.md").write_text("not a summary\n")
+    _age(ws)
+    first = import_workspace(ws, "a")
+    rows = list(WorkspaceFile.objects.values_list("pk", "blob_id", "changed_at", "mode"))
+
+    with CaptureQueriesContext(connection) as queries:
+        second = import_workspace(ws, "a")
+
+    table = WorkspaceFile._meta.db_table
+    assert [q["sql"] for q in queries if table in q["sql"]] == []
+    assert second.unchanged == second.files == first.added
+    assert second.added == second.changed == second.missing == 0
+    assert second.as_json() == first.as_json() and second.errors  # the problem is kept
+    assert second.run.status == first.run.status
+    assert list(WorkspaceFile.objects.values_list("pk", "blob_id", "changed_at", "mode")) == rows
+
+
+def test_a_directory_listed_as_before_is_synced_again_after_another_source(
+    workspace_copy, fixtures_dir
+):
+    """The shortcut holds only against the workspace's latest import: a snapshot
+    imported in between changed the rows, so the directory is compared file by file."""
+    ws = workspace_copy("small-a")
+    _age(ws)
+    import_workspace(ws, "a")
+    import_workspace(snapshot_path(fixtures_dir, "small-b"), "a")
+
+    result = import_workspace(ws, "a")
+
+    assert result.added + result.changed > 0
+    assert sorted(
+        WorkspaceFile.objects.present().filter(workspace__name="a").values_list("path", flat=True)
+    ) == sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
+
+
+def test_syncing_a_few_paths_follows_them_and_leaves_every_other_row(workspace_copy):
+    """A write-back's re-sync: the changed file is stored and parsed, the deleted one is
+    marked gone, nothing else is touched and no import run is recorded."""
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    workspace = Workspace.objects.get(name="a")
+    raw = next((ws / "memories" / "raw_memories").iterdir())
+    gone = str(raw.relative_to(ws))
+    raw.unlink()
+    (ws / "memories" / "memory_summary.md").write_bytes(b"## General Tips\n- synced\n")
+    (ws / "memories" / "rollout_summaries" / "extra.md").write_text("never synced\n")
+    others = set(
+        WorkspaceFile.objects.exclude(path__in=[gone, "memories/memory_summary.md"]).values_list(
+            "pk", "blob_id", "changed_at", "missing_since"
+        )
+    )
+
+    importer.sync_paths(workspace, ws, ["memories/memory_summary.md", gone])
+
+    summary = WorkspaceFile.objects.get(path="memories/memory_summary.md")
+    assert bytes(summary.blob.data) == b"## General Tips\n- synced\n"
+    assert WorkspaceFile.objects.get(path=gone).missing_since is not None
+    assert not RawMemory.objects.filter(file__path=gone, file__missing_since=None).exists()
+    assert (
+        set(
+            WorkspaceFile.objects.exclude(
+                path__in=[gone, "memories/memory_summary.md"]
+            ).values_list("pk", "blob_id", "changed_at", "missing_since")
+        )
+        == others
+    )
+    assert ImportRun.objects.filter(workspace=workspace).count() == 1
 
 
 def test_reimport_sees_a_change_that_kept_the_size(workspace_copy):

@@ -1,7 +1,8 @@
 """Commands start fast: starting Django, reversing a dashboard link and ``manage.py help``
 load neither Celery's app, the admin's modules, django-ninja (and pydantic), the
-``openai`` client nor markdown-it. Each case runs in a fresh interpreter and looks at
-``sys.modules``; the tasks, the admin and the API still load when used."""
+``openai`` client, markdown-it nor the webhooks' HTTP client. Each case runs in a fresh
+interpreter and looks at ``sys.modules``; the tasks, the admin and the API still load
+when used."""
 
 import json
 import os
@@ -15,11 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("openai", "celery.app", "memoryui.celery", "ninja", "pydantic", "markdown_it")
 # What the admin's autodiscovery pulled into every command (the importer, the curation).
 ADMIN_WORK = ("memoryui.admin", "memoryui.importer", "memoryui.curation")
+# The webhooks' HTTP client (0.1 s of CPU): the webhooks' signals load with Django, the
+# client with the first delivery.
+HTTP_CLIENT = ("httpx2", "httpcore2", "memoryui.outbound")
 
 REPORT = """
 import json, sys
 print("\\n" + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
-    {"openai", "celery", "memoryui", "ninja", "pydantic", "markdown_it"})))
+    {"openai", "celery", "memoryui", "ninja", "pydantic", "markdown_it",
+     "httpx2", "httpcore2"})))
 """
 
 
@@ -46,17 +51,19 @@ def heavy_in(modules: set[str], heavy: tuple[str, ...] = HEAVY + ADMIN_WORK) -> 
 def test_starting_django_loads_nothing_heavy(tmp_path: Path) -> None:
     modules = loaded("import django; django.setup()", tmp_path)
     assert "memoryui.webhooks" in modules  # the app's ready() ran
-    assert heavy_in(modules) == []
+    assert heavy_in(modules, HEAVY + ADMIN_WORK + HTTP_CLIENT) == []
 
 
 def test_reversing_a_dashboard_link_loads_neither_the_api_nor_the_admin(tmp_path: Path) -> None:
-    """As the commands print them: the dashboard's routes (``memoryui.urls``) only."""
+    """The commands' links need no routes at all; reversing another page loads the
+    dashboard's routes (``memoryui.urls``) only."""
     code = (
-        "import django; django.setup()\n"
+        "import sys, django; django.setup()\n"
         "from django.urls import reverse\n"
         "from memoryui.management.common import dashboard_url\n"
         "url = dashboard_url('memoryui:layout_writeback', 'w', 1)\n"
         "assert url == 'http://dash.test:8123/w/w/layouts/1/writeback/', url\n"
+        "assert 'memoryui.urls' not in sys.modules  # the link printed without the views\n"
         "assert reverse('login', urlconf='memoryui.urls') == '/accounts/login/'\n"
     )
     modules = loaded(code, tmp_path, MEMORYUI_BASE_URL="http://dash.test:8123")
@@ -77,7 +84,8 @@ def test_manage_py_help_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> 
         "assert 'usage' in out.getvalue().lower() or 'subcommands' in out.getvalue().lower()\n"
     )
     # A command's own module loads with its help (the write-back's needs the importer).
-    heavy = HEAVY + ADMIN_WORK if argv == ["help"] else HEAVY + ("memoryui.admin",)
+    heavy = HEAVY + HTTP_CLIENT
+    heavy += ADMIN_WORK if argv == ["help"] else ("memoryui.admin",)
     assert heavy_in(loaded(code, tmp_path), heavy) == []
 
 

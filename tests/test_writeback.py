@@ -182,6 +182,30 @@ def test_a_curated_summary_is_written_atomically_audited_and_reimports_as_unchan
     assert writeback.plan_layout(layout).changed == []
 
 
+def test_a_write_back_of_one_file_re_syncs_that_file_alone(layout, ws, monkeypatch):
+    """On a tree of thousands of files, the database follows the one file written: no
+    scan of the workspace, no other file read, and no import run in the history."""
+    curate(layout, SUMMARY, "## General Tips\n- curated\n")
+    runs = layout.workspace.imports.count()
+    scans: list[Path] = []
+    reads: list[str] = []
+    real_read = tree.read_file
+    monkeypatch.setattr(tree, "scan_directory", lambda root, *a: scans.append(root) or iter(()))
+    monkeypatch.setattr(
+        tree, "read_file", lambda root, rel, *a: reads.append(rel) or real_read(root, rel, *a)
+    )
+
+    result = writeback.write_back(layout)
+
+    assert [w.path for w in result.written] == [f"{ENG}/memory_summary.md"]
+    assert scans == []
+    assert set(reads) == {f"{ENG}/memory_summary.md"}
+    assert layout.workspace.imports.count() == runs
+    row = WorkspaceFile.objects.get(workspace=layout.workspace, path=f"{ENG}/memory_summary.md")
+    assert bytes(row.blob.data) == b"## General Tips\n- curated\n"
+    assert row.mtime_ns == (ws / ENG / "memory_summary.md").stat().st_mtime_ns
+
+
 def test_a_dry_run_writes_nothing_and_records_nothing(layout, ws):
     curate(layout, MD, "# Task Group: curated\n")
     before = snapshot_tree(ws)

@@ -6,15 +6,23 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from urllib.parse import quote
 
 from django.conf import settings
+from django.core import checks
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.core.management.color import Style
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 
 from generation.lint import Finding
 from memoryui.management.progress import ProgressBar
 from memoryui.models import Workspace
+
+# The system checks a data command runs before its work: the models' (9 ms). The URL
+# checks import every route of the site (the API, django-ninja, pydantic, the admin):
+# half a second of CPU, more than a write-back of one file costs; ``manage.py check``,
+# ``runserver``, ``migrate`` and the test suite run them all.
+DATA_COMMAND_CHECKS = [checks.Tags.models]
 
 
 def workspace_named(name: str) -> Workspace:
@@ -83,10 +91,26 @@ def quiet_http_logs(verbosity: int) -> None:
         logging.getLogger(name).setLevel(level)
 
 
+# The pages the commands link to, routed as in memoryui.urls (tests/test_cli_output.py
+# checks every one against reverse()): reversing imports every view module of the
+# dashboard, a tenth of a second of a command that writes back one file.
+COMMAND_LINKS = {
+    "memoryui:workspace_detail": "w/{}/",
+    "memoryui:workspace_export": "w/{}/export/",
+    "memoryui:layout_writeback": "w/{}/layouts/{}/writeback/",
+    "memoryui:run_detail": "w/{}/layouts/{}/runs/{}/",
+    "memoryui:proposal_review": "w/{}/layouts/{}/proposals/{}/",
+}
+
+
 def dashboard_url(name: str, *args: object) -> str:
-    """The dashboard's address of a page: MEMORYUI_BASE_URL and the route ``name``'s path,
-    reversed with the dashboard's routes only (``memoryui.urls``: not the API's)."""
-    return settings.MEMORYUI_BASE_URL + reverse(name, args=args, urlconf="memoryui.urls")
+    """The dashboard's address of a page: MEMORYUI_BASE_URL and the route ``name``'s path
+    (from ``COMMAND_LINKS``, else reversed with the dashboard's routes only)."""
+    route = COMMAND_LINKS.get(name)
+    if route is None:
+        return settings.MEMORYUI_BASE_URL + reverse(name, args=args, urlconf="memoryui.urls")
+    path = get_script_prefix() + route.format(*(str(arg) for arg in args))
+    return settings.MEMORYUI_BASE_URL + quote(path, safe="!$&'()*+,;=/~:@")
 
 
 def progress_bar(verbosity: int) -> ProgressBar | None:

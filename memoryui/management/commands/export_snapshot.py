@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import ExportError
 from memoryui.management.common import (
+    DATA_COMMAND_CHECKS,
     add_allow_finding,
     crash_hook,
     dashboard_url,
@@ -17,6 +18,7 @@ from memoryui.writeback import Refused
 
 
 class Command(BaseCommand):
+    requires_system_checks = DATA_COMMAND_CHECKS
     help = (
         "Export a workspace as an SDK LocalSnapshot archive <base-path>/<snapshot-id>.tar: "
         "the imported tree byte for byte, with the curated memory of all or chosen layouts. "

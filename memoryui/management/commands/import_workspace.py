@@ -7,10 +7,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.tree import TreeError
 from memoryui.importer import import_workspace, valid_workspace_name
-from memoryui.management.common import dashboard_url, progress_bar
+from memoryui.management.common import DATA_COMMAND_CHECKS, dashboard_url, progress_bar
 
 
 class Command(BaseCommand):
+    requires_system_checks = DATA_COMMAND_CHECKS
     help = (
         "Import (or re-import) a workspace directory or an SDK snapshot .tar. "
         "Re-running it only stores what changed; files on disk are never modified."

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from generation.export import WrittenFile
 from memoryui.management.common import (
+    DATA_COMMAND_CHECKS,
     add_allow_finding,
     crash_hook,
     dashboard_url,
@@ -16,6 +17,7 @@ from memoryui.writeback import Refused, WritebackError, WritebackResult, write_b
 
 
 class Command(BaseCommand):
+    requires_system_checks = DATA_COMMAND_CHECKS
     help = (
         "Write a workspace's curated memory (current MEMORY.md and memory_summary.md, and "
         "the latest approved consolidation) into its layouts' directories on this server. "
