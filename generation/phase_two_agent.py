@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
-from generation import llm, patches
+from generation import llm, patches, retry
 
 if TYPE_CHECKING:
     import openai  # loaded by run_agent, which is given a client
@@ -683,8 +683,15 @@ def run_agent(
             except openai.OpenAIError as exc:
                 error = llm.translate_error(exc)
                 if isinstance(error, llm.TransientModelError) and attempt < TRANSIENT_RETRIES:
-                    backoff = min(30.0, retry_base * 2.0**attempt)
-                    sleep(min(MAX_RETRY_WAIT, max(backoff, error.retry_after or 0.0)))
+                    sleep(
+                        retry.backoff_delay(
+                            attempt,
+                            base=retry_base,
+                            cap=30.0,
+                            retry_after=error.retry_after,
+                            max_wait=MAX_RETRY_WAIT,
+                        )
+                    )
                     continue
                 return failed(f"the model call of turn {turns + 1} failed: {error}")
         assert answer is not None

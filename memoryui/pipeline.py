@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
-from generation import llm, phase_one, phase_two, prompts
+from generation import llm, phase_one, phase_two, prompts, retry
 
 from . import consolidation, curation, documents, observability
 from .models import (
@@ -444,8 +443,13 @@ def run_of(job_id: int) -> int:
 
 def retry_delay(attempts: int, retry_after: float | None) -> float:
     """Exponential backoff with full jitter, never sooner than the server asked."""
-    backoff = random.uniform(0, min(60.0, settings.MEMORYUI_RETRY_BASE_SECONDS * 2**attempts))
-    return max(backoff, retry_after or 0.0)
+    return retry.backoff_delay(
+        attempts,
+        base=settings.MEMORYUI_RETRY_BASE_SECONDS,
+        cap=60.0,
+        jitter=True,
+        retry_after=retry_after,
+    )
 
 
 def finish_phase_one(run_id: int) -> bool:

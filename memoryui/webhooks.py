@@ -29,6 +29,8 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from generation import retry
+
 from . import observability, outbound
 from .models import (
     AuditEvent,
@@ -74,7 +76,7 @@ def verify(
 
 def backoff(attempt: int) -> float:
     """Seconds before the try after ``attempt`` (1-based): base, 2 base, 4 base, ..."""
-    return settings.MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    return retry.backoff_delay(attempt - 1, base=settings.MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS)
 
 
 # --- sending ------------------------------------------------------------------------------
