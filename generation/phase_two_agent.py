@@ -467,7 +467,6 @@ TOOLS: dict[str, Tool] = {
     ]
 }
 TOOL_SPECS: list[JSONDict] = [tool.spec() for tool in TOOLS.values()]
-TOOL_NAMES = frozenset(TOOLS)
 
 
 def responses_tools() -> list[JSONDict]:

@@ -51,7 +51,6 @@ EVENTS = [
     ("run.failed", "A generation run failed"),
     ("memory.held_back", "Lint holds back memory from sandboxes"),
 ]
-EVENT_NAMES = [name for name, _ in EVENTS]
 USER_AGENT = "memoryui-webhooks/1"
 
 
