@@ -28,13 +28,15 @@ def database_url() -> str:
 
 
 def manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """manage.py as a user runs it: no model configured, the default broker."""
+    """manage.py as a user runs it in development (``DEBUG=1``, as bin/start sets): no
+    model configured, the default broker."""
     clean = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI_", "MEMORYUI_", "CELERY_")) and k != "DEBUG"
     }
     clean.update(
+        DEBUG="1",
         DATABASE_URL=database_url(),
         MEMORYUI_VAR_DIR=str(tmp_path / "var"),
         MEMORYUI_BASE_URL=BASE,
