@@ -11,7 +11,6 @@ import pytest
 from django.db import connection
 
 from memoryui import curation
-from memoryui.importer import import_workspace
 from memoryui.models import GenerationRun, Layout, Proposal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,11 +52,8 @@ def manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def layout(workspace_copy):
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
+def layout(ws):
+    """Without generation settings: the command's defaults."""
     return Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
 
 

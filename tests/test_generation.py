@@ -122,11 +122,10 @@ def test_a_rate_limit_is_retried_after_the_servers_delay(model, layout):
 
 
 def test_inline_and_celery_runs_take_the_same_steps_to_the_same_result(
-    model, layout, workspace_copy, tmp_path
+    model, layout, tmp_path, eager
 ):
     """``run_inline`` and the Celery tasks call the same steps: on the same workspace and
     the same model answers (a rate limit on the first call) they end in the same state."""
-    from memoryui.celery import app
     from memoryui.tasks import start_generation
 
     other = tmp_path / "other"
@@ -146,11 +145,7 @@ def test_inline_and_celery_runs_take_the_same_steps_to_the_same_result(
     inline = run_now(layout)
     model.script(slow_down)
     run = pipeline.start_run(twin, reextract=True)
-    eager, app.conf.task_always_eager = app.conf.task_always_eager, True
-    try:
-        start_generation.delay(run.pk)
-    finally:
-        app.conf.task_always_eager = eager
+    start_generation.delay(run.pk)  # eager: each task sent runs here, at once
 
     assert outcome(inline.pk)[0] == GenerationRun.Status.DONE
     assert sorted(a for _, _, a, _ in outcome(inline.pk)[2]) == [1, 1, 2]
@@ -322,17 +317,14 @@ def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
     assert run.jobs.filter(dispatched_at__isnull=False).count() == 2
 
 
-def test_a_run_queued_under_the_former_task_names_still_runs(model, layout):
+def test_a_run_queued_under_the_former_task_names_still_runs(model, layout, eager):
     """Messages an older version queued name ``generation.tasks.*``, where the tasks
     were before they moved to ``memoryui.tasks``."""
     from memoryui.celery import app
 
     run = pipeline.start_run(layout, reextract=True)
-    eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # sent tasks run here
-    try:
-        app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
-    finally:
-        app.conf.task_always_eager = eager
+    # eager: the tasks it sends run here
+    app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
 
     assert GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE
     assert Proposal.objects.filter(run=run).exists()
