@@ -26,7 +26,7 @@ def _make_folders() -> None:
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
         options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
         keys = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
-        folders += [Path(options[key]) for key in keys]
+        folders += [Path(str(options[key])) for key in keys]
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
 
