@@ -228,7 +228,9 @@ def _publish(
     progress: Callable[[str, int, int], None] | None,
 ) -> None:
     directory = journal_base() / "exports" / uuid.uuid4().hex
-    with journal.locked(directory):
+    holder: list[SnapshotInfo] = []
+
+    def begin() -> bool:
         journal.save_record(
             directory,
             {
@@ -238,45 +240,65 @@ def _publish(
                 "files": [[str(temp), str(final)] for temp, final in files],
             },
         )
-        step("journal")
-        try:
-            members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-            holder: list[SnapshotInfo] = []
-            with closing(members):  # stops the reader thread, even when writing fails
-                export.write_temp(
-                    files[0][0],
-                    lambda fh: holder.append(
-                        export.write_snapshot_to(
-                            fh,
-                            _progress(workspace, plan, members, progress),
-                            root_mtime_ns=root_mtime_ns,
-                        )
-                    ),
-                )
+        return True
+
+    def stage() -> None:
+        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+        with closing(members):  # stops the reader thread, even when writing fails
+            export.write_temp(
+                files[0][0],
+                lambda fh: holder.append(
+                    export.write_snapshot_to(
+                        fh,
+                        _progress(workspace, plan, members, progress),
+                        root_mtime_ns=root_mtime_ns,
+                    )
+                ),
+            )
+        step("staged")
+        if state:
+
+            def write_state(fh: IO[bytes]) -> None:
+                fh.write(state)
+
+            export.write_temp(files[1][0], write_state)
             step("staged")
-            if state:
 
-                def write_state(fh: IO[bytes]) -> None:
-                    fh.write(state)
+    def put_in_place() -> None:
+        for temp, final in files:
+            export.link_new(temp, final)
+            step("published")
 
-                export.write_temp(files[1][0], write_state)
-                step("staged")
-            for temp, final in files:
-                export.link_new(temp, final)
-                step("published")
-            info = holder[0]
-            result.snapshot = SnapshotInfo(files[0][1], info.size, info.sha256, info.members)
-            result.event = _audit(workspace, snapshot_id, result, user, directory.name)
-            step("committed")
-        except (ExportError, OSError):
-            _undo(files)
-            _remove_journal(directory)
-            raise
-        for temp, _ in files:
-            with suppress(FileNotFoundError):
-                temp.unlink()
+    def undo(exc: Exception) -> Exception:
+        _undo(files)
+        return exc
+
+    def audit(failure: Exception | None) -> bool:
+        if failure is not None:
+            return False  # nothing to record: the export left nothing
+        info = holder[0]
+        result.snapshot = SnapshotInfo(files[0][1], info.size, info.sha256, info.members)
+        result.event = _audit(workspace, snapshot_id, result, user, directory.name)
+        return True
+
+    def finish(failure: Exception | None) -> None:
+        if failure is None:
+            for temp, _ in files:
+                with suppress(FileNotFoundError):
+                    temp.unlink()
         _remove_journal(directory)
-    step("done")
+
+    with journal.locked(directory):
+        journal.publish(
+            begin=begin,
+            stage=stage,
+            put_in_place=put_in_place,
+            undo=undo,
+            audit=audit,
+            finish=finish,
+            step=step,
+            failures=(ExportError, OSError),
+        )
 
 
 def _undo(files: list[tuple[Path, Path]]) -> list[str]:
