@@ -383,3 +383,25 @@ def publish(
         finish(failure)
     step("done")
     return failure
+
+
+def recover_each(
+    base: Path,
+    pattern: str,
+    handle: Callable[[Path], None],
+    *,
+    errors: tuple[type[Exception], ...],
+    failed: Callable[[Path, Exception], None],
+) -> None:
+    """The recovery of whatever ``publish`` left: ``handle`` each journal directory under
+    ``base`` (matching ``pattern``) whose lock can be taken, holding it; one whose lock is
+    held belongs to a publish still running and is left alone. One of ``errors`` goes to
+    ``failed`` and the next directory is handled."""
+    for directory in sorted(base.glob(pattern)) if base.is_dir() else []:
+        try:
+            with locked(directory, wait=False):
+                handle(directory)
+        except Busy:
+            continue
+        except errors as exc:
+            failed(directory, exc)

@@ -326,23 +326,28 @@ def _remove_journal(directory: Path) -> None:
 def recover_exports() -> list[str]:
     """Remove what snapshot exports that died left: their temporary files, and an
     archive or session state published but never audited. Returns the paths removed."""
-    base = journal_base() / "exports"
-    removed = []
-    for directory in sorted(base.iterdir()) if base.is_dir() else []:
-        try:
-            with journal.locked(directory, wait=False):
-                record = journal.load_record(directory)
-                if record is not None:
-                    files = [(Path(t), Path(f)) for t, f in record["files"]]
-                    audited = AuditEvent.objects.filter(
-                        action=EXPORT_SNAPSHOT_ACTION, detail__journal=record["id"]
-                    ).exists()
-                    removed += _undo([(t, t) for t, _ in files] if audited else files)
-                _remove_journal(directory)
-        except journal.Busy:
-            continue
-        except (journal.JournalError, KeyError, TypeError, ValueError, OSError) as exc:
-            logger.error("snapshot export journal %s not recovered: %s", directory, exc)
+    removed: list[str] = []
+
+    def handle(directory: Path) -> None:
+        record = journal.load_record(directory)
+        if record is not None:
+            files = [(Path(t), Path(f)) for t, f in record["files"]]
+            audited = AuditEvent.objects.filter(
+                action=EXPORT_SNAPSHOT_ACTION, detail__journal=record["id"]
+            ).exists()
+            removed.extend(_undo([(t, t) for t, _ in files] if audited else files))
+        _remove_journal(directory)
+
+    def failed(directory: Path, exc: Exception) -> None:
+        logger.error("snapshot export journal %s not recovered: %s", directory, exc)
+
+    journal.recover_each(
+        journal_base() / "exports",
+        "*",
+        handle,
+        errors=(journal.JournalError, KeyError, TypeError, ValueError, OSError),
+        failed=failed,
+    )
     return removed
 
 
