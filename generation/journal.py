@@ -17,6 +17,10 @@ A journal lives in its own directory (one per layout, outside the workspace: the
 never sees it) beside a lock file. The writer holds an exclusive ``flock`` on it from
 before the journal until the journal is removed; the kernel releases it when the process
 dies, so a journal whose lock can be taken was left by a write-back that died.
+
+``publish`` is that order once, for the write-back and the snapshot export alike (an
+export's journal names its temporary files; its staging writes them, its publish links
+them to their names).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,3 +329,79 @@ def roll_back(journal: Journal) -> tuple[list[str], list[str]]:
 def remove_temp_files(journal: Journal) -> list[str]:
     """The temporary files left in the journal's directories by a write-back that died."""
     return export.remove_stale_temp_files(Path(journal.root), journal.directories())
+
+
+# --- the publish ------------------------------------------------------------------------
+
+
+def publish(
+    *,
+    begin: Callable[[], bool],
+    stage: Callable[[], None],
+    put_in_place: Callable[[], None],
+    undo: Callable[[Exception], Exception],
+    audit: Callable[[Exception | None], bool],
+    finish: Callable[[Exception | None], None],
+    step: Callable[[str], None],
+    failures: tuple[type[Exception], ...],
+    atomic: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> Exception | None:
+    """The order that makes a write-back or a snapshot export all or nothing as seen from
+    outside; each caller says what every step is for it. The caller holds the journal's
+    lock. Inside ``atomic`` (the caller's database transaction, if any):
+
+    1. ``begin``: prepare, and write and fsync the journal (False: nothing to write, no
+       journal); step ``journal``;
+    2. ``stage``: every new file beside its target, fsync'd (the caller names each
+       ``staged``);
+    3. ``put_in_place``: the renames or links (the caller names each);
+    4. on one of ``failures`` in 2 or 3: ``undo`` back to before, which returns the
+       failure to report;
+    5. ``audit``: the database and its event, for the outcome (None: success); True
+       when it recorded something.
+
+    Then, once committed: step ``committed``, ``finish`` (the journal removed, for the
+    outcome), step ``done``; the failure is returned. A failure that audited nothing is
+    raised after ``finish``, with no step: nothing happened. A process that dies
+    anywhere (or a BaseException) leaves the journal for the caller's recovery."""
+    with atomic():
+        journalled = begin()
+        failure: Exception | None = None
+        if journalled:
+            step("journal")
+            try:
+                stage()
+                put_in_place()
+            except failures as exc:
+                failure = undo(exc)
+        recorded = audit(failure)
+    if failure is not None and not recorded:
+        finish(failure)
+        raise failure
+    step("committed")
+    if journalled:
+        finish(failure)
+    step("done")
+    return failure
+
+
+def recover_each(
+    base: Path,
+    pattern: str,
+    handle: Callable[[Path], None],
+    *,
+    errors: tuple[type[Exception], ...],
+    failed: Callable[[Path, Exception], None],
+) -> None:
+    """The recovery of whatever ``publish`` left: ``handle`` each journal directory under
+    ``base`` (matching ``pattern``) whose lock can be taken, holding it; one whose lock is
+    held belongs to a publish still running and is left alone. One of ``errors`` goes to
+    ``failed`` and the next directory is handled."""
+    for directory in sorted(base.glob(pattern)) if base.is_dir() else []:
+        try:
+            with locked(directory, wait=False):
+                handle(directory)
+        except Busy:
+            continue
+        except errors as exc:
+            failed(directory, exc)

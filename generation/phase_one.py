@@ -241,10 +241,6 @@ def render_metadata(source: Source | RolloutFacts) -> str:
     return "\n".join(lines)
 
 
-def render_segment(segment: tree.Segment, number: int, total: int) -> str:
-    return "".join(_iter_segment(segment, number, total))
-
-
 def _iter_segment(segment: tree.Segment, number: int, total: int) -> Iterator[str]:
     yield (
         f"=== Segment {number} of {total} (updated_at {segment.updated_at or 'unknown'}, "

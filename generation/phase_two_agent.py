@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
-from generation import llm, patches
+from generation import llm, patches, retry
 
 if TYPE_CHECKING:
     import openai  # loaded by run_agent, which is given a client
@@ -195,88 +195,6 @@ def _sane_name(part: str) -> bool:
 
 
 # --- the tools -------------------------------------------------------------------------
-
-
-def _params(properties: JSONDict, required: list[str]) -> JSONDict:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-_PATH = {"type": "string", "description": "relative to the memory folder, e.g. MEMORY.md"}
-TOOL_SPECS: list[JSONDict] = [
-    {
-        "name": "list_dir",
-        "description": "List a folder of the memory folder ('.' for its top): names, sizes.",
-        "parameters": _params({"path": _PATH}, ["path"]),
-    },
-    {
-        "name": "read_file",
-        "description": (
-            "Read a file with line numbers. start_line and end_line (1-based, inclusive) "
-            f"select a range; a negative start_line counts from the end. At most "
-            f"{READ_MAX_CHARS} characters are returned, with a note saying where to go on."
-        ),
-        "parameters": _params(
-            {
-                "path": _PATH,
-                "start_line": {"type": ["integer", "null"]},
-                "end_line": {"type": ["integer", "null"]},
-            },
-            ["path", "start_line", "end_line"],
-        ),
-    },
-    {
-        "name": "search",
-        "description": (
-            "Find lines containing a text (case-insensitive) in a file or under a folder; "
-            f"returns path:line: text, at most {SEARCH_MAX_RESULTS} results."
-        ),
-        "parameters": _params({"query": {"type": "string"}, "path": _PATH}, ["query", "path"]),
-    },
-    {
-        "name": "replace_in_file",
-        "description": (
-            "Replace one exact string in a file with another. old must occur exactly once "
-            "(include surrounding lines to make it unique)."
-        ),
-        "parameters": _params(
-            {"path": _PATH, "old": {"type": "string"}, "new": {"type": "string"}},
-            ["path", "old", "new"],
-        ),
-    },
-    {
-        "name": "apply_patch",
-        "description": (
-            "Apply a V4A patch ('*** Begin Patch' / '*** Update File: PATH' / '@@' hunks of "
-            "' ', '-', '+' lines / '*** End Patch'; also '*** Add File:' and '*** Delete "
-            "File:') or a unified diff. All of it applies or none of it."
-        ),
-        "parameters": _params({"patch": {"type": "string"}}, ["patch"]),
-    },
-    {
-        "name": "write_file",
-        "description": "Create a new file with this content (refused if it exists).",
-        "parameters": _params({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
-    },
-    {
-        "name": "delete_file",
-        "description": "Delete a file (under skills/, or MEMORY.md / memory_summary.md).",
-        "parameters": _params({"path": _PATH}, ["path"]),
-    },
-]
-TOOL_NAMES = frozenset(spec["name"] for spec in TOOL_SPECS)
-
-
-def responses_tools() -> list[JSONDict]:
-    return [{"type": "function", "strict": True, **spec} for spec in TOOL_SPECS]
-
-
-def chat_tools() -> list[JSONDict]:
-    return [{"type": "function", "function": spec} for spec in TOOL_SPECS]
 
 
 def _text(path: Path, rel: str) -> str:
@@ -452,15 +370,111 @@ def tool_apply_patch(staging: Staging, args: JSONDict) -> str:
     return "patched: " + ", ".join(rel for rel, _, _ in planned)
 
 
-TOOLS: dict[str, Callable[[Staging, JSONDict], str]] = {
-    "list_dir": tool_list_dir,
-    "read_file": tool_read_file,
-    "search": tool_search,
-    "replace_in_file": tool_replace_in_file,
-    "apply_patch": tool_apply_patch,
-    "write_file": tool_write_file,
-    "delete_file": tool_delete_file,
+@dataclass(frozen=True)
+class Tool:
+    """One tool, once: its name and JSON schema as the model is told them, and the
+    function that carries out a call of it."""
+
+    name: str
+    description: str
+    parameters: JSONDict
+    handler: Callable[[Staging, JSONDict], str]
+
+    def spec(self) -> JSONDict:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _params(properties: JSONDict, required: list[str]) -> JSONDict:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_PATH = {"type": "string", "description": "relative to the memory folder, e.g. MEMORY.md"}
+# In the order the model is told them; the specs and the dispatch both come from here.
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in [
+        Tool(
+            "list_dir",
+            description="List a folder of the memory folder ('.' for its top): names, sizes.",
+            parameters=_params({"path": _PATH}, ["path"]),
+            handler=tool_list_dir,
+        ),
+        Tool(
+            "read_file",
+            description=(
+                "Read a file with line numbers. start_line and end_line (1-based, inclusive) "
+                f"select a range; a negative start_line counts from the end. At most "
+                f"{READ_MAX_CHARS} characters are returned, with a note saying where to go on."
+            ),
+            parameters=_params(
+                {
+                    "path": _PATH,
+                    "start_line": {"type": ["integer", "null"]},
+                    "end_line": {"type": ["integer", "null"]},
+                },
+                ["path", "start_line", "end_line"],
+            ),
+            handler=tool_read_file,
+        ),
+        Tool(
+            "search",
+            description=(
+                "Find lines containing a text (case-insensitive) in a file or under a folder; "
+                f"returns path:line: text, at most {SEARCH_MAX_RESULTS} results."
+            ),
+            parameters=_params({"query": {"type": "string"}, "path": _PATH}, ["query", "path"]),
+            handler=tool_search,
+        ),
+        Tool(
+            "replace_in_file",
+            description=(
+                "Replace one exact string in a file with another. old must occur exactly once "
+                "(include surrounding lines to make it unique)."
+            ),
+            parameters=_params(
+                {"path": _PATH, "old": {"type": "string"}, "new": {"type": "string"}},
+                ["path", "old", "new"],
+            ),
+            handler=tool_replace_in_file,
+        ),
+        Tool(
+            "apply_patch",
+            description=(
+                "Apply a V4A patch ('*** Begin Patch' / '*** Update File: PATH' / '@@' hunks of "
+                "' ', '-', '+' lines / '*** End Patch'; also '*** Add File:' and '*** Delete "
+                "File:') or a unified diff. All of it applies or none of it."
+            ),
+            parameters=_params({"patch": {"type": "string"}}, ["patch"]),
+            handler=tool_apply_patch,
+        ),
+        Tool(
+            "write_file",
+            description="Create a new file with this content (refused if it exists).",
+            parameters=_params({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
+            handler=tool_write_file,
+        ),
+        Tool(
+            "delete_file",
+            description="Delete a file (under skills/, or MEMORY.md / memory_summary.md).",
+            parameters=_params({"path": _PATH}, ["path"]),
+            handler=tool_delete_file,
+        ),
+    ]
 }
+TOOL_SPECS: list[JSONDict] = [tool.spec() for tool in TOOLS.values()]
+
+
+def responses_tools() -> list[JSONDict]:
+    return [{"type": "function", "strict": True, **spec} for spec in TOOL_SPECS]
+
+
+def chat_tools() -> list[JSONDict]:
+    return [{"type": "function", "function": spec} for spec in TOOL_SPECS]
 
 
 def execute(staging: Staging, name: str, arguments: str) -> str:
@@ -474,7 +488,7 @@ def execute(staging: Staging, name: str, arguments: str) -> str:
     if not isinstance(args, dict):
         return "error: the arguments must be a JSON object"
     try:
-        return TOOLS[name](staging, args)
+        return TOOLS[name].handler(staging, args)
     except ToolError as exc:
         return f"error: {exc}"
     except OSError as exc:
@@ -683,8 +697,15 @@ def run_agent(
             except openai.OpenAIError as exc:
                 error = llm.translate_error(exc)
                 if isinstance(error, llm.TransientModelError) and attempt < TRANSIENT_RETRIES:
-                    backoff = min(30.0, retry_base * 2.0**attempt)
-                    sleep(min(MAX_RETRY_WAIT, max(backoff, error.retry_after or 0.0)))
+                    sleep(
+                        retry.backoff_delay(
+                            attempt,
+                            base=retry_base,
+                            cap=30.0,
+                            retry_after=error.retry_after,
+                            max_wait=MAX_RETRY_WAIT,
+                        )
+                    )
                     continue
                 return failed(f"the model call of turn {turns + 1} failed: {error}")
         assert answer is not None

@@ -1,6 +1,11 @@
+"""The app's start-up: signal receivers, the system check of workspace routes, and the
+local folders Django needs before its first request or query."""
+
+from pathlib import Path
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core import checks
 
 
@@ -14,6 +19,20 @@ class MemoryuiConfig(AppConfig):
         from . import webhooks  # noqa: F401  (its signal receivers)
 
         checks.register(check_workspace_routes, checks.Tags.urls)
+        make_local_folders()
+
+
+def make_local_folders() -> None:
+    """SQLite cannot create the folder of its database file, and WhiteNoise warns when
+    the static root is missing in development: both are made here, when Django starts,
+    not when the settings are read."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        for name in (database["NAME"], database.get("TEST", {}).get("NAME")):
+            if name and name != ":memory:" and not str(name).startswith("file:"):
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
+    if settings.DEBUG:
+        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 
 
 def check_workspace_routes(app_configs: Any = None, **kwargs: Any) -> list[checks.Error]:

@@ -3,6 +3,7 @@ the worker (``celery -A memoryui``) and by ``memoryui.tasks``, whose tasks it ru
 sends: never merely by starting Django."""
 
 import os
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -13,6 +14,24 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
 app = Celery("memoryui")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["memoryui"])
+
+
+def _make_folders() -> None:
+    """The file-system broker (the development default) reads and writes its folders
+    from the first message on, and beat keeps its schedule beside them: made here, in
+    every process that sends or runs a task, rather than when the settings are read."""
+    from django.conf import settings
+
+    folders = [Path(settings.CELERY_BEAT_SCHEDULE_FILENAME).parent]
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+        keys = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
+        folders += [Path(str(options[key])) for key in keys]
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+
+
+_make_folders()
 
 
 @worker_ready.connect(weak=False, dispatch_uid="memoryui-recover")

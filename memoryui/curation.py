@@ -21,11 +21,10 @@ from django.utils import timezone
 
 from generation import review
 
-from . import documents
+from . import versioning
 from .models import (
     ApprovedEntry,
     AuditEvent,
-    Blob,
     Comment,
     EntryDecision,
     EntryView,
@@ -104,14 +103,11 @@ class UnresolvedConflicts(Exception):
 
 
 def latest(layout: Layout, document: str) -> MemoryVersion | None:
-    # No blob join: text_of() reads the content through the per-process cache.
-    return (
-        MemoryVersion.objects.filter(layout=layout, document=document).order_by("-number").first()
-    )
+    return versioning.latest(MemoryVersion, layout, document=document)
 
 
 def text_of(version: MemoryVersion | None) -> str:
-    return documents.content(version.blob_id).decode("utf-8", "replace") if version else ""
+    return (versioning.content(version) or b"").decode("utf-8", "replace")
 
 
 def save_document(
@@ -129,19 +125,18 @@ def save_document(
     version number (None: the document had no version). Pins follow their entries
     (``moved``: entries an edit renamed or deleted, see ``_follow_pins``)."""
     with transaction.atomic():
-        Layout.objects.select_for_update().filter(pk=layout.pk).first()
-        current = latest(layout, document)
-        if (current.number if current else None) != based_on:
-            raise StaleVersion(current)
-        digest = Blob.store(text.encode("utf-8"))
-        version = MemoryVersion.objects.create(
-            layout=layout,
-            document=document,
-            number=(current.number + 1) if current else 1,
-            blob_id=digest,
+        current = versioning.locked_latest(
+            MemoryVersion, layout, based_on, StaleVersion, document=document
+        )
+        version = versioning.create(
+            MemoryVersion,
+            layout,
+            current,
+            text.encode("utf-8"),
+            user=user,
             author_kind=author_kind,
-            author=user if getattr(user, "pk", None) else None,
-            reason=reason[:500],
+            reason=reason,
+            document=document,
         )
         AuditEvent.record(
             layout.workspace,
@@ -150,7 +145,7 @@ def save_document(
             layout=layout,
             target=f"{layout.memories_dir}/{Document(document).label}",
             version=version.number,
-            sha256=digest,
+            sha256=version.blob_id,
             reason=reason,
         )
         _follow_pins(layout, document, text, moved or {}, user=user)
@@ -650,7 +645,7 @@ def approve(
                 for old_key in change.previous
             }
             current = latest(proposal.layout, doc.document)
-            if current is not None and text_of(current) == final:
+            if versioning.unchanged(current, final.encode("utf-8")):
                 continue
             created.append(
                 save_document(

@@ -8,7 +8,6 @@ the production test runs it in the runtime-only environment the Dockerfile build
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -86,8 +85,3 @@ def shared_directories() -> dict[str, list[Path]]:
         "journal": [journal_base()],
         "remote store": [Path(settings.MEMORYUI_REMOTE_STORE_DIR)],
     }
-
-
-def shared_paths() -> Iterator[Path]:
-    for paths in shared_directories().values():
-        yield from (Path(p).resolve() for p in paths)

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,7 +34,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
-from generation import llm, phase_one, phase_two, prompts
+from generation import llm, phase_one, phase_two, prompts, retry
 
 from . import consolidation, curation, documents, observability
 from .models import (
@@ -268,8 +267,9 @@ def renewing(held: QuerySet[Any], field: str, lease: datetime) -> Iterator[None]
 # --- phase one --------------------------------------------------------------------
 
 
-def claim_window(run_id: int) -> list[int]:
-    """Mark as dispatched as many queued jobs as the concurrency limit allows."""
+def claim_window(run_id: int, limit: int | None = None) -> list[int]:
+    """Mark as dispatched as many queued jobs as the concurrency limit (the layout's, or
+    ``limit``) allows."""
     with transaction.atomic():
         run = GenerationRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status != GenerationRun.Status.EXTRACTING:
@@ -279,7 +279,8 @@ def claim_window(run_id: int) -> list[int]:
             dispatched_at__isnull=False,
             status__in=[PhaseOneJob.Status.QUEUED, PhaseOneJob.Status.RUNNING],
         ).count()
-        free = max(0, int(run.settings_snapshot.get("concurrency", 8)) - in_flight)
+        concurrency = limit or int(run.settings_snapshot.get("concurrency", 8))
+        free = max(0, concurrency - in_flight)
         ids = list(
             jobs.filter(status=PhaseOneJob.Status.QUEUED, dispatched_at__isnull=True)
             .order_by("pk")
@@ -445,8 +446,64 @@ def run_of(job_id: int) -> int:
 
 def retry_delay(attempts: int, retry_after: float | None) -> float:
     """Exponential backoff with full jitter, never sooner than the server asked."""
-    backoff = random.uniform(0, min(60.0, settings.MEMORYUI_RETRY_BASE_SECONDS * 2**attempts))
-    return max(backoff, retry_after or 0.0)
+    return retry.backoff_delay(
+        attempts,
+        base=settings.MEMORYUI_RETRY_BASE_SECONDS,
+        cap=60.0,
+        jitter=True,
+        retry_after=retry_after,
+    )
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """A step met a transient model error and may be tried again after ``delay`` seconds."""
+
+    delay: float
+    error: llm.TransientModelError
+
+
+# The steps of a generation, each called by its Celery task and by ``run_inline`` alike:
+# ``phase_one_step`` per job, ``next_steps`` after each, ``phase_two_step`` once.
+
+
+def phase_one_step(job_id: int) -> RetryLater | None:
+    """Phase one for one job: done, failed for good after ``MAX_ATTEMPTS``, or handed
+    back (released) to be tried again after the returned delay."""
+    try:
+        process_job(job_id)
+    except llm.TransientModelError as exc:
+        attempts = release_for_retry(job_id, str(exc))
+        if attempts < MAX_ATTEMPTS:
+            return RetryLater(retry_delay(attempts, exc.retry_after), exc)
+        fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
+    return None
+
+
+def phase_two_step(run_id: int, attempt: int) -> RetryLater | None:
+    """Phase two for a run, ``attempt`` counting from 1: done, failed for good at
+    ``MAX_ATTEMPTS``, or to be tried again after the returned delay."""
+    try:
+        consolidate(run_id)
+    except llm.TransientModelError as exc:
+        if attempt >= MAX_ATTEMPTS:
+            fail_run(run_id, f"Phase two gave up after {attempt} attempts: {exc}")
+            return None
+        return RetryLater(retry_delay(attempt, exc.retry_after), exc)
+    return None
+
+
+@dataclass(frozen=True)
+class NextSteps:
+    jobs: list[int]  # claimed: send (or run) each
+    phase_two: bool  # True for the one caller that moved the run to phase two
+
+
+def next_steps(run_id: int, limit: int | None = None) -> NextSteps:
+    """What follows a phase-one job (or the start of a run): keep the window of jobs full,
+    and start phase two once none is left."""
+    jobs = claim_window(run_id, limit)
+    return NextSteps(jobs, finish_phase_one(run_id))
 
 
 def finish_phase_one(run_id: int) -> bool:
@@ -801,10 +858,11 @@ def run_inline(
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> GenerationRun:
-    """Run a whole generation in this process (``manage.py generate --wait`` and tests):
-    phase one with up to ``threads`` model calls at once (default: the layout's
-    concurrency), then phase two. ``progress`` is called with ("phase 1", rollouts
-    finished, rollouts) after each rollout and ("phase 2", 0 then 1, 1) around phase two."""
+    """Run a whole generation in this process (``manage.py generate --wait`` and tests),
+    with the steps the Celery tasks call: phase one with up to ``threads`` model calls at
+    once (default: the layout's concurrency), then phase two. ``progress`` is called with
+    ("phase 1", rollouts finished, rollouts) after each rollout and ("phase 2", 0 then 1,
+    1) around phase two."""
     run = GenerationRun.objects.get(pk=run_id)
     workers = threads or int(run.settings_snapshot.get("concurrency", 8))
     total = run.jobs.count()
@@ -815,65 +873,49 @@ def run_inline(
     if progress is not None:
         progress("phase 1", finished[0], total)
 
-    def report() -> None:
-        if progress is not None:
-            with lock:
-                finished[0] += 1
-                progress("phase 1", min(finished[0], total), total)
-
     def work(job_id: int) -> None:
         try:
-            while True:
-                try:
-                    process_job(job_id)
-                    report()
-                    return
-                except llm.TransientModelError as exc:
-                    attempts = release_for_retry(job_id, str(exc))
-                    if attempts >= MAX_ATTEMPTS:
-                        fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
-                        report()
-                        return
-                    sleep(retry_delay(attempts, exc.retry_after))
+            while (again := phase_one_step(job_id)) is not None:
+                sleep(again.delay)
+            if progress is not None:
+                with lock:
+                    finished[0] += 1
+                    progress("phase 1", min(finished[0], total), total)
         finally:
             if workers > 1:
                 close_old_connections()
                 connection.close()
 
-    while True:
-        ids = claim_window(run_id) if workers == 1 else _claim_all(run_id)
-        if not ids:
-            break
-        if workers == 1:
+    phase_two_starts = False
+
+    def advance() -> list[int]:
+        nonlocal phase_two_starts
+        steps = next_steps(run_id, limit=workers)
+        phase_two_starts = phase_two_starts or steps.phase_two
+        return steps.jobs
+
+    if workers == 1:
+        while ids := advance():
             for job_id in ids:
                 work(job_id)
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(work, ids))
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            running = {pool.submit(work, job_id) for job_id in advance()}
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()
+                running |= {pool.submit(work, job_id) for job_id in advance()}
     if progress is not None:
         progress("phase 1", total, total)
-    if finish_phase_one(run_id):
+    if phase_two_starts:
         if progress is not None:
             progress("phase 2", 0, 1)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                consolidate(run_id)
-                if progress is not None:
-                    progress("phase 2", 1, 1)
-                break
-            except llm.TransientModelError as exc:
-                if attempt == MAX_ATTEMPTS:
-                    fail_run(run_id, f"Phase two gave up after {attempt} attempts: {exc}")
-                    break
-                sleep(retry_delay(attempt, exc.retry_after))
+        attempt = 1
+        while (again := phase_two_step(run_id, attempt)) is not None:
+            sleep(again.delay)
+            attempt += 1
+        run = GenerationRun.objects.get(pk=run_id)
+        if progress is not None and run.status != GenerationRun.Status.FAILED:
+            progress("phase 2", 1, 1)
     return GenerationRun.objects.get(pk=run_id)
-
-
-def _claim_all(run_id: int) -> list[int]:
-    ids = list(
-        PhaseOneJob.objects.filter(
-            run_id=run_id, status=PhaseOneJob.Status.QUEUED, dispatched_at__isnull=True
-        ).values_list("pk", flat=True)
-    )
-    PhaseOneJob.objects.filter(pk__in=ids).update(dispatched_at=timezone.now())
-    return ids

@@ -50,20 +50,23 @@ def recover_interrupted() -> list[Recovery]:
     """Finish or undo every write-back that died (its journal left, its lock free), and
     remove what interrupted snapshot exports left. Running write-backs are left alone."""
     done = []
-    base = journal_base() / "writeback"
-    for directory in sorted(base.glob("layout-*")) if base.is_dir() else []:
-        try:
-            with journal.locked(directory, wait=False):
-                record = journal.load(directory)
-                if record is None:
-                    continue
-                layout = _journal_layout(record, directory)
-                done.append(recover_layout(layout, directory))
-        except journal.Busy:
-            continue
-        except (journal.JournalError, WritebackError, ExportError, OSError) as exc:
-            logger.error("write-back journal %s not recovered: %s", directory, exc)
-            done.append(Recovery(directory, None, f"not recovered: {exc}"))
+
+    def handle(directory: Path) -> None:
+        record = journal.load(directory)
+        if record is not None:
+            done.append(recover_layout(_journal_layout(record, directory), directory))
+
+    def failed(directory: Path, exc: Exception) -> None:
+        logger.error("write-back journal %s not recovered: %s", directory, exc)
+        done.append(Recovery(directory, None, f"not recovered: {exc}"))
+
+    journal.recover_each(
+        journal_base() / "writeback",
+        "layout-*",
+        handle,
+        errors=(journal.JournalError, WritebackError, ExportError, OSError),
+        failed=failed,
+    )
     recover_exports()
     return done
 

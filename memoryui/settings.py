@@ -1,8 +1,14 @@
 """Settings for memoryui, read from the environment (see the README's table).
 
-The defaults are a safe local setup: SQLite and a Celery broker on the file system under
-``var/``, so one command starts everything. Production sets ``DEBUG=0``, ``SECRET_KEY``,
-``ALLOWED_HOSTS``, a Postgres ``DATABASE_URL`` and a Redis ``CELERY_BROKER_URL``.
+The defaults are a local setup: SQLite and a Celery broker on the file system under
+``var/``, so one command starts everything. ``DEBUG`` is off unless set (``bin/start`` and
+the test run set ``DEBUG=1``); with it off, ``SECRET_KEY`` and ``ALLOWED_HOSTS`` are
+required. Production adds a Postgres ``DATABASE_URL`` and a Redis ``CELERY_BROKER_URL``.
+
+Importing this module reads the environment and nothing else: the folders under
+``VAR_DIR`` are made where they are used (the SQLite database's and, with ``DEBUG``, the
+static root's when Django starts, in ``memoryui.apps``; the file-system broker's and beat's
+by the Celery app, ``memoryui.celery``; the rest by the code that writes there).
 """
 
 import os
@@ -15,7 +21,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMORYUI_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)  # beat's schedule, the demo, SQLite, snapshots
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -50,7 +55,7 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     return [item.strip() for item in value.split(sep) if item.strip()]
 
 
-DEBUG = env_bool("DEBUG", True)
+DEBUG = env_bool("DEBUG", False)
 
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
@@ -127,8 +132,6 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    if DATABASES["default"]["NAME"] not in ("", ":memory:"):
-        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # WAL lets the web server read while the worker writes; wait instead of failing.
     # A file, not memory, for the test database: tests that start a real Celery
     # worker share it with that process.
@@ -190,8 +193,6 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [NINJA_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
-if DEBUG:
-    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 # Production (DEBUG=0) serves collectstatic's compressed files with content hashes in
 # their names, cached for a year; development serves the source files uncached.
 STORAGES = {
@@ -236,8 +237,6 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(VAR_DIR / "celery-control"),
         "store_processed": False,
     }
-    for _folder in ("celery-broker", "celery-processed", "celery-control"):
-        (VAR_DIR / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

@@ -24,8 +24,8 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from generation import tree
 
-from . import curation, documents
-from .models import AuditEvent, Blob, Layout, Proposal, SkillFileVersion, WorkspaceFile
+from . import curation, versioning
+from .models import AuditEvent, Layout, Proposal, SkillFileVersion, WorkspaceFile
 
 Author = SkillFileVersion.Author
 
@@ -100,13 +100,11 @@ def current_files(layout: Layout) -> dict[str, bytes | None]:
 
 
 def latest(layout: Layout, path: str) -> SkillFileVersion | None:
-    return SkillFileVersion.objects.filter(layout=layout, path=path).order_by("-number").first()
+    return versioning.latest(SkillFileVersion, layout, path=path)
 
 
 def data_of(version: SkillFileVersion | None) -> bytes | None:
-    if version is None or version.blob_id is None:
-        return None
-    return documents.content(version.blob_id)
+    return versioning.content(version)
 
 
 def text_of(version: SkillFileVersion | None) -> str:
@@ -190,10 +188,9 @@ def save(
     ``based_on`` is still its latest version number (None: the path had no version).
     ``action``: the audit event's (``skill.edit``, ``skill.add``...)."""
     with transaction.atomic():
-        Layout.objects.select_for_update().filter(pk=layout.pk).first()
-        current = latest(layout, path)
-        if (current.number if current else None) != based_on:
-            raise StaleSkill(current)
+        current = versioning.locked_latest(
+            SkillFileVersion, layout, based_on, StaleSkill, path=path
+        )
         return _create(layout, path, data, current, user, action, reason, author_kind)
 
 
@@ -207,15 +204,15 @@ def _create(
     reason: str,
     author_kind: str,
 ) -> SkillFileVersion:
-    digest = Blob.store(data) if data is not None else None
-    version = SkillFileVersion.objects.create(
-        layout=layout,
-        path=path,
-        number=(current.number + 1) if current else 1,
-        blob_id=digest,
+    version = versioning.create(
+        SkillFileVersion,
+        layout,
+        current,
+        data,
+        user=user,
         author_kind=author_kind,
-        author=user if getattr(user, "pk", None) else None,
-        reason=reason[:500],
+        reason=reason,
+        path=path,
     )
     AuditEvent.record(
         layout.workspace,
@@ -225,7 +222,7 @@ def _create(
         layout=layout,
         target=f"{layout.memories_dir}/{path}",
         version=version.number,
-        sha256=digest,
+        sha256=version.blob_id,
         deleted=data is None,
         reason=reason,
     )
@@ -294,10 +291,8 @@ def approve_changes(
         new = change.get("new")
         data = None if new is None else str(new).encode("utf-8")
         current = latest(layout, rel)
-        if data_of(current) == data and (current is not None or data is None):
-            continue
-        if current is None and data is None:
-            continue  # deleting a file memoryui never had
+        if versioning.unchanged(current, data):
+            continue  # (deleting a file memoryui never had among them)
         created.append(
             _create(
                 layout,

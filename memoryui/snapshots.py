@@ -228,7 +228,9 @@ def _publish(
     progress: Callable[[str, int, int], None] | None,
 ) -> None:
     directory = journal_base() / "exports" / uuid.uuid4().hex
-    with journal.locked(directory):
+    holder: list[SnapshotInfo] = []
+
+    def begin() -> bool:
         journal.save_record(
             directory,
             {
@@ -238,45 +240,65 @@ def _publish(
                 "files": [[str(temp), str(final)] for temp, final in files],
             },
         )
-        step("journal")
-        try:
-            members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-            holder: list[SnapshotInfo] = []
-            with closing(members):  # stops the reader thread, even when writing fails
-                export.write_temp(
-                    files[0][0],
-                    lambda fh: holder.append(
-                        export.write_snapshot_to(
-                            fh,
-                            _progress(workspace, plan, members, progress),
-                            root_mtime_ns=root_mtime_ns,
-                        )
-                    ),
-                )
+        return True
+
+    def stage() -> None:
+        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+        with closing(members):  # stops the reader thread, even when writing fails
+            export.write_temp(
+                files[0][0],
+                lambda fh: holder.append(
+                    export.write_snapshot_to(
+                        fh,
+                        _progress(workspace, plan, members, progress),
+                        root_mtime_ns=root_mtime_ns,
+                    )
+                ),
+            )
+        step("staged")
+        if state:
+
+            def write_state(fh: IO[bytes]) -> None:
+                fh.write(state)
+
+            export.write_temp(files[1][0], write_state)
             step("staged")
-            if state:
 
-                def write_state(fh: IO[bytes]) -> None:
-                    fh.write(state)
+    def put_in_place() -> None:
+        for temp, final in files:
+            export.link_new(temp, final)
+            step("published")
 
-                export.write_temp(files[1][0], write_state)
-                step("staged")
-            for temp, final in files:
-                export.link_new(temp, final)
-                step("published")
-            info = holder[0]
-            result.snapshot = SnapshotInfo(files[0][1], info.size, info.sha256, info.members)
-            result.event = _audit(workspace, snapshot_id, result, user, directory.name)
-            step("committed")
-        except (ExportError, OSError):
-            _undo(files)
-            _remove_journal(directory)
-            raise
-        for temp, _ in files:
-            with suppress(FileNotFoundError):
-                temp.unlink()
+    def undo(exc: Exception) -> Exception:
+        _undo(files)
+        return exc
+
+    def audit(failure: Exception | None) -> bool:
+        if failure is not None:
+            return False  # nothing to record: the export left nothing
+        info = holder[0]
+        result.snapshot = SnapshotInfo(files[0][1], info.size, info.sha256, info.members)
+        result.event = _audit(workspace, snapshot_id, result, user, directory.name)
+        return True
+
+    def finish(failure: Exception | None) -> None:
+        if failure is None:
+            for temp, _ in files:
+                with suppress(FileNotFoundError):
+                    temp.unlink()
         _remove_journal(directory)
-    step("done")
+
+    with journal.locked(directory):
+        journal.publish(
+            begin=begin,
+            stage=stage,
+            put_in_place=put_in_place,
+            undo=undo,
+            audit=audit,
+            finish=finish,
+            step=step,
+            failures=(ExportError, OSError),
+        )
 
 
 def _undo(files: list[tuple[Path, Path]]) -> list[str]:
@@ -304,23 +326,28 @@ def _remove_journal(directory: Path) -> None:
 def recover_exports() -> list[str]:
     """Remove what snapshot exports that died left: their temporary files, and an
     archive or session state published but never audited. Returns the paths removed."""
-    base = journal_base() / "exports"
-    removed = []
-    for directory in sorted(base.iterdir()) if base.is_dir() else []:
-        try:
-            with journal.locked(directory, wait=False):
-                record = journal.load_record(directory)
-                if record is not None:
-                    files = [(Path(t), Path(f)) for t, f in record["files"]]
-                    audited = AuditEvent.objects.filter(
-                        action=EXPORT_SNAPSHOT_ACTION, detail__journal=record["id"]
-                    ).exists()
-                    removed += _undo([(t, t) for t, _ in files] if audited else files)
-                _remove_journal(directory)
-        except journal.Busy:
-            continue
-        except (journal.JournalError, KeyError, TypeError, ValueError, OSError) as exc:
-            logger.error("snapshot export journal %s not recovered: %s", directory, exc)
+    removed: list[str] = []
+
+    def handle(directory: Path) -> None:
+        record = journal.load_record(directory)
+        if record is not None:
+            files = [(Path(t), Path(f)) for t, f in record["files"]]
+            audited = AuditEvent.objects.filter(
+                action=EXPORT_SNAPSHOT_ACTION, detail__journal=record["id"]
+            ).exists()
+            removed.extend(_undo([(t, t) for t, _ in files] if audited else files))
+        _remove_journal(directory)
+
+    def failed(directory: Path, exc: Exception) -> None:
+        logger.error("snapshot export journal %s not recovered: %s", directory, exc)
+
+    journal.recover_each(
+        journal_base() / "exports",
+        "*",
+        handle,
+        errors=(journal.JournalError, KeyError, TypeError, ValueError, OSError),
+        failed=failed,
+    )
     return removed
 
 

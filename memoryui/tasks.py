@@ -8,7 +8,6 @@ never load Celery."""
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from generation.llm import TransientModelError
 from memoryui import pipeline, webhooks, workspaces
 from memoryui.celery import app
 from memoryui.models import GenerationRun, WorkerHeartbeat, Workspace
@@ -55,20 +54,17 @@ def sync_workspace(workspace_id: int) -> None:
 def phase_one_task(self, job_id: int) -> None:
     """Phase one for one rollout, then keep the layout's window of jobs full and start
     phase two after the last one."""
-    try:
-        pipeline.process_job(job_id)
-    except TransientModelError as exc:
-        attempts = pipeline.release_for_retry(job_id, str(exc))
-        if attempts < pipeline.MAX_ATTEMPTS:
-            raise self.retry(countdown=pipeline.retry_delay(attempts, exc.retry_after)) from exc
-        pipeline.fail_job(job_id, f"gave up after {attempts} attempts: {exc}")
+    again = pipeline.phase_one_step(job_id)
+    if again is not None:
+        raise self.retry(countdown=again.delay) from again.error
     advance_run(pipeline.run_of(job_id))
 
 
 def advance_run(run_id: int) -> None:
-    for next_id in pipeline.claim_window(run_id):
+    steps = pipeline.next_steps(run_id)
+    for next_id in steps.jobs:
         phase_one_task.delay(next_id)
-    if pipeline.finish_phase_one(run_id):
+    if steps.phase_two:
         phase_two_task.delay(run_id)
 
 
@@ -81,14 +77,9 @@ def advance_run(run_id: int) -> None:
 )
 def phase_two_task(self, run_id: int) -> None:
     """Phase two for a run: consolidate into a proposal for review."""
-    try:
-        pipeline.consolidate(run_id)
-    except TransientModelError as exc:
-        attempt = self.request.retries + 1
-        if attempt >= pipeline.MAX_ATTEMPTS:
-            pipeline.fail_run(run_id, f"Phase two gave up after {attempt} attempts: {exc}")
-            return
-        raise self.retry(countdown=pipeline.retry_delay(attempt, exc.retry_after)) from exc
+    again = pipeline.phase_two_step(run_id, attempt=self.request.retries + 1)
+    if again is not None:
+        raise self.retry(countdown=again.delay) from again.error
 
 
 @app.task(name="memoryui.tasks.recover_stalled_runs", acks_late=True)

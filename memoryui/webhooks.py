@@ -28,6 +28,8 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from generation import retry
+
 from . import observability
 from .models import (
     AuditEvent,
@@ -48,7 +50,6 @@ EVENTS = [
     ("run.failed", "A generation run failed"),
     ("memory.held_back", "Lint holds back memory from sandboxes"),
 ]
-EVENT_NAMES = [name for name, _ in EVENTS]
 USER_AGENT = "memoryui-webhooks/1"
 
 
@@ -73,7 +74,7 @@ def verify(
 
 def backoff(attempt: int) -> float:
     """Seconds before the try after ``attempt`` (1-based): base, 2 base, 4 base, ..."""
-    return settings.MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    return retry.backoff_delay(attempt - 1, base=settings.MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS)
 
 
 # --- sending ------------------------------------------------------------------------------

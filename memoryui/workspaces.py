@@ -9,7 +9,6 @@ anything else.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from generation.tree import TreeError, human_size, total_exceeded
 from . import snapshot_store
 from .importer import default_limits, import_workspace
 from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
-
-log = logging.getLogger(__name__)
 
 # A claimed sync that never finished (its worker died) is due again after this long.
 SYNC_LEASE = timedelta(hours=1)

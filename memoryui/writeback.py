@@ -669,7 +669,14 @@ def write_back(
             raise WritebackError(f"an earlier write-back could not be recovered: {exc}") from exc
         step("begin")
         held.enter_context(_lint_kept_when_refused())
-        with transaction.atomic():
+        # Set by begin(): the plan, and the journal of what it writes (None: nothing).
+        result: WritebackResult
+        record: journal.Journal | None = None
+        meta: dict[str, Any] = {}
+        applying: _Applying | None = None
+
+        def begin() -> bool:
+            nonlocal result, record, meta, applying
             # One write-back per layout at a time (the lock above covers this server).
             Layout.objects.select_for_update().filter(pk=layout.pk).first()
             result = _prepare(layout, root, overwrite, allow_findings, dry_run=False)
@@ -684,23 +691,17 @@ def write_back(
             export.remove_stale_temp_files(root, _directories(plan))
             to_write = result.would_write
             meta = _meta(layout, result, user)
-            record = None
-            if to_write:
-                try:
-                    record = _begin(directory, layout, root, plan, to_write, meta)
-                except _ChangedOnDisk as exc:  # nothing written yet
-                    raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
-                step("journal")
-                failure = _apply(
-                    root,
-                    layout,
-                    record,
-                    plan,
-                    to_write,
-                    result,
-                    step,
-                    _counting(on_written, progress, sum(f.data is not None for f in to_write)),
-                )
+            if not to_write:
+                return False
+            try:
+                record = _begin(directory, layout, root, plan, to_write, meta)
+            except _ChangedOnDisk as exc:  # nothing written yet
+                raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
+            applying = _Applying(root, layout, record, result, step, on_written, progress)
+            return True
+
+        def audit(failure: Exception | None) -> bool:
+            plan = result.plan
             if failure is None:
                 lint_allowances.record(
                     layout.workspace,
@@ -726,10 +727,28 @@ def write_back(
                     error=str(failure),
                     rolled_back=not isinstance(failure, _Unrecovered),
                 )
-        step("committed")
-        if record is not None and not isinstance(failure, _Unrecovered):
-            journal.finish(directory)
-        step("done")
+            return True
+
+        def finish(failure: Exception | None) -> None:
+            if not isinstance(failure, _Unrecovered):
+                journal.finish(directory)
+
+        def files() -> _Applying:  # only once begin() journalled them
+            assert applying is not None
+            return applying
+
+        failure = journal.publish(
+            begin=begin,
+            stage=lambda: files().stage(),
+            put_in_place=lambda: files().put_in_place(),
+            undo=lambda exc: files().undo(exc),
+            audit=audit,
+            finish=finish,
+            step=step,
+            failures=(ExportError, OSError, _ChangedOnDisk),
+            atomic=transaction.atomic,
+        )
+        plan = result.plan
     if isinstance(failure, _ChangedOnDisk):
         raise Refused([], conflicts=[failure.conflict], plan=plan) from failure
     if failure is not None:
@@ -873,59 +892,75 @@ def _counting(
     return written
 
 
-def _apply(
-    root: Path,
-    layout: Layout,
-    record: journal.Journal,
-    plan: Plan,
-    to_write: list[PlannedFile],
-    result: WritebackResult,
-    step: Callable[[str], None],
-    on_written: Callable[[WrittenFile], None] | None,
-) -> Exception | None:
-    """Stage every file, then rename each one in place; on a failure (or a file that
-    changed on disk meanwhile), undo what was renamed. Returns the failure."""
-    allowed = [layout.memories_dir]
-    staged: list[export.Staged | None] = []  # None: a deletion
-    try:
-        for planned in to_write:
+class _Applying:
+    """A write-back's files on disk: stage every file, then rename each one in place
+    (checking it did not change on disk meanwhile); on a failure, undo what was renamed."""
+
+    def __init__(
+        self,
+        root: Path,
+        layout: Layout,
+        record: journal.Journal,
+        result: WritebackResult,
+        step: Callable[[str], None],
+        on_written: Callable[[WrittenFile], None] | None,
+        progress: Callable[[str, int, int], None] | None,
+    ) -> None:
+        self.root, self.layout, self.record = root, layout, record
+        self.to_write, self.result, self.step = result.would_write, result, step
+        self.allowed = [layout.memories_dir]
+        self.staged: list[export.Staged | None] = []  # None: a deletion
+        self.on_written, self.progress = on_written, progress
+
+    def stage(self) -> None:
+        total = sum(f.data is not None for f in self.to_write)
+        self.on_written = _counting(self.on_written, self.progress, total)  # reports 0 now
+        for planned in self.to_write:
             if planned.data is None:
-                staged.append(None)
+                self.staged.append(None)
                 continue
-            staged.append(export.stage(root, planned.path, planned.data, allowed_dirs=allowed))
-            step("staged")
-        for planned, ready in zip(to_write, staged, strict=True):
+            self.staged.append(
+                export.stage(self.root, planned.path, planned.data, allowed_dirs=self.allowed)
+            )
+            self.step("staged")
+
+    def put_in_place(self) -> None:
+        plan, result = self.result.plan, self.result
+        for planned, ready in zip(self.to_write, self.staged, strict=True):
             if planned.path not in plan.conflict_paths():
-                _check_same(planned, read_disk(root, planned.path), plan)
+                _check_same(planned, read_disk(self.root, planned.path), plan)
             if ready is None:
-                export.remove_file(root, planned.path, allowed)
+                export.remove_file(self.root, planned.path, self.allowed)
                 result.deleted.append(planned.path)
-                step("removed")
+                self.step("removed")
                 continue
-            written = export.publish(root, ready)
+            written = export.publish(self.root, ready)
             result.written.append(written)
-            step("renamed")
-            if on_written is not None:
-                on_written(written)
-    except (ExportError, OSError, _ChangedOnDisk) as exc:
-        for ready in staged:
+            self.step("renamed")
+            if self.on_written is not None:
+                self.on_written(written)
+        for path in result.deleted:  # an emptied skill folder goes too (best effort)
+            _remove_empty_parents(self.root, path, f"{self.layout.memories_dir}/skills")
+
+    def undo(self, exc: Exception) -> Exception:
+        """Back to before; the failure to report (``_Unrecovered`` when undoing failed
+        too: the journal stays for recovery)."""
+        result = self.result
+        for ready in self.staged:
             if ready is not None:
-                export.discard(root, ready)
+                export.discard(self.root, ready)
         try:
-            journal.turn_back(record)
-            journal.roll_back(record)
+            journal.turn_back(self.record)
+            journal.roll_back(self.record)
         except (journal.JournalError, ExportError, OSError) as undo:
             return _Unrecovered(
-                f"write-back stopped after {len(result.written)} of {len(to_write)} file(s): "
-                f"{exc}; undoing it failed too ({undo}): it is finished or undone at the next "
-                "start of the dashboard or a worker, or by the next write-back"
+                f"write-back stopped after {len(result.written)} of {len(self.to_write)} "
+                f"file(s): {exc}; undoing it failed too ({undo}): it is finished or undone "
+                "at the next start of the dashboard or a worker, or by the next write-back"
             )
         result.written.clear()
         result.deleted.clear()
         return exc
-    for path in result.deleted:  # an emptied skill folder goes too (best effort)
-        _remove_empty_parents(root, path, f"{layout.memories_dir}/skills")
-    return None
 
 
 def _remove_empty_parents(root: Path, path: str, stop: str) -> None:

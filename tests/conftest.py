@@ -44,17 +44,48 @@ def workspace_copy(tmp_path: Path, fixtures_dir: Path):
     return copy
 
 
+def writable(path: Path) -> Path:
+    """The shared fixtures are read-only: a copy a write-back may change needs write bits."""
+    for p in path.rglob("*"):
+        p.chmod(p.stat().st_mode | 0o200)
+    return path
+
+
 @pytest.fixture
-def layout(db, workspace_copy):
-    """small-a imported as workspace "a": its memories/engineering layout, generating one
-    rollout at a time. (Some modules define a ``layout`` of their own.)"""
+def ws(db, workspace_copy) -> Path:
+    """A writable copy of small-a imported as workspace "a": its directory."""
     from memoryui.importer import import_workspace
+
+    path = writable(workspace_copy("small-a"))
+    import_workspace(path, "a")
+    return path
+
+
+@pytest.fixture
+def layout(ws):
+    """The memories/engineering layout of ``ws``, generating one rollout at a time.
+    (Some modules define a ``layout`` of their own.)"""
     from memoryui.models import GenerationSettings, Layout
 
-    import_workspace(workspace_copy("small-a"), "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    layout = Layout.objects.select_related("workspace").get(
+        workspace__name="a", memories_dir="memories/engineering"
+    )
     GenerationSettings.objects.create(layout=layout, concurrency=1)
     return layout
+
+
+@pytest.fixture
+def eager():
+    """Tasks sent run at once, in the sender's thread (the live server's, for an
+    upload): what a worker would run. Restored however the test ends."""
+    from memoryui.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = before
 
 
 # The Redis database the tests with real Celery workers use as their broker (emptied

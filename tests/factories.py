@@ -8,6 +8,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from memoryui import curation
+
 
 def make_user(username: str = "reviewer", *, staff: bool = False, password: str = "pw-for-tests-9"):
     user = get_user_model().objects.create_user(username=username, password=password)
@@ -50,3 +52,16 @@ def built_once(django_db_blocker: Any, build: Callable[[], Any]) -> Iterator[Any
             built = build()
         yield built
         transaction.set_rollback(True)
+
+
+def curate(layout: Any, document: str, text: str, user: Any = None) -> Any:
+    """A person's edit: a new current version, as the curation pages make it."""
+    current = curation.latest(layout, document)
+    return curation.save_document(
+        layout,
+        document,
+        text,
+        user=user,
+        reason="curated in a test",
+        based_on=current.number if current else None,
+    )

@@ -32,11 +32,9 @@ MD = MemoryVersion.Document.MEMORY_MD
 
 
 @pytest.fixture
-def layout(workspace_copy, settings, tmp_path):
+def layout(layout, settings, tmp_path):
+    """conftest's layout, exporting snapshots into this test's directory."""
     settings.MEMORYUI_SNAPSHOT_BASE_PATH = tmp_path / "snapshots"
-    import_workspace(workspace_copy("small-a"), "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
     return layout
 
 

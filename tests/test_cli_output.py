@@ -12,7 +12,6 @@ from django.db import connection
 from django.urls import reverse
 
 from memoryui import curation
-from memoryui.importer import import_workspace
 from memoryui.management.common import COMMAND_LINKS, dashboard_url
 from memoryui.models import GenerationRun, Layout, Proposal
 
@@ -30,13 +29,15 @@ def database_url() -> str:
 
 
 def manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """manage.py as a user runs it: no model configured, the default broker."""
+    """manage.py as a user runs it in development (``DEBUG=1``, as bin/start sets): no
+    model configured, the default broker."""
     clean = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI_", "MEMORYUI_", "CELERY_")) and k != "DEBUG"
     }
     clean.update(
+        DEBUG="1",
         DATABASE_URL=database_url(),
         MEMORYUI_VAR_DIR=str(tmp_path / "var"),
         MEMORYUI_BASE_URL=BASE,
@@ -53,11 +54,8 @@ def manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def layout(workspace_copy):
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
+def layout(ws):
+    """Without generation settings: the command's defaults."""
     return Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
 
 

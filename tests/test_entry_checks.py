@@ -60,14 +60,8 @@ POISONED = group(
 
 
 @pytest.fixture
-def layout(workspace_copy, settings, tmp_path):  # type: ignore[no-untyped-def]
-    from memoryui.importer import import_workspace
-
+def layout(ws, settings, tmp_path):  # type: ignore[no-untyped-def]
     settings.MEMORYUI_JOURNAL_DIR = tmp_path / "journal"
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
     return Layout.objects.select_related("workspace").get(workspace__name="a", memories_dir=ENG)
 
 

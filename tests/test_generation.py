@@ -5,6 +5,7 @@ HTTP, through the real openai client."""
 
 import io
 import json
+import shutil
 
 import pytest
 from django.core.management import call_command
@@ -118,6 +119,37 @@ def test_a_rate_limit_is_retried_after_the_servers_delay(model, layout):
     assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 3
     assert run.jobs.filter(attempts=2).count() == 1
     assert waits and waits[0] >= 3
+
+
+def test_inline_and_celery_runs_take_the_same_steps_to_the_same_result(
+    model, layout, tmp_path, eager
+):
+    """``run_inline`` and the Celery tasks call the same steps: on the same workspace and
+    the same model answers (a rate limit on the first call) they end in the same state."""
+    from memoryui.tasks import start_generation
+
+    other = tmp_path / "other"
+    shutil.copytree(layout.tree, other, symlinks=True)
+    import_workspace(other, "b")
+    twin = Layout.objects.get(workspace__name="b", memories_dir="memories/engineering")
+    GenerationSettings.objects.create(layout=twin, concurrency=2)
+    slow_down = Reply(status=429, body={"error": {"message": "slow down"}})
+
+    def outcome(run_id):
+        run = GenerationRun.objects.get(pk=run_id)
+        proposal = Proposal.objects.get(run=run)
+        jobs = sorted(run.jobs.values_list("rollout__rollout_id", "status", "attempts", "error"))
+        return run.status, run.error, jobs, proposal.memory_md, proposal.memory_summary
+
+    model.script(slow_down)
+    inline = run_now(layout)
+    model.script(slow_down)
+    run = pipeline.start_run(twin, reextract=True)
+    start_generation.delay(run.pk)  # eager: each task sent runs here, at once
+
+    assert outcome(inline.pk)[0] == GenerationRun.Status.DONE
+    assert sorted(a for _, _, a, _ in outcome(inline.pk)[2]) == [1, 1, 2]
+    assert outcome(run.pk) == outcome(inline.pk)
 
 
 def test_schema_violating_output_fails_after_one_repair(model, layout):
@@ -285,17 +317,14 @@ def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
     assert run.jobs.filter(dispatched_at__isnull=False).count() == 2
 
 
-def test_a_run_queued_under_the_former_task_names_still_runs(model, layout):
+def test_a_run_queued_under_the_former_task_names_still_runs(model, layout, eager):
     """Messages an older version queued name ``generation.tasks.*``, where the tasks
     were before they moved to ``memoryui.tasks``."""
     from memoryui.celery import app
 
     run = pipeline.start_run(layout, reextract=True)
-    eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # sent tasks run here
-    try:
-        app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
-    finally:
-        app.conf.task_always_eager = eager
+    # eager: the tasks it sends run here
+    app.tasks["generation.tasks.start_generation"].apply(args=(run.pk,))
 
     assert GenerationRun.objects.get(pk=run.pk).status == GenerationRun.Status.DONE
     assert Proposal.objects.filter(run=run).exists()

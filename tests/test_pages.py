@@ -93,17 +93,12 @@ def test_reimport_is_refused_to_non_admins(client, imported):
 
 
 def test_reimport_runs_the_import_task(
-    client, imported, settings, fixtures_dir, django_capture_on_commit_callbacks
+    client, imported, settings, fixtures_dir, eager, django_capture_on_commit_callbacks
 ):
     settings.MEMORYUI_WORKSPACE_ROOTS = [fixtures_dir.resolve()]
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from memoryui.celery import app
-
-    app.conf.task_always_eager = True
     client.force_login(make_user(staff=True))
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("memoryui:workspace_reimport", args=["small-a"]))
-    app.conf.task_always_eager = False
     assert response.status_code == 302
     runs = ImportRun.objects.order_by("pk")
     assert runs.count() == 2

@@ -11,7 +11,16 @@ from agents.sandbox.config import MemoryGenerateConfig
 
 from generation import memory_md, patches, prompts
 from generation.llm import ModelConfig, make_client
-from generation.phase_two_agent import DEFAULT_MAX_TURNS, Limits, Staging, run_agent
+from generation.phase_two_agent import (
+    DEFAULT_MAX_TURNS,
+    TOOLS,
+    Limits,
+    Staging,
+    chat_tools,
+    execute,
+    responses_tools,
+    run_agent,
+)
 from tests.scripted_model import FakeOpenAI, Reply
 
 ENTRY_A = (
@@ -232,6 +241,29 @@ def test_a_permanent_model_error_fails_the_loop_and_transient_ones_are_retried()
     assert result.status == "failed" and result.changes == {}
     assert "turn 2 failed" in result.reason and "context too long" in result.reason
     assert len(server.requests) == 3
+
+
+def test_every_tool_the_model_is_told_of_runs_and_every_tool_that_runs_is_told():
+    """The specs and the dispatch come from one table: each advertised tool, called with
+    arguments its own schema asks for, runs (no "no tool named", no crash on a key its
+    schema left out), in both APIs' shapes; nothing runs that the model is not told."""
+    told_responses = {spec["name"]: spec["parameters"] for spec in responses_tools()}
+    told_chat = {spec["function"]["name"]: spec["function"]["parameters"] for spec in chat_tools()}
+    assert told_responses == told_chat
+    sample = {"path": "MEMORY.md", "query": "deploy", "old": "deploys", "new": "deploys"}
+    with Staging(memory_folder()) as staging:
+        for name, schema in told_responses.items():
+            assert set(schema["required"]) == set(schema["properties"])  # strict mode
+            args = {
+                key: None if prop["type"] == ["integer", "null"] else sample.get(key, "")
+                for key, prop in schema["properties"].items()
+            }
+            output = execute(staging, name, json.dumps(args))
+            assert not output.startswith("error: no tool named"), (name, output)
+        refused = execute(staging, "rm_rf", "{}")
+    assert refused.startswith("error: no tool named 'rm_rf'")
+    assert set(TOOLS) == set(told_responses)
+    assert refused.endswith(", ".join(sorted(told_responses)))
 
 
 def test_reads_are_bounded_and_say_where_to_read_on():

@@ -19,7 +19,6 @@ from memoryui.importer import import_workspace
 from memoryui.models import (
     GenerationRun,
     GenerationSettings,
-    Layout,
     MemoryVersion,
     Proposal,
 )
@@ -32,11 +31,8 @@ SKILL = "---\nname: deploy-canary\ndescription: Promote a canary with deployctl.
 
 
 @pytest.fixture
-def layout(workspace_copy):
-    ws = workspace_copy("small-a")
-    import_workspace(ws, "a")
-    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
+def layout(layout, ws):
+    """conftest's layout, with the directory of its workspace."""
     layout.tree = ws
     return layout
 

@@ -15,11 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryui import curation, writeback
-from memoryui.importer import import_workspace
-from memoryui.models import AuditEvent, Layout, LintAllowance, Membership, Role
+from memoryui.models import AuditEvent, LintAllowance, Membership, Role
 from memoryui.snapshots import export_snapshot
 from memoryui.templatetags.dates import when_html
-from tests.factories import make_user
+from tests.factories import curate, make_user
 from tests.test_writeback import (
     ENG,
     FAKE_AWS_KEY,
@@ -27,7 +26,6 @@ from tests.test_writeback import (
     NEW_ID,
     SUMMARY,
     approved_proposal,
-    curate,
     export_url,
     member,
     writeback_url,
@@ -36,20 +34,6 @@ from tests.test_writeback import (
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def ws(workspace_copy):
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
-    return path
-
-
-@pytest.fixture
-def layout(ws):
-    return Layout.objects.select_related("workspace").get(workspace__name="a", memories_dir=ENG)
 
 
 @pytest.fixture

@@ -49,18 +49,6 @@ SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 
 
 @pytest.fixture
-def eager():
-    """Tasks sent run at once, in the sender's thread (the live server's, for an
-    upload): the import a worker would run."""
-    from memoryui.celery import app
-
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = before
-
-
-@pytest.fixture
 def store(settings, tmp_path):
     settings.MEMORYUI_REMOTE_STORE_DIR = tmp_path / "store"
     return tmp_path / "store"

@@ -26,7 +26,7 @@ from memoryui.models import (
     Proposal,
     Workspace,
 )
-from tests.factories import make_user
+from tests.factories import curate, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -80,19 +80,6 @@ def files_of(root: Path) -> dict[str, tuple[bytes | None, int]]:
         str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes(), p.stat().st_mode & 0o777)
         for p in sorted(root.rglob("*"))
     }
-
-
-def curate(layout: Layout, document: str, text: str, user) -> MemoryVersion:
-    """A person's edit: a new current version, as the curation pages make it."""
-    current = curation.latest(layout, document)
-    return curation.save_document(
-        layout,
-        document,
-        text,
-        user=user,
-        reason="curated in a test",
-        based_on=current.number if current else None,
-    )
 
 
 def test_an_imported_sdk_snapshot_exported_unchanged_restores_to_the_same_files(sdk_tree, tmp_path):

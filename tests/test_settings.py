@@ -10,10 +10,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """manage.py in development (``DEBUG=1``) unless the test says otherwise."""
     clean = {
         k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")
     }
-    clean.update(env)
+    clean.update({"DEBUG": "1", **env})
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True, text=True
     )
@@ -115,3 +116,32 @@ def test_commands_link_to_the_address_bin_start_serves_on(tmp_path):
     assert base_url(MEMORYUI_BASE_URL="https://memory.example.com/") == (
         "https://memory.example.com"
     )
+
+
+def test_debug_is_off_unless_set_and_importing_the_settings_makes_no_folder(tmp_path):
+    """A fresh MEMORYUI_VAR_DIR stays absent: importing the settings reads the
+    environment and writes nothing (the folders are made where they are used)."""
+    var = tmp_path / "var"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DEBUG", "STATIC_ROOT", "DATABASE_URL", "CELERY_BROKER_URL")
+    }
+    env.update(SECRET_KEY="a-secret-for-this-test", ALLOWED_HOSTS="x", MEMORYUI_VAR_DIR=str(var))
+    show = "import memoryui.settings as s; print(s.DEBUG, s.ALLOWED_HOSTS, s.SECURE_SSL_REDIRECT)"
+    result = subprocess.run(
+        [sys.executable, "-c", show], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "['x']", "True"]
+    assert not var.exists()
+
+    started = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); import memoryui.celery"],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "memoryui.settings"},
+        capture_output=True,
+        text=True,
+    )
+    assert started.returncode == 0, started.stderr
+    assert {p.name for p in var.iterdir()} >= {"celery-broker", "celery-processed"}

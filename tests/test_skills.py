@@ -19,7 +19,6 @@ from memoryui import curation, pipeline, skills, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
-    GenerationSettings,
     Layout,
     Membership,
     Proposal,
@@ -38,21 +37,9 @@ NEW_SKILL = (
 )
 
 
-@pytest.fixture
-def ws(workspace_copy, settings, tmp_path):
+@pytest.fixture(autouse=True)
+def journal_dir(settings, tmp_path):
     settings.MEMORYUI_JOURNAL_DIR = tmp_path / "journal"
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
-    return path
-
-
-@pytest.fixture
-def layout(ws):
-    layout = Layout.objects.select_related("workspace").get(workspace__name="a", memories_dir=ENG)
-    GenerationSettings.objects.create(layout=layout, concurrency=1)
-    return layout
 
 
 def client_as(layout: Layout, role: Role, name: str | None = None) -> Client:

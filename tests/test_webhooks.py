@@ -92,14 +92,6 @@ def local_receivers(settings, monkeypatch):
     monkeypatch.setenv("MEMORYUI_OUTBOUND_ALLOW", "127.0.0.1")
 
 
-@pytest.fixture
-def eager():
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = before
-
-
 def hook(layout, url, events=()) -> Webhook:
     return Webhook.objects.create(
         workspace=layout.workspace, url=url, events=list(events), secret=webhooks.new_secret()

@@ -43,14 +43,6 @@ def roots(tmp_path, settings):
 
 
 @pytest.fixture
-def eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
-
-
-@pytest.fixture
 def staff(client):
     user = make_user("ops", staff=True)
     client.force_login(user)

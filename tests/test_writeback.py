@@ -38,7 +38,7 @@ from memoryui.models import (
     WorkspaceFile,
 )
 from memoryui.snapshots import export_snapshot
-from tests.factories import make_user
+from tests.factories import curate, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -47,32 +47,6 @@ MD = MemoryVersion.Document.MEMORY_MD
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 ENG = "memories/engineering"
 FAKE_AWS_KEY = "AKIAZ3MSJV4WWNKWW5FG"
-
-
-@pytest.fixture
-def ws(workspace_copy):
-    path = workspace_copy("small-a")
-    for p in path.rglob("*"):  # the fixtures are shared without write bits
-        p.chmod(p.stat().st_mode | 0o200)
-    import_workspace(path, "a")
-    return path
-
-
-@pytest.fixture
-def layout(ws):
-    return Layout.objects.select_related("workspace").get(workspace__name="a", memories_dir=ENG)
-
-
-def curate(layout: Layout, document: str, text: str, user=None) -> MemoryVersion:
-    current = curation.latest(layout, document)
-    return curation.save_document(
-        layout,
-        document,
-        text,
-        user=user,
-        reason="curated in a test",
-        based_on=current.number if current else None,
-    )
 
 
 def snapshot_tree(root: Path) -> dict[str, bytes]:
