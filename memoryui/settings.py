@@ -9,6 +9,7 @@ import os
 from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -194,7 +195,7 @@ if DEBUG:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 # Production (DEBUG=0) serves collectstatic's compressed files with content hashes in
 # their names, cached for a year; development serves the source files uncached.
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
@@ -385,6 +386,40 @@ MEMORYUI_REMOTE_STORE_DIR = Path(
     env_str("MEMORYUI_REMOTE_STORE_DIR", str(VAR_DIR / "remote-store"))
 )
 MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
+# Uploads (and their import's progress), the remote store's archives and server exports:
+# the directories above ("local", the embedded default; web and workers must then share
+# them), or objects in an S3-compatible bucket ("s3": no shared directory), one prefix each.
+# boto3 reads the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) from the environment.
+MEMORYUI_STORAGE = env_str("MEMORYUI_STORAGE", "local")
+if MEMORYUI_STORAGE not in ("local", "s3"):
+    raise ImproperlyConfigured("MEMORYUI_STORAGE is local or s3")
+for _alias, _directory in (
+    ("uploads", MEMORYUI_UPLOAD_DIR),
+    ("snapshots", MEMORYUI_REMOTE_STORE_DIR),
+    ("exports", MEMORYUI_SNAPSHOT_BASE_PATH),
+):
+    STORAGES[_alias] = (
+        {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": env_str("MEMORYUI_S3_BUCKET", "memoryui"),
+                "location": env_str("MEMORYUI_S3_PREFIX", "") + _alias,
+                "endpoint_url": env_str("MEMORYUI_S3_ENDPOINT_URL") or None,
+                "region_name": env_str("MEMORYUI_S3_REGION") or None,
+                "file_overwrite": True,  # an id's new upload replaces the last one
+                "default_acl": None,  # private: every read goes through the dashboard
+                "querystring_auth": True,
+                # A file opened through the storage (not the streams memoryui reads)
+                # spills to disk past this size instead of filling memory.
+                "max_memory_size": 8 * 1024 * 1024,
+            },
+        }
+        if MEMORYUI_STORAGE == "s3"
+        else {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(_directory)},
+        }
+    )
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)

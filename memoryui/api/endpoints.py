@@ -926,14 +926,13 @@ class ExportOut(Schema):
 @api.post("/workspaces/{name}/exports", response={201: ExportOut, **ERRORS}, tags=["actions"])
 def export(request: HttpRequest, name: str, body: ExportIn):
     """Export an SDK snapshot into the server's snapshot directory (admins)."""
-    from ..snapshots import export_snapshot, snapshot_base_path
+    from ..snapshots import export_to_store
 
     ws = workspace(request, name, Role.ADMIN)
     try:
-        result = export_snapshot(
+        result = export_to_store(
             ws,
             snapshot_id=body.snapshot_id,
-            base_path=snapshot_base_path(),
             memories_dirs=body.layouts,
             allow_findings=body.allow_findings,
             session_state=body.session_state,
@@ -945,7 +944,7 @@ def export(request: HttpRequest, name: str, body: ExportIn):
     return Status(
         201,
         {
-            "path": str(info.path),
+            "path": result.location,
             "sha256": info.sha256,
             "size": info.size,
             "members": info.members,
