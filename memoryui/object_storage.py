@@ -49,8 +49,7 @@ def storage(alias: str) -> Storage:
 def local_root(alias: str) -> Path | None:
     """The local directory that holds ``alias``'s files, or None when they live in
     object storage."""
-    backend = settings.STORAGES.get(alias, {}).get("BACKEND", "")
-    if backend and backend != f"{FileSystemStorage.__module__}.{FileSystemStorage.__name__}":
+    if not isinstance(storage(alias), FileSystemStorage):
         return None
     return Path(getattr(settings, LOCAL_ROOT_SETTINGS[alias])).resolve()
 
