@@ -393,6 +393,16 @@ MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1
 MEMORYUI_STORAGE = env_str("MEMORYUI_STORAGE", "local")
 if MEMORYUI_STORAGE not in ("local", "s3"):
     raise ImproperlyConfigured("MEMORYUI_STORAGE is local or s3")
+_transfer: Any = None
+if MEMORYUI_STORAGE == "s3":
+    from boto3.s3.transfer import TransferConfig
+
+    # Multipart in 8 MiB parts, 4 at a time: what a transfer holds in memory is bounded.
+    _transfer = TransferConfig(
+        multipart_threshold=8 * 1024 * 1024,
+        multipart_chunksize=8 * 1024 * 1024,
+        max_concurrency=env_int("MEMORYUI_S3_CONCURRENCY", 4),
+    )
 for _alias, _directory in (
     ("uploads", MEMORYUI_UPLOAD_DIR),
     ("snapshots", MEMORYUI_REMOTE_STORE_DIR),
@@ -412,6 +422,7 @@ for _alias, _directory in (
                 # A file opened through the storage (not the streams memoryui reads)
                 # spills to disk past this size instead of filling memory.
                 "max_memory_size": 8 * 1024 * 1024,
+                "transfer_config": _transfer,
             },
         }
         if MEMORYUI_STORAGE == "s3"
