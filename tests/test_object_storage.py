@@ -275,18 +275,22 @@ def machines(s3, database, broker, tmp_path):  # noqa: F811 (the fixture importe
     web = command("web", bin)
     web[web.index("--bind") + 1] = f"127.0.0.1:{port}"
     web += ["--timeout", "300"]  # a 100 MiB export on a busy test machine
-    deployed.start_in("web", web, web_env, web_home)
     worker = [*command("worker", bin), "--concurrency", "1", "--hostname", "w1@%h"]
-    deployed.start_in("worker", worker, worker_env, worker_home)
 
     def answering() -> bool:
         try:
             return requests.get(deployed.base_url + "/accounts/login/", timeout=5).ok
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or still loading
             return False
 
-    deployed.wait_for(answering, 60, "gunicorn")
+    def ready() -> bool:
+        return b" ready." in (deployed.logs / "worker.log").read_bytes()
+
     try:
+        deployed.start_in("web", web, web_env, web_home)
+        deployed.start_in("worker", worker, worker_env, worker_home)
+        deployed.wait_for(answering, 60, "gunicorn")
+        deployed.wait_for(ready, 60, "the worker")
         yield deployed, secret, (web_home, worker_home)
     finally:
         for name in list(deployed.processes):
