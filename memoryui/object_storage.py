@@ -185,7 +185,7 @@ def read_small(alias: str, name: str) -> bytes | None:
             return (root / name).read_bytes()
         with storage(alias).open(name, "rb") as fh:
             return bytes(fh.read())
-    except (OSError, FileNotFoundError):
+    except OSError:  # FileNotFoundError: none written yet, or removed
         return None
 
 
