@@ -59,10 +59,12 @@ def s3(monkeypatch):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     url = f"http://127.0.0.1:{port}"
+    requests.post(f"{url}/moto-api/reset", timeout=30)  # moto's state is per process
     boto3.client("s3", endpoint_url=url).create_bucket(Bucket=BUCKET)
     try:
         yield url
     finally:
+        requests.post(f"{url}/moto-api/reset", timeout=30)
         server.stop()
 
 
@@ -503,3 +505,30 @@ def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(ma
         assert grew[name][process] < 32, f"{process} grew by {grew[name][process]:.0f} MiB"
     assert archives_under(*homes) == []
     path.unlink()
+
+
+def test_with_object_storage_the_export_page_stores_the_archive_in_the_bucket(
+    s3, db, settings, workspace_copy
+):
+    settings.STORAGES = s3_storages(s3)
+    import_workspace(workspace_copy(), "a")
+    admin = make_user("admin-a", staff=True)
+    Membership.objects.create(workspace=Workspace.objects.get(name="a"), user=admin, role="admin")
+    client = Client()
+    client.force_login(admin)
+    url = "/w/a/export/"
+    page = client.get(url)
+    assert "storage://exports/" in page.content.decode()
+
+    with_state = client.post(
+        url, {"snapshot_id": "s1", "destination": "server", "session_state": "on"}
+    )
+    assert with_state.status_code == 409
+    assert "export without it" in with_state.content.decode()
+    assert objects(s3) == {}
+
+    done = client.post(url, {"snapshot_id": "s1", "destination": "server"}, follow=True)
+    assert "Exported storage://exports/s1.tar" in done.content.decode()
+    assert list(objects(s3)) == ["exports/s1.tar"]
+    again = client.post(url, {"snapshot_id": "s1", "destination": "server"})
+    assert again.status_code == 409 and "already exists" in again.content.decode()
