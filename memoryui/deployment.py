@@ -1,6 +1,7 @@
 """What a deployment must provide, read from the settings: the modules they name (so an
 install that lacks one fails a check, not a worker at start) and the directories that one
-process writes and another reads (so web, workers and beat must share them).
+process writes and another reads (so web, workers and beat must share them, unless they
+are in object storage).
 
 ``python manage.py check_deployment`` prints both and exits 1 when a module is missing;
 the production test runs it in the runtime-only environment the Dockerfile builds."""
@@ -14,7 +15,7 @@ from typing import Any, cast
 from django.conf import settings
 from kombu.transport import TRANSPORT_ALIASES
 
-from .snapshots import snapshot_base_path
+from . import object_storage
 from .writeback import journal_base
 
 
@@ -74,14 +75,35 @@ def missing_modules() -> dict[str, str]:
     return missing
 
 
+# What lives in the three named storages (``memoryui.object_storage``), by the names the
+# check prints.
+STORED = {"snapshots": "exports", "uploads": "uploads", "remote store": "snapshots"}
+
+
 def shared_directories() -> dict[str, list[Path]]:
     """The directories web, workers and beat must share (the same volume, or one network
-    file system), by what lives there."""
+    file system), by what lives there: the workspaces (a write-back writes into them) and
+    the write-back journal, and the uploads, exports and remote store unless they are in
+    object storage (``object_stores``)."""
 
-    return {
+    shared = {
         "workspaces": list(settings.MEMORYUI_WORKSPACE_ROOTS),
-        "snapshots": [snapshot_base_path()],
-        "uploads": [Path(settings.MEMORYUI_UPLOAD_DIR)],
         "journal": [journal_base()],
-        "remote store": [Path(settings.MEMORYUI_REMOTE_STORE_DIR)],
     }
+    for what, alias in STORED.items():
+        root = object_storage.local_root(alias)
+        if root is not None:
+            shared[what] = [root]
+    return shared
+
+
+def object_stores() -> dict[str, str]:
+    """What lives in object storage instead of a shared directory, and where (bucket and
+    prefix)."""
+    stores = {}
+    for what, alias in STORED.items():
+        if object_storage.local_root(alias) is None:
+            options = settings.STORAGES[alias].get("OPTIONS", {})
+            stores[what] = f"s3://{options.get('bucket_name', '')}/{options.get('location', '')}"
+    return stores
+

@@ -15,6 +15,7 @@ import os
 from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -195,7 +196,7 @@ STATICFILES_DIRS = [NINJA_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
 # Production (DEBUG=0) serves collectstatic's compressed files with content hashes in
 # their names, cached for a year; development serves the source files uncached.
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
@@ -384,6 +385,51 @@ MEMORYUI_REMOTE_STORE_DIR = Path(
     env_str("MEMORYUI_REMOTE_STORE_DIR", str(VAR_DIR / "remote-store"))
 )
 MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
+# Uploads (and their import's progress), the remote store's archives and server exports:
+# the directories above ("local", the embedded default; web and workers must then share
+# them), or objects in an S3-compatible bucket ("s3": no shared directory), one prefix each.
+# boto3 reads the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) from the environment.
+MEMORYUI_STORAGE = env_str("MEMORYUI_STORAGE", "local")
+if MEMORYUI_STORAGE not in ("local", "s3"):
+    raise ImproperlyConfigured("MEMORYUI_STORAGE is local or s3")
+_transfer: Any = None
+if MEMORYUI_STORAGE == "s3":
+    from boto3.s3.transfer import TransferConfig
+
+    # Multipart in 8 MiB parts, 4 at a time: what a transfer holds in memory is bounded.
+    _transfer = TransferConfig(
+        multipart_threshold=8 * 1024 * 1024,
+        multipart_chunksize=8 * 1024 * 1024,
+        max_concurrency=env_int("MEMORYUI_S3_CONCURRENCY", 4),
+    )
+for _alias, _directory in (
+    ("uploads", MEMORYUI_UPLOAD_DIR),
+    ("snapshots", MEMORYUI_REMOTE_STORE_DIR),
+    ("exports", MEMORYUI_SNAPSHOT_BASE_PATH),
+):
+    STORAGES[_alias] = (
+        {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": env_str("MEMORYUI_S3_BUCKET", "memoryui"),
+                "location": env_str("MEMORYUI_S3_PREFIX", "") + _alias,
+                "endpoint_url": env_str("MEMORYUI_S3_ENDPOINT_URL") or None,
+                "region_name": env_str("MEMORYUI_S3_REGION") or None,
+                "file_overwrite": True,  # an id's new upload replaces the last one
+                "default_acl": None,  # private: every read goes through the dashboard
+                "querystring_auth": True,
+                # A file opened through the storage (not the streams memoryui reads)
+                # spills to disk past this size instead of filling memory.
+                "max_memory_size": 8 * 1024 * 1024,
+                "transfer_config": _transfer,
+            },
+        }
+        if MEMORYUI_STORAGE == "s3"
+        else {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(_directory)},
+        }
+    )
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)

@@ -4,7 +4,8 @@ A sandbox session's ``RemoteSnapshotSpec`` client uploads its workspace archive 
 its snapshot id: it is received in chunks (never whole in memory), held to a size
 limit, checked member by member with the importer's own archive reader
 (``generation.tree.read_archive``) and refused whole if anything in it is unsafe, then
-kept durably as ``<store>/<workspace>/<id>.tar``; a Celery task merges it into the
+kept durably as ``<workspace>/<id>.tar`` in the ``snapshots`` storage (a local folder,
+or object storage: ``memoryui.object_storage``); a Celery task merges it into the
 workspace (new rollouts, raw memories and rollout summaries join the layouts; nothing
 is marked gone; memory changes are agent versions to review).
 
@@ -22,6 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +37,7 @@ from generation import export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
+from . import object_storage
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
@@ -98,22 +101,22 @@ def receive(
     limit = max_upload_bytes()
     if length is not None and length > limit:
         raise UploadRefused(413, _too_large(limit))
-    folder = store_dir() / name
+    folder = store_dir() / name  # a local folder either way: where the upload is checked
     folder.mkdir(parents=True, exist_ok=True)
     part = folder / f".{snapshot_id}.{uuid.uuid4().hex}.part"
     try:
         digest, size = _save(read, part, limit)
         _check_archive(part)
-        target = folder / f"{snapshot_id}.tar"
-        os.replace(part, target)
-        _fsync_directory(folder)
+        target = object_storage.put_file(
+            object_storage.SNAPSHOTS, f"{name}/{snapshot_id}.tar", part
+        )
     finally:
         part.unlink(missing_ok=True)
     return _queue_import(name, snapshot_id, target, size, digest, user)
 
 
 def _queue_import(
-    name: str, snapshot_id: str, target: Path, size: int, digest: str, user: Any
+    name: str, snapshot_id: str, target: str, size: int, digest: str, user: Any
 ) -> Upload:
     from memoryui.tasks import import_new_workspace
 
@@ -123,13 +126,13 @@ def _queue_import(
             name=name,
             defaults={
                 "source_kind": Workspace.SourceKind.SNAPSHOT,
-                "source_path": str(target.parent),
+                "source_path": target.rpartition("/")[0],
             },
         )
         job = ImportJob.objects.create(
             name=name,
             kind=ImportJob.Kind.SANDBOX,
-            source_path=str(target),
+            source_path=target,
             original_name=snapshot_id,
             size=size,
             workspace=workspace,
@@ -141,7 +144,7 @@ def _queue_import(
             defaults={
                 "size": size,
                 "sha256": digest,
-                "path": str(target),
+                "path": target,
                 "uploaded_at": timezone.now(),
                 "uploaded_by": person,
                 "import_run": None,
@@ -155,13 +158,14 @@ def _queue_import(
 def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> ImportRun:
     """The import a sandbox's upload queued (``run_import_job`` calls it in a worker):
     merged into its workspace, then the workspace's generate-on-upload policy."""
-    result = import_workspace(
-        Path(job.source_path),
-        job.name,
-        user=job.created_by,
-        progress=progress,
-        merge=job.original_name,
-    )
+    with object_storage.local_copy(job.source_path) as archive:
+        result = import_workspace(
+            archive,
+            job.name,
+            user=job.created_by,
+            progress=progress,
+            merge=job.original_name,
+        )
     UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
     if SnapshotStorePolicy.objects.filter(
         workspace=result.workspace, generate_on_upload=True
@@ -188,14 +192,6 @@ def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
         start_generation.delay_on_commit(run.pk)
         runs.append(run)
     return runs
-
-
-def _fsync_directory(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _too_large(limit: int) -> str:
@@ -294,11 +290,15 @@ def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> IO[
     served = served_layouts(workspace, user=user)
     memory_dirs = [s.layout.memories_dir for s in served]
     seen: set[str] = set()
-    own = _own_members(Path(snapshot.path), memory_dirs, seen) if snapshot else iter(())
-    members = itertools.chain(own, _memory_members(workspace, served, seen))
     fileobj = tempfile.TemporaryFile()
     try:
-        info = export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
+        with ExitStack() as stack:
+            own: Iterator[Any] = iter(())
+            if snapshot:
+                archive = stack.enter_context(object_storage.local_copy(snapshot.path))
+                own = _own_members(archive, memory_dirs, seen)
+            members = itertools.chain(own, _memory_members(workspace, served, seen))
+            info = export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
     except BaseException:
         fileobj.close()
         raise

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -74,6 +75,11 @@ class ExportResult:
     allowed_findings: list[str] = field(default_factory=list)
     event: AuditEvent | None = None
     newly_allowed: list[str] = field(default_factory=list)  # recorded with the audit event
+    stored_as: str = ""  # the archive's place in the exports storage, when not a path
+
+    @property
+    def location(self) -> str:
+        return self.stored_as or str(self.snapshot.path or "")
 
 
 def choose_layouts(
@@ -210,6 +216,80 @@ def export_snapshot(
         workspace, plan, files, state, snapshot_id, result, user, on_step or _no_step, progress
     )
     return result
+
+
+def export_place() -> str:
+    """Where server exports go, for a person: the directory, or the object store."""
+    from . import object_storage
+
+    if object_storage.local_root(object_storage.EXPORTS) is not None:
+        return str(snapshot_base_path())
+    return object_storage.locator_of(object_storage.EXPORTS, "")
+
+
+def export_to_store(
+    workspace: Workspace,
+    *,
+    snapshot_id: str,
+    session_state: bool = False,
+    **options: Any,
+) -> ExportResult:
+    """``export_snapshot`` into the ``exports`` storage: the snapshot directory, or, with
+    object storage, an archive written in a temporary directory of this process and then
+    uploaded as ``<snapshot_id>.tar`` (its audit event names it there). A session state
+    points at a directory, so it is written with a snapshot directory only."""
+    from . import object_storage
+
+    name = f"{snapshot_id}.tar"
+    if object_storage.local_root(object_storage.EXPORTS) is not None:
+        return export_snapshot(
+            workspace,
+            snapshot_id=snapshot_id,
+            base_path=snapshot_base_path(),
+            session_state=session_state,
+            **options,
+        )
+    export.check_snapshot_id(snapshot_id)
+    if session_state:
+        raise ExportError(
+            "a session state resumes from a snapshot directory; exports are kept in object "
+            "storage here (MEMORYUI_STORAGE=s3), so export without it"
+        )
+    if object_storage.stored_exists(object_storage.EXPORTS, name):
+        raise ExportError(f"{name} already exists in the export store; choose another snapshot id")
+    with tempfile.TemporaryDirectory(prefix="memoryui-export-") as folder:
+        result = export_snapshot(
+            workspace, snapshot_id=snapshot_id, base_path=Path(folder), **options
+        )
+        assert result.snapshot.path is not None
+        result.stored_as = object_storage.put_file(
+            object_storage.EXPORTS, name, result.snapshot.path
+        )
+    if result.event is not None:
+        AuditEvent.objects.filter(pk=result.event.pk).update(target=result.stored_as)
+        result.event.target = result.stored_as
+    return result
+
+
+def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
+    """Where this workspace's export ``snapshot_id`` is kept, and its audit event (which
+    holds its sha256); None when the workspace exported no such snapshot or it is gone."""
+    from . import object_storage
+
+    event = (
+        AuditEvent.objects.filter(
+            workspace=workspace, action=EXPORT_SNAPSHOT_ACTION, detail__snapshot_id=snapshot_id
+        )
+        .order_by("-pk")
+        .first()
+    )
+    if event is None:
+        return None
+    name = f"{snapshot_id}.tar"
+    if not object_storage.stored_exists(object_storage.EXPORTS, name):
+        return None
+    root = object_storage.local_root(object_storage.EXPORTS)
+    return (str(root / name) if root else object_storage.locator_of("exports", name)), event
 
 
 def _no_step(name: str) -> None:

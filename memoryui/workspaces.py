@@ -1,9 +1,9 @@
 """Workspaces created, re-imported and synced from the web.
 
 Every path the web points the importer at must resolve, symbolic links followed, under
-``MEMORYUI_WORKSPACE_ROOTS``, or be a snapshot uploaded into ``MEMORYUI_UPLOAD_DIR``.
-Only the ``import_workspace`` command, run by an operator on the server, imports
-anything else.
+``MEMORYUI_WORKSPACE_ROOTS``, or be a snapshot uploaded into the ``uploads`` storage
+(``MEMORYUI_UPLOAD_DIR``, or object storage: ``memoryui.object_storage``). Only the
+``import_workspace`` command, run by an operator on the server, imports anything else.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from generation.tree import TreeError, human_size, total_exceeded
 
-from . import snapshot_store
+from . import object_storage, snapshot_store
 from .importer import default_limits, import_workspace
 from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
 
@@ -67,6 +67,11 @@ def resolve_source(raw: str, *, directory_only: bool = False) -> Path:
     text = raw.strip()
     if not text:
         raise PathRefused("Give the path of a directory under the workspace roots.")
+    if object_storage.is_stored(text):
+        raise PathRefused(
+            "the uploaded snapshot is kept in object storage, not in a folder; upload it "
+            "again to import it again."
+        )
     if "\x00" in text:
         raise PathRefused("The path contains a NUL character.")
     given = Path(text)
@@ -108,14 +113,16 @@ def resolve_source(raw: str, *, directory_only: bool = False) -> Path:
 # --- new workspaces from the dashboard ---------------------------------------------
 
 
-def progress_path(job_id: int) -> Path:
-    return Path(settings.MEMORYUI_UPLOAD_DIR) / "progress" / f"{job_id}.json"
+def progress_name(job_id: int) -> str:
+    """The job's progress file in the ``uploads`` storage: a worker writes it, web reads."""
+    return f"progress/{job_id}.json"
 
 
 def read_progress(job_id: int) -> dict[str, Any]:
+    data = object_storage.read_small(object_storage.UPLOADS, progress_name(job_id))
     try:
-        return dict(json.loads(progress_path(job_id).read_text()))
-    except (OSError, ValueError):
+        return dict(json.loads(data)) if data else {}
+    except ValueError:
         return {}
 
 
@@ -124,7 +131,7 @@ class _ProgressFile:
     """Live progress of an import job, for its page. A small file rather than a row:
     the import's one transaction hides its writes from the web until it commits."""
 
-    path: Path
+    name: str
     every: float = 0.5
     last: float = 0.0
     stage: str = ""
@@ -134,14 +141,11 @@ class _ProgressFile:
         if stage == self.stage and now - self.last < self.every:
             return
         self.stage, self.last = stage, now
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(".tmp")
-        temp.write_text(json.dumps({"stage": stage, "files": done}))
-        os.replace(temp, self.path)
+        data = json.dumps({"stage": stage, "files": done}).encode()
+        object_storage.write_small(object_storage.UPLOADS, self.name, data)
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.path.with_suffix(".tmp").unlink(missing_ok=True)
+        object_storage.delete_small(object_storage.UPLOADS, self.name)
 
 
 def run_import_job(job_id: int) -> ImportJob | None:
@@ -156,7 +160,7 @@ def run_import_job(job_id: int) -> ImportJob | None:
     if not claimed:
         return None
     job = ImportJob.objects.select_related("created_by", "workspace").get(pk=job_id)
-    progress = _ProgressFile(progress_path(job.pk))
+    progress = _ProgressFile(progress_name(job.pk))
     try:
         if job.kind == ImportJob.Kind.SANDBOX:
             workspace, run = job.workspace, snapshot_store.import_upload(job, progress)
@@ -181,17 +185,30 @@ def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspa
         source = resolve_source(job.source_path, directory_only=True)  # again: it may have moved
         kind = Workspace.SourceKind.DIRECTORY
     else:
-        source = Path(job.source_path)
-        kind = Workspace.SourceKind.SNAPSHOT
+        # An upload in object storage is read from a local copy of this worker's own.
+        with object_storage.local_copy(job.source_path) as copy:
+            return _create_and_import_from(
+                job, progress, copy, Workspace.SourceKind.SNAPSHOT, job.source_path
+            )
+    return _create_and_import_from(job, progress, source, kind, str(source))
+
+
+def _create_and_import_from(
+    job: ImportJob, progress: _ProgressFile, source: Path, kind: str, recorded: str
+) -> tuple[Workspace, ImportRun]:
+    """Import ``source`` as the job's new workspace, whose source is ``recorded``."""
     label = job.original_name or str(source)
     user = job.created_by
     try:
         with transaction.atomic():
             if Workspace.objects.filter(name=job.name).exists():
                 raise ImportRefused(f"A workspace called {job.name} already exists.")
-            Workspace.objects.create(name=job.name, source_kind=kind, source_path=str(source))
+            Workspace.objects.create(name=job.name, source_kind=kind, source_path=recorded)
             limits = default_limits()
             result = import_workspace(source, job.name, limits=limits, progress=progress, user=user)
+            if recorded != str(source):  # the importer records the copy it read
+                result.workspace.source_path = recorded
+                result.workspace.save(update_fields=["source_path"])
             if result.stopped == total_exceeded(limits):
                 raise ImportRefused(
                     f"{label} expands past {human_size(limits.max_total_bytes)} when unpacked "
@@ -211,7 +228,7 @@ def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspa
                 result.workspace,
                 "workspace.create",
                 user=user,
-                target=str(source),
+                target=recorded,
                 kind=job.kind,
                 original_name=job.original_name,
             )
@@ -224,8 +241,8 @@ def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspa
 
 
 def _fail(job: ImportJob, error: str) -> ImportJob:
-    if job.kind == ImportJob.Kind.UPLOAD:
-        Path(job.source_path).unlink(missing_ok=True)
+    if job.kind == ImportJob.Kind.UPLOAD and job.source_path:
+        object_storage.delete(job.source_path)
     ImportJob.objects.filter(pk=job.pk).update(
         status=ImportJob.Status.FAILED, error=error, finished_at=timezone.now()
     )

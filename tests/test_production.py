@@ -421,10 +421,17 @@ def compose_environment(service: str, root: Path) -> dict[str, str]:
     return env
 
 
+def depends_on(service: str) -> set[str]:
+    """The services ``service`` waits for, directly or through others."""
+    direct = set(COMPOSE["services"][service].get("depends_on", {}))
+    return direct.union(*(depends_on(s) for s in direct))
+
+
 def test_compose_shares_every_directory_one_service_writes_and_another_reads(tmp_path):
     """Web saves uploads that a worker imports, a worker journals write-backs that recovery
     (in any process) reads, exports land where the web serves them: each directory the
-    settings name as shared must be on one named volume mounted in every app service."""
+    settings name as shared must be on one named volume mounted in every app service, and
+    the rest (uploads, exports, the remote store) in the object store compose runs."""
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("MEMORYUI_", "DJANGO_"))},
         **compose_environment("web", tmp_path),
@@ -434,8 +441,9 @@ def test_compose_shares_every_directory_one_service_writes_and_another_reads(tmp
             sys.executable,
             "-c",
             "import django, json; django.setup(); "
-            "from memoryui.deployment import shared_directories; "
-            "print(json.dumps({k: [str(p) for p in v] for k, v in shared_directories().items()}))",
+            "from memoryui.deployment import object_stores, shared_directories; "
+            "print(json.dumps({k: [str(p) for p in v] for k, v in shared_directories().items()}));"
+            "print(json.dumps(object_stores()))",
         ],
         cwd=ROOT,
         env={**env, "DJANGO_SETTINGS_MODULE": "memoryui.settings"},
@@ -444,13 +452,23 @@ def test_compose_shares_every_directory_one_service_writes_and_another_reads(tmp
         timeout=120,
     )
     assert listed.returncode == 0, listed.stderr
-    shared = json.loads(listed.stdout)
-    assert set(shared) == {"workspaces", "snapshots", "uploads", "journal", "remote store"}
+    shared, stored = map(json.loads, listed.stdout.splitlines()[-2:])
+    assert set(shared) == {"workspaces", "journal"}
+    assert stored == {
+        "snapshots": "s3://memoryui/exports",
+        "uploads": "s3://memoryui/uploads",
+        "remote store": "s3://memoryui/snapshots",
+    }
+    services = COMPOSE["services"]
+    endpoint = urlsplit(compose_environment("web", tmp_path)["MEMORYUI_S3_ENDPOINT_URL"])
+    assert endpoint.hostname == "minio" and "objects:/data" in services["minio"]["volumes"]
+    assert services["worker"]["deploy"]["replicas"] == 2
     assert {n: COMPOSE["services"][n]["environment"] for n in APP_SERVICES}, "no app services"
     for service in APP_SERVICES:
         assert (
             COMPOSE["services"][service]["environment"] == COMPOSE["services"]["web"]["environment"]
         ), f"{service} sees other paths than web"
+        assert "bucket" in depends_on(service), f"{service} may start before the bucket exists"
         mounts = {}
         for volume in COMPOSE["services"][service]["volumes"]:
             source, target = volume.split(":")[:2]

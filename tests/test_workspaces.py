@@ -112,7 +112,9 @@ def test_uploaded_snapshot_is_imported_by_the_task_and_opens_its_report(
     assert Path(workspace.source_path).read_bytes() == data
 
 
-def test_import_progress_is_polled_until_the_report_opens(client, staff, roots, fixtures_dir):
+def test_import_progress_is_polled_until_the_report_opens(
+    client, staff, roots, fixtures_dir, settings
+):
     m = manifest(fixtures_dir, "small-a")
     data = (fixtures_dir / "small-a" / m["snapshot"]["path"]).read_bytes()
     upload(client, "snap.tar", data)  # the task is queued on commit, not run
@@ -127,7 +129,7 @@ def test_import_progress_is_polled_until_the_report_opens(client, staff, roots, 
     assert other.get(url).status_code == 404
 
     ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.RUNNING)
-    workspaces._ProgressFile(workspaces.progress_path(job.pk))("read", 1500, 0)
+    workspaces._ProgressFile(workspaces.progress_name(job.pk))("read", 1500, 0)
     running = client.get(url, headers={"HX-Request": "true"}).content.decode()
     assert running.lstrip().startswith('<section id="import-progress"')
     assert "reading files" in running and "1,500" in running
@@ -137,7 +139,8 @@ def test_import_progress_is_polled_until_the_report_opens(client, staff, roots, 
     done = client.get(url, headers={"HX-Request": "true"})
     run = ImportRun.objects.get(workspace__name="snap")
     assert done["HX-Redirect"] == reverse("memoryui:import_detail", args=["snap", run.pk])
-    assert not workspaces.progress_path(job.pk).exists()
+    assert workspaces.read_progress(job.pk) == {}
+    assert not (settings.MEMORYUI_UPLOAD_DIR / workspaces.progress_name(job.pk)).exists()
 
 
 def test_a_second_delivery_of_the_import_task_does_nothing(client, staff, roots, fixtures_dir):

@@ -32,7 +32,7 @@ from ..models import (
     WorkspaceFile,
 )
 from ..roles import has_role, role_of
-from ..snapshots import export_snapshot, snapshot_base_path
+from ..snapshots import export_to_store
 from ..writeback import WritebackError, write_back
 from .core import api, conflict, layout, workspace
 
@@ -927,10 +927,9 @@ def export(request: HttpRequest, name: str, body: ExportIn):
 
     ws = workspace(request, name, Role.ADMIN)
     try:
-        result = export_snapshot(
+        result = export_to_store(
             ws,
             snapshot_id=body.snapshot_id,
-            base_path=snapshot_base_path(),
             memories_dirs=body.layouts,
             allow_findings=body.allow_findings,
             session_state=body.session_state,
@@ -942,7 +941,7 @@ def export(request: HttpRequest, name: str, body: ExportIn):
     return Status(
         201,
         {
-            "path": str(info.path),
+            "path": result.location,
             "sha256": info.sha256,
             "size": info.size,
             "members": info.members,

@@ -11,8 +11,9 @@ from ninja.errors import HttpError
 
 from generation.export import ExportError
 
-from .. import observability, snapshot_store, tokens
+from .. import object_storage, observability, snapshot_store, tokens
 from ..models import Role, Workspace
+from ..snapshots import stored_export
 from .core import api, conflict, workspace
 from .endpoints import ERRORS, SNAPSHOT_ID_PATTERN, Detail
 
@@ -141,3 +142,27 @@ def exists(request: HttpRequest, params: Path[SnapshotIn]):
         return {"exists": False}
     ws = workspace(request, params.name, Role.VIEWER)
     return {"exists": snapshot_store.uploaded(ws, params.snapshot_id) is not None}
+
+
+@api.get(
+    "/workspaces/{name}/exports/{snapshot_id}",
+    response={200: None, **ERRORS},
+    tags=["snapshot store"],
+)
+def export_download(request: HttpRequest, params: Path[SnapshotIn]):
+    """A snapshot this workspace exported on the server (admins), streamed from where
+    exports are kept (the snapshot directory or object storage), so any web process can
+    serve it. ``Content-Length`` and ``X-Memoryui-Sha256`` (hex, from the export's audit
+    event) let the client verify the body."""
+    ws = workspace(request, params.name, Role.ADMIN)
+    found = stored_export(ws, params.snapshot_id)
+    if found is None:
+        raise Http404("This workspace exported no such snapshot (or it was removed).")
+    where, event = found
+    stream, size = object_storage.open_stored(where)
+    response = FileResponse(
+        stream, filename=f"{params.snapshot_id}.tar", content_type="application/x-tar"
+    )
+    response["Content-Length"] = str(size)
+    response[SHA256_HEADER] = str(event.detail.get("sha256", ""))
+    return response

@@ -23,7 +23,7 @@ from .. import lint_allowances
 from ..forms import ExportForm
 from ..models import Layout, Role, Workspace
 from ..roles import has_role, workspace_view
-from ..snapshots import export_snapshot, plan_export, snapshot_base_path
+from ..snapshots import export_place, export_snapshot, export_to_store, plan_export
 from ..writeback import (
     Plan,
     Refused,
@@ -183,17 +183,23 @@ def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
     data = form.cleaned_data
     download = data["destination"] == "download"
     fileobj = tempfile.TemporaryFile() if download else None
+    options: dict[str, Any] = {
+        "memories_dirs": data["layouts"],
+        "allow_findings": request.POST.getlist("allow_finding"),
+        "user": request.user,
+    }
     try:
-        result = export_snapshot(
-            workspace,
-            snapshot_id=data["snapshot_id"],
-            base_path=None if download else snapshot_base_path(),
-            fileobj=fileobj,
-            memories_dirs=data["layouts"],
-            allow_findings=request.POST.getlist("allow_finding"),
-            session_state=data["session_state"] and not download,
-            user=request.user,
-        )
+        if fileobj is not None:
+            result = export_snapshot(
+                workspace, snapshot_id=data["snapshot_id"], fileobj=fileobj, **options
+            )
+        else:
+            result = export_to_store(
+                workspace,
+                snapshot_id=data["snapshot_id"],
+                session_state=data["session_state"],
+                **options,
+            )
     except ExportError as exc:  # lint findings not allowed, an existing id, ...
         _close(fileobj)
         return _export_page(request, workspace, layouts, form, error=str(exc), status=409)
@@ -209,7 +215,7 @@ def workspace_export(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
             filename=f"{data['snapshot_id']}.tar",
             content_type="application/x-tar",
         )
-    text = f"Exported {result.snapshot.path} ({result.snapshot.members} members)."
+    text = f"Exported {result.location} ({result.snapshot.members} members)."
     if result.session_state:
         text += f" Session state: {result.session_state}."
     messages.success(request, text)
@@ -243,7 +249,7 @@ def _export_page(
         "overlay": list(plan.overlay.values()),
         "error": error,
         "is_admin": has_role(request.user, workspace, Role.ADMIN),
-        "base_path": snapshot_base_path(),
+        "base_path": export_place(),
         "layouts": layouts,
         "is_directory": workspace.source_kind == Workspace.SourceKind.DIRECTORY,
     }

@@ -4,7 +4,6 @@ a registered directory) with their scheduled sync and re-import."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
 
-from .. import figures, observability, snapshot_store, workspaces
+from .. import figures, object_storage, observability, snapshot_store, workspaces
 from ..forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
 from ..importer import default_limits
 from ..models import ImportJob, ImportRun, Layout, Role, Workspace, WorkspaceFile
@@ -176,12 +175,13 @@ def _accept_upload(request: HtmxHttpRequest, handler: SnapshotUploadHandler) -> 
             size=upload.size or 0,
             created_by=signed_in(request),
         )
-        target = (
-            Path(settings.MEMORYUI_UPLOAD_DIR)
-            / f"{name}-{job.pk}{archive_suffix(upload.name or '') or '.tar'}"
+        # Into the uploads storage: a rename in the uploads folder, or a multipart upload
+        # to object storage (the worker that imports it shares no disk with this process).
+        job.source_path = object_storage.put_file(
+            object_storage.UPLOADS,
+            f"{name}-{job.pk}{archive_suffix(upload.name or '') or '.tar'}",
+            temp,
         )
-        os.replace(temp, target)
-        job.source_path = str(target)
         job.save(update_fields=["source_path"])
         observability.log_event(
             "upload", "upload.saved", import_job=job.pk, workspace=name, bytes=upload.size

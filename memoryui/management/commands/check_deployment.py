@@ -7,7 +7,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memoryui.deployment import missing_modules, named_modules, shared_directories
+from memoryui.deployment import (
+    missing_modules,
+    named_modules,
+    object_stores,
+    shared_directories,
+)
 
 
 class Command(BaseCommand):
@@ -30,3 +35,8 @@ class Command(BaseCommand):
         for what, paths in shared_directories().items():
             for path in paths:
                 self.stdout.write(f"  {what}: {path}")
+        stores = object_stores()
+        if stores:
+            self.stdout.write("In object storage (no shared directory needed):")
+            for what, where in stores.items():
+                self.stdout.write(f"  {what}: {where}")

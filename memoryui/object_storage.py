@@ -1,0 +1,207 @@
+"""Files one process writes and another reads, through Django's storage API, so that web
+and workers need no common directory.
+
+Three named storages (``settings.STORAGES``): ``uploads`` (dashboard uploads and their
+import's progress), ``snapshots`` (the remote snapshot store's archives) and ``exports``
+(snapshots exported on the server). The embedded default is a local directory
+(``FileSystemStorage`` on ``MEMORYUI_UPLOAD_DIR``, ``MEMORYUI_REMOTE_STORE_DIR`` and
+``MEMORYUI_SNAPSHOT_BASE_PATH``), used exactly as before: files are renamed into place and
+the database records their paths. With ``MEMORYUI_STORAGE=s3`` they are objects in an
+S3-compatible bucket (django-storages), recorded as ``storage://<alias>/<name>``.
+
+Memory stays bounded both ways: a file reaches storage from a local file (multipart,
+chunk by chunk), and a process that must seek in an archive (tarfile) reads a temporary
+copy of its own, streamed in chunks and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.base import ContentFile
+from django.core.files.storage import FileSystemStorage, Storage, storages
+
+UPLOADS, SNAPSHOTS, EXPORTS = "uploads", "snapshots", "exports"
+PREFIX = "storage://"
+CHUNK = 1024 * 1024
+
+# The directory each storage uses when it is the local default (read live, so that a
+# setting changed at run time, as tests do, moves it).
+LOCAL_ROOT_SETTINGS = {
+    UPLOADS: "MEMORYUI_UPLOAD_DIR",
+    SNAPSHOTS: "MEMORYUI_REMOTE_STORE_DIR",
+    EXPORTS: "MEMORYUI_SNAPSHOT_BASE_PATH",
+}
+
+
+def storage(alias: str) -> Storage:
+    return storages[alias]
+
+
+def local_root(alias: str) -> Path | None:
+    """The local directory that holds ``alias``'s files, or None when they live in
+    object storage."""
+    if not isinstance(storage(alias), FileSystemStorage):
+        return None
+    return Path(getattr(settings, LOCAL_ROOT_SETTINGS[alias])).resolve()
+
+
+def is_stored(locator: str) -> bool:
+    """Whether a recorded source is an object in storage (not a local path)."""
+    return locator.startswith(PREFIX)
+
+
+def locator_of(alias: str, name: str) -> str:
+    return f"{PREFIX}{alias}/{name}"
+
+
+def parse(locator: str) -> tuple[str, str]:
+    alias, _, name = locator.removeprefix(PREFIX).partition("/")
+    if alias not in LOCAL_ROOT_SETTINGS or not name:
+        raise ValueError(f"{locator} names no storage")
+    return alias, name
+
+
+def put_file(alias: str, name: str, source: Path) -> str:
+    """Move the finished local file ``source`` into ``alias`` as ``name`` (replacing a
+    file of that name) and answer what the database records: the file's path in a local
+    directory (a rename, atomic and fsync'd, as ``source`` is beside it), else its
+    locator. ``source`` is gone afterwards."""
+    root = local_root(alias)
+    if root is not None:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        _fsync_directory(target.parent)
+        return str(target)
+    stored: Any = storage(alias)
+    try:
+        if hasattr(stored, "bucket") and hasattr(stored, "transfer_config"):
+            _upload_file(stored, name, source)
+        else:
+            with source.open("rb") as fh:
+                name = stored.save(name, File(fh, name=PurePosixPath(name).name))
+    finally:
+        source.unlink(missing_ok=True)
+    return locator_of(alias, name)
+
+
+def _upload_file(stored: Any, name: str, source: Path) -> None:
+    """``S3Storage.save`` as boto3's file upload: ``save`` hands boto3 an open file,
+    whose multipart upload reads every part into memory ahead of sending it (100 MiB
+    held for a 100 MiB archive); from a file name it reads each part as it is sent.
+    The key and parameters are the ones ``save`` would use (django-storages' own)."""
+    from storages.utils import clean_name
+
+    key = stored._normalize_name(clean_name(name))
+    stored.bucket.Object(key).upload_file(
+        str(source),
+        ExtraArgs=stored._get_write_parameters(key),
+        Config=stored.transfer_config,
+    )
+
+
+def delete(locator: str) -> None:
+    """Remove a recorded file, wherever it is; nothing when it is gone already."""
+    if is_stored(locator):
+        alias, name = parse(locator)
+        storage(alias).delete(name)
+    else:
+        Path(locator).unlink(missing_ok=True)
+
+
+def open_stored(locator: str) -> tuple[IO[bytes], int]:
+    """A recorded file opened for reading as a stream, and its size. From object
+    storage it is the object's body as it arrives (``storage.open`` would first copy
+    the whole object into memory)."""
+    if not is_stored(locator):
+        path = Path(locator)
+        return path.open("rb"), path.stat().st_size
+    alias, name = parse(locator)
+    stored = storage(alias).open(name, "rb")
+    obj = getattr(stored, "obj", None)  # S3Storage's file: its boto3 object
+    if obj is None:
+        return stored, stored.size
+    return obj.get()["Body"], int(obj.content_length)
+
+
+@contextmanager
+def local_copy(locator: str) -> Iterator[Path]:
+    """A local path to read a recorded file from (tarfile seeks): the file itself when
+    it is on this machine, else a temporary copy of it, streamed from storage in chunks
+    and deleted on leaving. The copy keeps the file's name (its suffix names its
+    compression)."""
+    if not is_stored(locator):
+        yield Path(locator)
+        return
+    alias, name = parse(locator)
+    with tempfile.TemporaryDirectory(prefix="memoryui-stored-") as folder:
+        copy = Path(folder) / PurePosixPath(name).name
+        stored = storage(alias).open(name, "rb")
+        with copy.open("xb") as target:
+            obj = getattr(stored, "obj", None)
+            if obj is not None:  # ranged GETs in parallel, each written as it comes
+                config = getattr(storage(alias), "transfer_config", None)
+                obj.download_fileobj(target, Config=config)
+            else:
+                with stored:
+                    shutil.copyfileobj(stored, target, CHUNK)
+        yield copy
+
+
+def stored_exists(alias: str, name: str) -> bool:
+    root = local_root(alias)
+    return (root / name).exists() if root is not None else storage(alias).exists(name)
+
+
+# --- small files that change (an import's progress) ---------------------------------
+
+
+def write_small(alias: str, name: str, data: bytes) -> None:
+    """Replace a small file whole: readers see the old or the new bytes, never a part."""
+    root = local_root(alias)
+    if root is None:
+        storage(alias).save(name, ContentFile(data))  # an object PUT replaces it whole
+        return
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def read_small(alias: str, name: str) -> bytes | None:
+    root = local_root(alias)
+    try:
+        if root is not None:
+            return (root / name).read_bytes()
+        with storage(alias).open(name, "rb") as fh:
+            return bytes(fh.read())
+    except OSError:  # FileNotFoundError: none written yet, or removed
+        return None
+
+
+def delete_small(alias: str, name: str) -> None:
+    root = local_root(alias)
+    if root is None:
+        with suppress(OSError):
+            storage(alias).delete(name)
+        return
+    (root / name).unlink(missing_ok=True)
+    (root / name).with_suffix(".tmp").unlink(missing_ok=True)
+
+
+def _fsync_directory(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

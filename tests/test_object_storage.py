@@ -1,0 +1,534 @@
+"""Uploads, stored snapshots and exports through Django's storage API: the local
+directories stay the default, and with MEMORYUI_STORAGE=s3 they are objects in an
+S3-compatible store (moto's server here), so that web and workers share no directory.
+
+The end-to-end tests run gunicorn and a Celery worker as separate processes, each with
+its own working directory and MEMORYUI_VAR_DIR; they have in common only PostgreSQL,
+Redis and the object store."""
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from contextlib import suppress
+from pathlib import Path
+
+import boto3
+import pytest
+import requests
+from django.test import Client
+from moto.server import ThreadedMotoServer
+
+from memoryui import object_storage, tokens, workspaces
+from memoryui.importer import import_workspace
+from memoryui.models import ImportJob, Membership, Role, Workspace
+from memoryui_client import SnapshotClient
+from tests.factories import make_user
+from tests.test_import import snapshot_path
+from tests.test_production import (
+    ROOT,
+    Deployment,
+    big_workspace_archive,
+    command,
+    csrf,
+    database,  # noqa: F401 (a fixture)
+    free_port,
+)
+from tests.test_snapshot_store import APPROVED_MD, SUMMARY_MD, M, S, raw_memory, rollout
+from tests.test_workspaces import upload
+
+BUCKET = "memoryui-test"
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "memoryui-test",
+    "AWS_SECRET_ACCESS_KEY": "memoryui-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    """moto's S3-compatible server on a free port, with an empty bucket; yields its URL."""
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    requests.post(f"{url}/moto-api/reset", timeout=30)  # moto's state is per process
+    boto3.client("s3", endpoint_url=url).create_bucket(Bucket=BUCKET)
+    try:
+        yield url
+    finally:
+        requests.post(f"{url}/moto-api/reset", timeout=30)
+        server.stop()
+
+
+def objects(url: str) -> dict[str, int]:
+    """Every object in the bucket, with its size."""
+    listed = boto3.client("s3", endpoint_url=url).list_objects_v2(Bucket=BUCKET)
+    return {o["Key"]: o["Size"] for o in listed.get("Contents", [])}
+
+
+def s3_storages(url: str) -> dict:
+    from django.conf import settings
+
+    return {
+        **settings.STORAGES,
+        **{
+            alias: {
+                "BACKEND": "storages.backends.s3.S3Storage",
+                "OPTIONS": {
+                    "bucket_name": BUCKET,
+                    "location": alias,
+                    "endpoint_url": url,
+                    "file_overwrite": True,
+                    "default_acl": None,
+                },
+            }
+            for alias in ("uploads", "snapshots", "exports")
+        },
+    }
+
+
+def small_archive(rid: str = "fleet-1") -> bytes:
+    """A sandbox's workspace: a file of its own and one rollout with its memory."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in [
+            ("notes/own.txt", f"only {rid} has this\n".encode()),
+            (f"{S}/{rid}.jsonl", rollout(rid, f"task of {rid}")),
+            (f"{M}/raw_memories/{rid}.md", raw_memory(rid)),
+            (f"{M}/rollout_summaries/{rid}_work.md", f"# {rid}\n".encode()),
+            (f"{M}/MEMORY.md", APPROVED_MD),
+            (f"{M}/memory_summary.md", SUMMARY_MD),
+        ]:
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mtime, info.mode = len(data), 1_790_000_000, 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        return {
+            i.name.removeprefix("./"): archive.extractfile(i).read()  # type: ignore[union-attr]
+            for i in archive
+            if i.isreg()
+        }
+
+
+# --- the local default -----------------------------------------------------------------
+
+
+@pytest.fixture
+def exported(db, settings, tmp_path, workspace_copy):
+    """Workspace ``a`` exported as ``nightly`` into the local snapshot directory, and an
+    admin's token."""
+    settings.MEMORYUI_SNAPSHOT_BASE_PATH = tmp_path / "snapshots"
+    import_workspace(workspace_copy(), "a")
+    admin = make_user("admin-a")
+    Membership.objects.create(workspace=Workspace.objects.get(name="a"), user=admin, role="admin")
+    secret = tokens.create_token(admin, "t", ["a", "b"]).secret
+    made = Client().post(
+        "/api/workspaces/a/exports",
+        json.dumps({"snapshot_id": "nightly"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+    )
+    assert made.status_code == 201, made.content
+    return made.json(), secret
+
+
+def test_a_local_export_is_where_it_always_was_and_downloads_back_byte_for_byte(exported, settings):
+    answer, secret = exported
+    target = settings.MEMORYUI_SNAPSHOT_BASE_PATH / "nightly.tar"
+    assert answer["path"] == str(target)
+    got = Client().get("/api/workspaces/a/exports/nightly", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert got.status_code == 200
+    body = b"".join(got.streaming_content)
+    assert body == target.read_bytes() and int(got["Content-Length"]) == len(body)
+    assert got["X-Memoryui-Sha256"] == answer["sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_an_export_downloads_only_for_its_own_workspaces_admins(exported, workspace_copy):
+    _, secret = exported
+    import_workspace(workspace_copy("small-b"), "b")
+    viewer = make_user("viewer-a")
+    Membership.objects.create(
+        workspace=Workspace.objects.get(name="a"), user=viewer, role=Role.VIEWER
+    )
+    as_viewer = tokens.create_token(viewer, "t", ["a"]).secret
+
+    def get(name: str, snapshot_id: str, token: str) -> int:
+        url = f"/api/workspaces/{name}/exports/{snapshot_id}"
+        return Client().get(url, HTTP_AUTHORIZATION=f"Bearer {token}").status_code
+
+    assert get("a", "nightly", as_viewer) == 403
+    assert get("b", "nightly", secret) in (403, 404)  # b exported no such snapshot
+    assert get("a", "never-made", secret) == 404
+
+
+# --- S3 in this process ------------------------------------------------------------------
+
+
+def test_with_object_storage_an_upload_leaves_no_file_on_the_web_machine(
+    s3, db, settings, tmp_path, fixtures_dir
+):
+    settings.STORAGES = s3_storages(s3)
+    settings.MEMORYUI_UPLOAD_DIR = tmp_path / "uploads"
+    staff = make_user("staff", staff=True)
+    client = Client()
+    client.force_login(staff)
+    data = snapshot_path(fixtures_dir, "small-a").read_bytes()
+    sent = upload(client, "small-a.tar", data, "dash")
+    assert sent.status_code == 302, sent.content[:500]
+    job = ImportJob.objects.get()
+    assert job.source_path == "storage://uploads/dash-1.tar"
+    assert objects(s3) == {"uploads/dash-1.tar": len(data)}
+    assert [p for p in (tmp_path / "uploads").rglob("*") if p.is_file()] == []
+
+    done = workspaces.run_import_job(job.pk)
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    workspace = Workspace.objects.get(name="dash")
+    assert workspace.source_path == "storage://uploads/dash-1.tar"
+    assert workspace.files.filter(path__endswith="MEMORY.md").exists()
+    assert object_storage.read_small("uploads", workspaces.progress_name(job.pk)) is None
+
+
+# --- separate processes, no shared directory ---------------------------------------------
+
+
+class Machines(Deployment):
+    """Processes as on separate machines: each its own directory and environment."""
+
+    def start_in(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        self.processes[name] = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def run_in(self, env: dict[str, str], cwd: Path, *argv: str) -> str:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+
+def machine_env(base: dict[str, str], home: Path) -> dict[str, str]:
+    return {
+        **base,
+        "MEMORYUI_VAR_DIR": str(home / "var"),
+        "MEMORYUI_WORKSPACE_ROOTS": str(home / "workspaces"),
+        "STATIC_ROOT": str(home / "static"),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture
+def machines(s3, database, broker, tmp_path):  # noqa: F811 (the fixture imported above)
+    """Web (gunicorn) and a Celery worker on the object store, each in its own directory,
+    migrated, with a superuser; yields (machines, web's env, the admin's token secret)."""
+    port = free_port()
+    (tmp_path / "logs").mkdir()
+    base = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MEMORYUI_", "DJANGO_"))},
+        **CREDENTIALS,
+        "DEBUG": "0",
+        "SECRET_KEY": "object-storage-test-" + "x" * 50,
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "DATABASE_URL": database,
+        "CELERY_BROKER_URL": broker,
+        "SECURE_SSL_REDIRECT": "0",
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
+        "MEMORYUI_STORAGE": "s3",
+        "MEMORYUI_S3_ENDPOINT_URL": s3,
+        "MEMORYUI_S3_BUCKET": BUCKET,
+        "MEMORYUI_S3_REGION": "us-east-1",
+        "MEMORYUI_BASE_URL": f"http://127.0.0.1:{port}",
+        "OPENAI_API_KEY": "",
+        "WEB_CONCURRENCY": "1",
+    }
+    web_home, worker_home = tmp_path / "web", tmp_path / "worker"
+    web_env, worker_env = machine_env(base, web_home), machine_env(base, worker_home)
+    for home in (web_home, worker_home):
+        home.mkdir()
+    deployed = Machines(web_env, f"http://127.0.0.1:{port}", tmp_path / "logs")
+    bin = Path(sys.executable).parent
+    python = str(bin / "python")
+    manage = str(ROOT / "manage.py")
+    deployed.run_in(web_env, web_home, python, manage, "migrate", "--noinput")
+    deployed.run_in(web_env, web_home, python, manage, "collectstatic", "--noinput")
+    secret = deployed.run_in(
+        web_env,
+        web_home,
+        python,
+        manage,
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; from memoryui import tokens; "
+        "u = User.objects.create_superuser('admin', '', 'a-long-test-password-42'); "
+        "print(tokens.create_token(u, 'sandboxes', ['dash', 'fleet', 'big']).secret)",
+    ).split()[-1]
+    web = command("web", bin)
+    web[web.index("--bind") + 1] = f"127.0.0.1:{port}"
+    web += ["--timeout", "300"]  # a 100 MiB export on a busy test machine
+    worker = [*command("worker", bin), "--concurrency", "1", "--hostname", "w1@%h"]
+
+    def answering() -> bool:
+        try:
+            return requests.get(deployed.base_url + "/accounts/login/", timeout=5).ok
+        except requests.RequestException:  # not listening yet, or still loading
+            return False
+
+    def ready() -> bool:
+        return b" ready." in (deployed.logs / "worker.log").read_bytes()
+
+    try:
+        deployed.start_in("web", web, web_env, web_home)
+        deployed.start_in("worker", worker, worker_env, worker_home)
+        deployed.wait_for(answering, 60, "gunicorn")
+        deployed.wait_for(ready, 60, "the worker")
+        yield deployed, secret, (web_home, worker_home)
+    finally:
+        for name in list(deployed.processes):
+            deployed.stop(name)
+
+
+def signed_in(base_url: str) -> requests.Session:
+    login = base_url + "/accounts/login/"
+    session = requests.Session()
+    answer = session.post(
+        login,
+        data={
+            "username": "admin",
+            "password": "a-long-test-password-42",
+            "csrfmiddlewaretoken": csrf(session, login),
+        },
+        headers={"Referer": login},
+    )
+    assert answer.ok and "sessionid" in session.cookies
+    return session
+
+
+def wait_imported(machines: Machines, session: requests.Session, progress_url: str) -> str:
+    def report() -> str | None:
+        page = session.get(machines.base_url + progress_url, allow_redirects=False, timeout=30)
+        if page.status_code == 302:
+            return page.headers["Location"]
+        assert page.status_code == 200 and 'id="import-error"' not in page.text, page.text
+        return None
+
+    return machines.wait_for(report, 240, f"the import at {progress_url}")
+
+
+def archives_under(*homes: Path) -> list[Path]:
+    """Files that hold an upload, a snapshot or an export (anything a tar might be in)."""
+    return [
+        p
+        for home in homes
+        for p in home.rglob("*")
+        if p.is_file() and (tarfile.is_tarfile(p) or p.suffix in (".part", ".upload"))
+    ]
+
+
+def test_upload_import_export_and_download_with_web_and_worker_sharing_no_directory(
+    machines, fixtures_dir
+):
+    deployed, secret, homes = machines
+    session = signed_in(deployed.base_url)
+
+    # A dashboard upload: web stores it, the worker (elsewhere) imports it.
+    data = snapshot_path(fixtures_dir, "small-a").read_bytes()
+    new = deployed.base_url + "/workspaces/new/"
+    sent = session.post(
+        deployed.base_url + "/workspaces/new/upload/",
+        data={"name": "dash", "csrfmiddlewaretoken": csrf(session, new)},
+        files={"snapshot": ("small-a.tar", data, "application/x-tar")},
+        headers={"Referer": new},
+        allow_redirects=False,
+    )
+    assert sent.status_code == 302, sent.text[:2000]
+    done = wait_imported(deployed, session, sent.headers["Location"])
+    assert re.fullmatch(r"/w/dash/imports/\d+/", done), done
+    assert session.get(deployed.base_url + done).status_code == 200
+
+    # The SDK's persist to the snapshot store, imported by the worker; restored by web.
+    store = SnapshotClient(deployed.base_url, secret, workspace="fleet", timeout=120)
+    archive = small_archive()
+    answer = asyncio.run(store.upload("sandbox-1", io.BytesIO(archive)))
+    assert answer["sha256"] == hashlib.sha256(archive).hexdigest()
+    wait_imported(deployed, session, answer["progress_url"])
+    restored = asyncio.run(store.download("sandbox-1"))
+    with restored:
+        back = members(restored.read())
+    assert back["notes/own.txt"] == members(archive)["notes/own.txt"]
+    assert back[f"{S}/fleet-1.jsonl"] == members(archive)[f"{S}/fleet-1.jsonl"]
+
+    # A server export, then its download, byte for byte.
+    auth = {"Authorization": f"Bearer {secret}"}
+    made = requests.post(
+        deployed.base_url + "/api/workspaces/dash/exports",
+        json={"snapshot_id": "nightly"},
+        headers=auth,
+        timeout=120,
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["path"] == "storage://exports/nightly.tar"
+    got = requests.get(
+        deployed.base_url + "/api/workspaces/dash/exports/nightly", headers=auth, timeout=120
+    )
+    assert got.status_code == 200
+    stored = boto3.client("s3", endpoint_url=deployed.env["MEMORYUI_S3_ENDPOINT_URL"]).get_object(
+        Bucket=BUCKET, Key="exports/nightly.tar"
+    )
+    assert got.content == stored["Body"].read()
+    assert got.headers["X-Memoryui-Sha256"] == hashlib.sha256(got.content).hexdigest()
+    assert members(got.content)["memories/MEMORY.md"]  # the workspace, curated
+
+    in_store = objects(deployed.env["MEMORYUI_S3_ENDPOINT_URL"])
+    assert "exports/nightly.tar" in in_store and "snapshots/fleet/sandbox-1.tar" in in_store
+    assert [k for k in in_store if k.startswith("uploads/dash-")], in_store
+    assert not [k for k in in_store if k.startswith("uploads/progress/")], in_store
+    assert archives_under(*homes) == []  # nothing kept on either machine
+
+
+def tree_of(pid: int) -> list[int]:
+    """A process and its descendants (gunicorn's and Celery's workers are children)."""
+    pids, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        pids.append(current)
+        pending += map(int, children)
+    return pids
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The largest peak resident set (VmHWM) in a process tree since the last reset."""
+    peak = 0
+    for each in tree_of(pid):
+        with suppress(OSError):
+            status = Path(f"/proc/{each}/status").read_text()
+            peak = max(peak, int(re.search(r"VmHWM:\s+(\d+)", status).group(1)))
+    return peak / 1024
+
+
+def reset_peaks(pid: int) -> float:
+    """Reset the peak of each process in the tree to its present size; answers the
+    largest present size."""
+    largest = 0
+    for each in tree_of(pid):
+        with suppress(OSError):
+            Path(f"/proc/{each}/clear_refs").write_text("5")  # VmHWM := VmRSS
+            status = Path(f"/proc/{each}/status").read_text()
+            largest = max(largest, int(re.search(r"VmRSS:\s+(\d+)", status).group(1)))
+    return largest / 1024
+
+
+def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(machines, tmp_path):
+    """A 100 MiB persist, its import, the sandbox's restore and a server export with its
+    download: neither process holds the archive in memory."""
+    deployed, secret, homes = machines
+    session = signed_in(deployed.base_url)
+    path = tmp_path / "big.tar"
+    sent = big_workspace_archive(path)
+    size = path.stat().st_size
+    assert size > 100 * 1024 * 1024
+    peaks: dict[str, dict[str, float]] = {}  # step: the peak of each process during it
+    grew: dict[str, dict[str, float]] = {}  # step: by how much each process grew in it
+    start: dict[str, float] = {}
+
+    def step(name: str) -> None:
+        peaks[name] = {n: peak_rss_mib(p.pid) for n, p in deployed.processes.items()}
+        grew[name] = {n: peaks[name][n] - start.get(n, peaks[name][n]) for n in peaks[name]}
+        for n, process in deployed.processes.items():
+            start[n] = reset_peaks(process.pid)
+
+    store = SnapshotClient(deployed.base_url, secret, workspace="big", timeout=300)
+    # Once through every step with a small archive: what loading the code costs (boto3's
+    # service models, say) is not counted below.
+    warm = asyncio.run(store.upload("warm-up", io.BytesIO(small_archive("warm-1"))))
+    wait_imported(deployed, session, warm["progress_url"])
+    asyncio.run(store.download("warm-up")).close()
+    step("idle")
+    with path.open("rb") as data:
+        answer = asyncio.run(store.upload("sandbox-big", data))
+    assert answer["size"] == size
+    step("upload")
+    wait_imported(deployed, session, answer["progress_url"])
+    step("import")
+    restored = asyncio.run(store.download("sandbox-big"))
+    with restored, tarfile.open(fileobj=restored) as back:
+        blob = back.extractfile("./data/blob-000.bin")
+        assert blob is not None
+        assert hashlib.sha256(blob.read()).hexdigest() == sent["data/blob-000.bin"]
+    step("restore")
+    auth = {"Authorization": f"Bearer {secret}"}
+    made = requests.post(
+        deployed.base_url + "/api/workspaces/big/exports",
+        json={"snapshot_id": "big-export"},
+        headers=auth,
+        timeout=300,
+    )
+    assert made.status_code == 201, made.text
+    step("export")
+    digest = hashlib.sha256()
+    with requests.get(
+        deployed.base_url + "/api/workspaces/big/exports/big-export",
+        headers=auth,
+        stream=True,
+        timeout=300,
+    ) as got:
+        assert got.status_code == 200
+        for chunk in got.iter_content(1024 * 1024):
+            digest.update(chunk)
+    assert digest.hexdigest() == made.json()["sha256"] == got.headers["X-Memoryui-Sha256"]
+    step("download")
+    print(f"archive {size / 2**20:.0f} MiB; peak RSS (MiB) of each process tree by step:")
+    for name, by_process in peaks.items():
+        print(
+            f"  {name:9} "
+            + "  ".join(f"{n} {v:.0f} (+{grew[name][n]:.0f})" for n, v in by_process.items())
+        )
+    # What goes through the object store. (The export's own reading of the database is
+    # not this test's concern: it is the same with a local directory.)
+    for name, process in [("upload", "web"), ("restore", "web"), ("download", "web")]:
+        assert grew[name][process] < 32, f"{process} grew by {grew[name][process]:.0f} MiB"
+    assert archives_under(*homes) == []
+    path.unlink()
+
+
+def test_with_object_storage_the_export_page_stores_the_archive_in_the_bucket(
+    s3, db, settings, workspace_copy
+):
+    settings.STORAGES = s3_storages(s3)
+    import_workspace(workspace_copy(), "a")
+    admin = make_user("admin-a", staff=True)
+    Membership.objects.create(workspace=Workspace.objects.get(name="a"), user=admin, role="admin")
+    client = Client()
+    client.force_login(admin)
+    url = "/w/a/export/"
+    page = client.get(url)
+    assert "storage://exports/" in page.content.decode()
+
+    with_state = client.post(
+        url, {"snapshot_id": "s1", "destination": "server", "session_state": "on"}
+    )
+    assert with_state.status_code == 409
+    assert "export without it" in with_state.content.decode()
+    assert objects(s3) == {}
+
+    done = client.post(url, {"snapshot_id": "s1", "destination": "server"}, follow=True)
+    assert "Exported storage://exports/s1.tar" in done.content.decode()
+    assert list(objects(s3)) == ["exports/s1.tar"]
+    again = client.post(url, {"snapshot_id": "s1", "destination": "server"})
+    assert again.status_code == 409 and "already exists" in again.content.decode()
