@@ -670,7 +670,7 @@ def run_agent(
 ) -> AgentResult:
     """Let the model edit ``staging`` until it answers without a tool call. Never raises
     for the model's or the server's doing: a failure is a result with its reason."""
-    import openai
+    import openai  # noqa: PLC0415 (deferred: openai loads at the first model call)
 
     conversation = _Conversation(config, instructions, prompt, limits.max_answer_tokens)
     usage = llm.Usage()

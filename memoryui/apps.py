@@ -16,7 +16,6 @@ class MemoryuiConfig(AppConfig):
     def ready(self) -> None:
         # Light on purpose: every command and process runs this. The Celery app, which
         # recovers interrupted write-backs when a worker starts, lives in memoryui.celery.
-        from . import webhooks  # noqa: F401  (its signal receivers)
 
         checks.register(check_workspace_routes, checks.Tags.urls)
         make_local_folders()
@@ -37,7 +36,7 @@ def make_local_folders() -> None:
 
 def check_workspace_routes(app_configs: Any = None, **kwargs: Any) -> list[checks.Error]:
     """A view under ``w/<name>/`` without ``roles.workspace_view`` would serve anyone."""
-    from .roles import unguarded_workspace_routes
+    from .roles import unguarded_workspace_routes  # noqa: PLC0415 (the app registry is not ready when apps.py loads)
 
     return [
         checks.Error(

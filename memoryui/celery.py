@@ -8,6 +8,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_ready
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
 
@@ -20,7 +21,6 @@ def _make_folders() -> None:
     """The file-system broker (the development default) reads and writes its folders
     from the first message on, and beat keeps its schedule beside them: made here, in
     every process that sends or runs a task, rather than when the settings are read."""
-    from django.conf import settings
 
     folders = [Path(settings.CELERY_BEAT_SCHEDULE_FILENAME).parent]
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):

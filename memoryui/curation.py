@@ -21,7 +21,13 @@ from django.utils import timezone
 
 from generation import review
 
-from . import versioning
+from . import (
+    entry_checks,
+    review_cards,  # a cycle (review_cards uses curation): by module, not by name
+    skills,
+    versioning,
+)
+from .entry_checks import agent_version_flags
 from .models import (
     ApprovedEntry,
     AuditEvent,
@@ -410,7 +416,6 @@ def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, 
     """Per document, the entries with a poisoning flag that no reviewer decided, and
     their flags: approval keeps them out (the current text stays) until someone accepts
     or rejects each explicitly."""
-    from . import entry_checks
 
     flagged = entry_checks.flagged_keys(proposal)
     return {
@@ -475,7 +480,6 @@ def _flags_detail(
 ) -> dict[str, Any]:
     """For the audit log: the poisoning flags of the entry a reviewer accepts (of their
     edit, when they edited it), so an accepted flag is on record."""
-    from . import entry_checks
 
     if decision != EntryDecision.Decision.ACCEPT:
         return {}
@@ -593,9 +597,8 @@ def approve(
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
         reviews = document_reviews(proposal)
-        from .review_cards import progress
 
-        counts = progress(proposal, user)
+        counts = review_cards.progress(proposal, user)
         if undecided == UNDECIDED_REJECT:
             _reject_undecided(proposal, reviews, user)
             reviews = document_reviews(proposal)  # with those rejections
@@ -660,7 +663,6 @@ def approve(
                 )
             )
         # Skill files: the changes people did not reject become current versions.
-        from . import skills
 
         skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
         _decided(proposal, Proposal.Status.APPROVED, user)
@@ -833,7 +835,6 @@ RESERVATION = timedelta(minutes=30)
 def accept_agent_change(version: MemoryVersion, *, user: Any) -> None:
     """Accept an agent's own edit; when it holds possible memory poisoning, the audit
     event names the flags the reviewer accepted it with."""
-    from .entry_checks import agent_version_flags
 
     found = agent_version_flags(version)
     flags: dict[str, Any] = (

@@ -106,4 +106,3 @@ def object_stores() -> dict[str, str]:
             options = settings.STORAGES[alias].get("OPTIONS", {})
             stores[what] = f"s3://{options.get('bucket_name', '')}/{options.get('location', '')}"
     return stores
-

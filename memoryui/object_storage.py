@@ -28,6 +28,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, Storage, storages
+from storages.utils import clean_name
 
 UPLOADS, SNAPSHOTS, EXPORTS = "uploads", "snapshots", "exports"
 PREFIX = "storage://"
@@ -99,7 +100,6 @@ def _upload_file(stored: Any, name: str, source: Path) -> None:
     whose multipart upload reads every part into memory ahead of sending it (100 MiB
     held for a 100 MiB archive); from a file name it reads each part as it is sent.
     The key and parameters are the ones ``save`` would use (django-storages' own)."""
-    from storages.utils import clean_name
 
     key = stored._normalize_name(clean_name(name))
     stored.bucket.Object(key).upload_file(

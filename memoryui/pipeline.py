@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, retry
 
-from . import consolidation, curation, documents, observability
+from . import consolidation, curation, documents, entry_checks, observability, webhooks
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -79,7 +79,7 @@ class ModelAccess:
         (started here on first use), so every entry point works without a server."""
         if self.offline_demo:
             # Deferred: the demo model (and its server) loads only where it is used.
-            from generation.offline_model import in_process_demo_url
+            from generation.offline_model import in_process_demo_url  # noqa: PLC0415
 
             return in_process_demo_url()
         return self.base_url
@@ -699,7 +699,6 @@ def _check_entries(run: GenerationRun) -> None:
     """Evidence and poisoning flags of the new proposal's entries, computed now so the
     first review does not wait for them. A failure here loses nothing: the review page
     computes what is missing."""
-    from . import entry_checks
 
     try:
         entry_checks.ensure(Proposal.objects.select_related("layout", "run").get(run=run))
@@ -727,8 +726,6 @@ def fail_run(run_id: int, reason: str) -> None:
         status=GenerationRun.Status.FAILED, error=reason[:2000], finished_at=timezone.now()
     )
     if failed:
-        from . import webhooks
-
         observability.log_event(
             "run", "run.failed", logging.WARNING, run=run_id, reason=reason[:300]
         )

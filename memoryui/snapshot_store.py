@@ -37,7 +37,7 @@ from generation import export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
-from . import object_storage
+from . import object_storage, pipeline
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
@@ -118,7 +118,7 @@ def receive(
 def _queue_import(
     name: str, snapshot_id: str, target: str, size: int, digest: str, user: Any
 ) -> Upload:
-    from memoryui.tasks import import_new_workspace
+    from memoryui.tasks import import_new_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     person = user if getattr(user, "pk", None) else None
     with transaction.atomic():
@@ -177,9 +177,7 @@ def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> 
 def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
     """The workspace's policy: a generation run for every present layout (phase one
     reuses its results for rollouts it has seen, so only new ones cost model calls)."""
-    from memoryui.tasks import start_generation
-
-    from . import pipeline
+    from memoryui.tasks import start_generation  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     runs: list[GenerationRun] = []
     for layout in result.workspace.layouts.present().order_by("memories_dir"):

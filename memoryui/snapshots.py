@@ -32,7 +32,7 @@ from generation.export import ExportError, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
-from . import lint_allowances, observability
+from . import lint_allowances, object_storage, observability
 from .models import AuditEvent, Layout, Workspace, WorkspaceFile
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
@@ -220,7 +220,6 @@ def export_snapshot(
 
 def export_place() -> str:
     """Where server exports go, for a person: the directory, or the object store."""
-    from . import object_storage
 
     if object_storage.local_root(object_storage.EXPORTS) is not None:
         return str(snapshot_base_path())
@@ -238,7 +237,6 @@ def export_to_store(
     object storage, an archive written in a temporary directory of this process and then
     uploaded as ``<snapshot_id>.tar`` (its audit event names it there). A session state
     points at a directory, so it is written with a snapshot directory only."""
-    from . import object_storage
 
     name = f"{snapshot_id}.tar"
     if object_storage.local_root(object_storage.EXPORTS) is not None:
@@ -274,7 +272,6 @@ def export_to_store(
 def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
     """Where this workspace's export ``snapshot_id`` is kept, and its audit event (which
     holds its sha256); None when the workspace exported no such snapshot or it is gone."""
-    from . import object_storage
 
     event = (
         AuditEvent.objects.filter(

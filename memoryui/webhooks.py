@@ -103,7 +103,7 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
 
 
 def _queue(delivery_id: int) -> None:
-    from .tasks import deliver_webhook  # the tasks (and Celery) load when a task is sent
+    from .tasks import deliver_webhook  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     deliver_webhook.delay(delivery_id)
 
@@ -112,9 +112,9 @@ def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, s
     """POST once through the outbound client: the status, and what went wrong."""
     # The HTTP client (httpx2, httpcore2: 0.16 s of CPU) loads with the first delivery,
     # not in every command and process that starts Django (this module's signals do).
-    import httpx2
+    import httpx2  # noqa: PLC0415 (deferred: the HTTP client loads with the first delivery)
 
-    from . import outbound
+    from . import outbound  # noqa: PLC0415 (deferred: the HTTP client loads with the first delivery)
 
     deadline = settings.MEMORYUI_WEBHOOK_DEADLINE_SECONDS
     try:

@@ -44,6 +44,7 @@ from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import FileKind, LayoutDirs
 
 from . import diffs, importer, lint_allowances, observability, skills
+from .entry_checks import agent_version_flags
 from .models import (
     AuditEvent,
     Blob,
@@ -294,7 +295,6 @@ def _quarantined(layout: Layout, name: str, version: MemoryVersion) -> list[Refu
     """An agent's own version that nobody reviewed yet and that adds an entry with a
     poisoning flag: nothing carries it on (write-back, export, download) until a
     reviewer accepts or reverts it on the document's history page."""
-    from .entry_checks import agent_version_flags
 
     found = agent_version_flags(version)
     if not found:
@@ -660,7 +660,7 @@ def write_back(
     directory = journal_directory(layout, root)
     failure: Exception | None = None
     with ExitStack() as held:
-        from .recovery import recover_layout  # recovery builds on this module
+        from .recovery import recover_layout  # noqa: PLC0415 (cycle: recovery builds on this module)
 
         try:
             held.enter_context(journal.locked(directory))

@@ -3,6 +3,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+import redis
+from django.conf import global_settings
+from django.test.utils import override_settings
+
+from generation.local_model import LlamaServerError, run_llama_server
+from memoryui.celery import app
+from memoryui.importer import import_workspace
+from memoryui.models import GenerationSettings, Layout
+from tests.scripted_model import FakeOpenAI
 
 FIXTURES = Path(
     os.environ.get(
@@ -17,8 +26,6 @@ def fast_password_hasher():
     """Every test user's password is hashed with MD5: the production hasher (PBKDF2) is
     made to be slow, 0.6 s of CPU per user. Subprocesses (commands, workers, gunicorn)
     keep the settings' hashers, whose hashes are still checked here."""
-    from django.conf import global_settings
-    from django.test.utils import override_settings
 
     fast = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]
     with override_settings(PASSWORD_HASHERS=fast):
@@ -54,7 +61,6 @@ def writable(path: Path) -> Path:
 @pytest.fixture
 def ws(db, workspace_copy) -> Path:
     """A writable copy of small-a imported as workspace "a": its directory."""
-    from memoryui.importer import import_workspace
 
     path = writable(workspace_copy("small-a"))
     import_workspace(path, "a")
@@ -65,7 +71,6 @@ def ws(db, workspace_copy) -> Path:
 def layout(ws):
     """The memories/engineering layout of ``ws``, generating one rollout at a time.
     (Some modules define a ``layout`` of their own.)"""
-    from memoryui.models import GenerationSettings, Layout
 
     layout = Layout.objects.select_related("workspace").get(
         workspace__name="a", memories_dir="memories/engineering"
@@ -78,7 +83,6 @@ def layout(ws):
 def eager():
     """Tasks sent run at once, in the sender's thread (the live server's, for an
     upload): what a worker would run. Restored however the test ends."""
-    from memoryui.celery import app
 
     before = app.conf.task_always_eager
     app.conf.task_always_eager = True
@@ -95,7 +99,6 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
 @pytest.fixture
 def broker():
-    import redis
 
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()
@@ -106,7 +109,6 @@ def broker():
 @pytest.fixture(scope="session")
 def llama_server():
     """llama.cpp's OpenAI-compatible server with Gemma 3 270M, for the whole test session."""
-    from generation.local_model import LlamaServerError, run_llama_server
 
     manager = run_llama_server()
     failure = None
@@ -126,7 +128,6 @@ def llama_server():
 def model(settings):
     """The local OpenAI-compatible test server as this deployment's model, over real
     HTTP; no retry waits."""
-    from tests.scripted_model import FakeOpenAI
 
     with FakeOpenAI() as server:
         settings.OPENAI_API_KEY = ""

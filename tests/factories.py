@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test.utils import override_settings
 
 from memoryui import curation
+from tests.scripted_model import FakeOpenAI
 
 
 def make_user(username: str = "reviewer", *, staff: bool = False, password: str = "pw-for-tests-9"):
@@ -34,10 +37,6 @@ def built_once(django_db_blocker: Any, build: Callable[[], Any]) -> Iterator[Any
     fixture): inside a transaction that each test's own transaction nests in (its changes
     are rolled back after it) and that is rolled back at the end. ``build`` runs with a
     local test model (the ``model`` fixture's server) for the generations it needs."""
-    from django.db import transaction
-    from django.test.utils import override_settings
-
-    from tests.scripted_model import FakeOpenAI
 
     with django_db_blocker.unblock(), transaction.atomic():
         with (

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from generation import tree
+from memoryui import curation, entry_checks
+from memoryui.models import GenerationRun, MemoryVersion, Proposal
+
 CORPUS = Path(__file__).resolve().parent / "data" / "poisoning"
 
 
@@ -19,9 +23,6 @@ def labels() -> dict[str, dict[str, Any]]:
 def corpus_proposal(layout: Any) -> Any:
     """A pending proposal that brings the corpus's MEMORY.md and memory_summary.md (as
     phase two wrote them) to a layout that had neither, selecting every rollout."""
-    from generation import tree
-    from memoryui import curation
-    from memoryui.models import GenerationRun, MemoryVersion, Proposal
 
     memories = CORPUS / "workspace" / "memories"
     selection = tree.parse_selection((memories / "phase_two_selection.json").read_bytes())
@@ -95,7 +96,6 @@ def score(entries: list[tuple[str, str, list[dict[str, Any]]]]) -> Score:
 
 
 def proposal_score(proposal: Any) -> Score:
-    from memoryui import entry_checks
 
     checks = entry_checks.ensure(proposal)
     return score(

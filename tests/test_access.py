@@ -11,7 +11,7 @@ import pytest
 from django.core import checks
 from django.http import HttpResponse
 from django.test import Client
-from django.urls import include, path, reverse
+from django.urls import include, path, resolve, reverse
 
 from memoryui.apps import check_workspace_routes
 from memoryui.importer import import_workspace
@@ -113,7 +113,6 @@ def test_every_workspace_route_is_in_the_table_with_the_role_its_view_enforces()
 
 
 def reverse_callback(route: routes.Route):  # type: ignore[no-untyped-def]
-    from django.urls import resolve
 
     return resolve(reverse(route.name, kwargs=dict.fromkeys(route.converters, 1))).func
 

@@ -3,16 +3,18 @@ the pages endpoint by endpoint, one error convention, and a valid OpenAPI schema
 
 import hashlib
 import json
+import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from openapi_spec_validator import validate
 
 from generation import review
-from memoryui import curation, pipeline, tokens
+from memoryui import curation, pipeline, skills, tokens
 from memoryui.importer import import_workspace
 from memoryui.models import (
     ApiToken,
@@ -363,7 +365,6 @@ class TestApiPageParity:
 
 
 def signed_in() -> Client:
-    from django.contrib.auth import get_user_model
 
     client = Client()
     reader = get_user_model().objects.filter(username="reader").first()
@@ -372,7 +373,6 @@ def signed_in() -> Client:
 
 
 def test_every_endpoint_in_the_schema_is_in_the_permission_table(model, layout):
-    import re
 
     schema = signed_in().get("/api/openapi.json").json()
     proposal = proposal_for(layout)
@@ -622,7 +622,6 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
 
 
 def test_skills_are_served_as_curated_edited_added_and_deleted_files_included(layout):
-    from memoryui import skills
 
     ada = make_user("ada", staff=True)
     secret = token_for(ada)

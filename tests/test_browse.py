@@ -5,6 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from memoryui.documents import resolve_citations
 from memoryui.importer import import_workspace
 from memoryui.models import Layout
 from tests.factories import make_user
@@ -157,7 +158,6 @@ def test_memory_md_page_lists_entries_with_resolved_citations(reviewer, small):
     "filename", ["plain_slug.md", "with space.md", "ünï-cödé.md", "a%25b?c#d&e.md", "x:y@z~!$.md"]
 )
 def test_citation_links_are_the_urls_django_would_build(small, filename):
-    from memoryui.documents import resolve_citations
 
     link = resolve_citations(small, {f"rollout_summaries/{filename}"})
     assert link[f"rollout_summaries/{filename}"].url == url("citation", small, filename)

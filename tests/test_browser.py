@@ -1,12 +1,17 @@
 """Real-browser flows in Debian's headless Chromium, driven by Playwright."""
 
+import json
 import os
 
 import pytest
+from django.urls import reverse
 from playwright.sync_api import Page, sync_playwright
 
+from memoryui import curation, workspaces
 from memoryui.importer import import_workspace
+from memoryui.models import GenerationSettings, ImportJob, Layout, Membership, MemoryVersion, Role
 from tests.factories import make_user
+from tests.test_curation import proposal_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -164,7 +169,6 @@ def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspa
         "terminal_metadata": {"terminal_state": "completed"},
         "final_output": payload,
     }
-    import json
 
     (ws / "sessions" / "engineering" / "xss-2.jsonl").write_text(json.dumps(rollout) + "\n")
     import_workspace(ws, "x")
@@ -173,7 +177,6 @@ def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspa
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     log_in(page, live_server)
     base = f"{live_server.url}/w/x/layouts/"
-    from memoryui.models import Layout
 
     layout = Layout.objects.get(workspace__name="x", memories_dir="memories/engineering")
     for path in ("memory/", "summary/", "rollouts/xss-2/"):
@@ -190,11 +193,6 @@ def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspa
 def test_start_reviewing_swaps_the_reservation_notice_in_place_even_when_refused(
     page, live_server, workspace_copy, model
 ):
-    from django.urls import reverse
-
-    from memoryui import curation
-    from memoryui.models import GenerationSettings, Layout, Membership, Role
-    from tests.test_curation import proposal_for
 
     import_workspace(workspace_copy("small-a"), "a")
     layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
@@ -226,8 +224,6 @@ def test_start_reviewing_swaps_the_reservation_notice_in_place_even_when_refused
 def test_uploaded_snapshot_shows_live_progress_then_its_report(
     page, live_server, fixtures_dir, tmp_path, settings
 ):
-    from memoryui import workspaces
-    from memoryui.models import ImportJob
 
     settings.MEMORYUI_UPLOAD_DIR = tmp_path / "uploads"
     make_user("ada", staff=True)
@@ -250,8 +246,6 @@ def test_uploaded_snapshot_shows_live_progress_then_its_report(
 def test_a_diff_on_a_phone_is_one_readable_column_without_sideways_scrolling(
     browser, live_server, fixtures_dir
 ):
-    from memoryui import curation
-    from memoryui.models import Layout, MemoryVersion
 
     import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
     make_user("ada")

@@ -3,6 +3,7 @@ history and the audit log."""
 
 import csv
 import io
+import json as jsonlib
 import threading
 
 import pytest
@@ -507,7 +508,6 @@ def test_a_protected_raw_memory_stays_in_the_selection(model, layout):
 @pytest.mark.django_db
 def test_entries_citing_only_forgotten_rollouts_are_flagged_stale(layout):
     selection = layout.workspace.source_path + "/memories/engineering/phase_two_selection.json"
-    import json as jsonlib
 
     data = jsonlib.loads(open(selection).read())
     data["selected"] = [i for i in data["selected"] if i["rollout_id"] != "poll-billing-api-6d30c0"]

@@ -21,6 +21,7 @@ from memoryui.models import (
     Role,
 )
 from tests.scripted_model import Reply
+from tests.test_api import api, bearer, token_for
 from tests.test_curation import MD, current_text, first_key, member, proposal_for, url
 
 HTMX = {"HX-Request": "true"}
@@ -400,7 +401,6 @@ def test_twenty_pairs_of_api_decisions_on_one_entry_at_once_each_have_one_winner
     """Accept and reject by two reviewers through the API, twenty times over: each time
     one 200, one 409 naming who decided, one audit event; the winner undoes before the
     next pair."""
-    from tests.test_api import api, bearer, token_for
 
     proposal = proposal_for(layout)
     key = first_key(layout)

@@ -8,6 +8,7 @@ import pytest
 
 from memoryui import curation, pipeline, workspaces
 from memoryui.demo import SAMPLE, prepare_demo_workspace
+from memoryui.importer import import_workspace
 from memoryui.models import ImportRun, Layout, Proposal
 from memoryui.writeback import write_back
 from tests.factories import make_user
@@ -57,7 +58,6 @@ def test_the_demo_writes_back_into_its_copy_never_into_the_tracked_sample(settin
 
 
 def test_a_demo_database_from_before_the_copy_is_moved_onto_the_copy(settings, tmp_path):
-    from memoryui.importer import import_workspace
 
     settings.VAR_DIR = tmp_path / "var"
     import_workspace(SAMPLE, "small-a")  # what setup_demo used to do

@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from generation import review
 from memoryui import curation, entry_checks, snapshots, writeback
+from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
     EntryCheck,
@@ -342,7 +343,6 @@ def test_an_agents_own_poisoned_edit_is_held_from_export_until_a_reviewer_accept
     memory = f"{layout.workspace.source_path}/{ENG}/MEMORY.md"
     with open(memory, "a") as fh:
         fh.write("\n" + POISONED)
-    from memoryui.importer import import_workspace
 
     import_workspace(layout.workspace.source_path, "a")
     change = curation.latest(layout, MD)
@@ -378,7 +378,6 @@ def test_an_agents_own_benign_edit_is_not_held(layout, tmp_path):
     memory = f"{layout.workspace.source_path}/{ENG}/MEMORY.md"
     with open(memory, "a") as fh:
         fh.write("\n" + HONEST)
-    from memoryui.importer import import_workspace
 
     import_workspace(layout.workspace.source_path, "a")
 

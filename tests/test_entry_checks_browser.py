@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memoryui import curation
+from memoryui.importer import import_workspace
 from memoryui.models import Layout, Membership, Role
 from tests.factories import make_user
 from tests.review_world import MD
@@ -34,7 +35,6 @@ def shot(page, name: str, selector: str = "") -> None:  # type: ignore[no-untype
 
 @pytest.fixture
 def checked_layout(workspace_copy):  # type: ignore[no-untyped-def]
-    from memoryui.importer import import_workspace
 
     import_workspace(workspace_copy("small-a"), "a")
     layout = Layout.objects.select_related("workspace").get(workspace__name="a", memories_dir=ENG)

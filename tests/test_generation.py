@@ -6,12 +6,17 @@ HTTP, through the real openai client."""
 import io
 import json
 import shutil
+from datetime import timedelta
 
 import pytest
+from agents.sandbox.memory.storage import _extract_selection_item
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
+from django.utils import timezone
 
-from memoryui import pipeline
+from memoryui import pipeline, tasks
+from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
     GenerationRun,
@@ -21,6 +26,7 @@ from memoryui.models import (
     PhaseOneResult,
     Proposal,
 )
+from memoryui.tasks import recover_stalled_runs, start_generation
 from tests.factories import make_user
 from tests.scripted_model import Reply
 
@@ -67,7 +73,6 @@ def test_run_extracts_every_rollout_and_proposes_without_touching_the_workspace(
 
 
 def test_phase_one_files_are_in_the_sdk_format(model, layout):
-    from agents.sandbox.memory.storage import _extract_selection_item
 
     run_now(layout)
 
@@ -126,7 +131,6 @@ def test_inline_and_celery_runs_take_the_same_steps_to_the_same_result(
 ):
     """``run_inline`` and the Celery tasks call the same steps: on the same workspace and
     the same model answers (a rate limit on the first call) they end in the same state."""
-    from memoryui.tasks import start_generation
 
     other = tmp_path / "other"
     shutil.copytree(layout.tree, other, symlinks=True)
@@ -225,9 +229,6 @@ def test_a_job_delivered_twice_runs_once(model, layout):
 
 
 def long_ago(seconds: int):
-    from datetime import timedelta
-
-    from django.utils import timezone
 
     return timezone.now() - timedelta(seconds=seconds)
 
@@ -235,7 +236,6 @@ def long_ago(seconds: int):
 @pytest.fixture
 def sent(monkeypatch):
     """What the recovery task sends, instead of sending it."""
-    from memoryui import tasks
 
     sent = {"phase_one": [], "phase_two": []}
     monkeypatch.setattr(tasks.phase_one_task, "delay", sent["phase_one"].append)
@@ -244,7 +244,6 @@ def sent(monkeypatch):
 
 
 def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layout, settings, sent):
-    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout, reextract=True)
     lost = pipeline.claim_window(run.pk)  # marked sent; the worker died before sending
@@ -266,7 +265,6 @@ def test_a_job_whose_task_was_never_sent_is_sent_again_after_a_lease(model, layo
 def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
     model, layout, settings, sent
 ):
-    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout, reextract=True)
     job_id = pipeline.claim_window(run.pk)[0]
@@ -286,7 +284,6 @@ def test_a_job_held_by_a_dead_worker_is_sent_again_once_its_lease_has_passed(
 
 
 def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
-    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout, reextract=True)
     pipeline.run_inline(run.pk, threads=1)  # phase one and two, for the answers' sake
@@ -309,7 +306,6 @@ def test_a_lost_phase_two_is_sent_again(model, layout, settings, sent):
 
 
 def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
-    from memoryui.tasks import recover_stalled_runs
 
     run = pipeline.start_run(layout, reextract=True)  # start_generation was lost: nothing sent yet
     recover_stalled_runs()
@@ -320,7 +316,6 @@ def test_recovery_fills_a_window_nobody_is_filling(model, layout, sent):
 def test_a_run_queued_under_the_former_task_names_still_runs(model, layout, eager):
     """Messages an older version queued name ``generation.tasks.*``, where the tasks
     were before they moved to ``memoryui.tasks``."""
-    from memoryui.celery import app
 
     run = pipeline.start_run(layout, reextract=True)
     # eager: the tasks it sends run here
@@ -484,7 +479,6 @@ def test_generate_command_waits_and_reports(model, layout):
 
 
 def test_generate_command_rejects_unknown_names(model, layout):
-    from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="No workspace"):
         call_command("generate", "nope")

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from memoryui.celery import app
 from memoryui.models import WorkerHeartbeat
 from memoryui.tasks import heartbeat
 
@@ -51,7 +52,6 @@ def test_healthz_answers_probes_by_ip_over_plain_http(client, settings):
 
 
 def test_healthz_fails_when_the_broker_cannot_be_reached(client, settings):
-    from memoryui.celery import app
 
     heartbeat()
     previous = app.conf.broker_url

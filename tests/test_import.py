@@ -648,7 +648,6 @@ def test_a_tree_written_a_few_files_at_a_time_is_stored_as_in_one_go(
 ):
     """The importer parses and writes a large tree in chunks (dropping each chunk's bytes
     once written); rollout summaries, whose ids the rollouts settle, come last."""
-    from memoryui import importer
 
     tree_dir = fixtures_dir / "medium-300" / "workspace"
     path = tree_dir

@@ -13,6 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 from memoryui import curation
+from memoryui.importer import import_workspace
+from memoryui.models import Comment, Layout
 from tests import routes
 from tests.factories import make_user
 from tests.routes import MD, World, all_routes
@@ -171,8 +173,6 @@ class TestEveryRoute:
 
 @pytest.fixture
 def layout(db, workspace_copy):
-    from memoryui.importer import import_workspace
-    from memoryui.models import Layout
 
     import_workspace(workspace_copy("small-a"), "a")
     return Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
@@ -205,7 +205,6 @@ def test_an_entry_over_the_size_limit_is_refused_with_a_message_and_nothing_save
 
 
 def test_a_comment_over_the_size_limit_is_refused_with_a_message_and_nothing_saved(world):
-    from memoryui.models import Comment
 
     url = reverse("memoryui:proposal_comment", args=["a", world.layout.pk, world.proposal.pk])
 
@@ -254,8 +253,6 @@ def test_assigning_a_reviewer_that_is_not_a_number_is_a_400(world):
 
 
 def test_a_huge_entry_an_agent_wrote_is_folded_on_the_memory_page(workspace_copy, db):
-    from memoryui.importer import import_workspace
-    from memoryui.models import Layout
 
     ws = workspace_copy("small-a")
     memory = ws / "memories" / "engineering" / "MEMORY.md"

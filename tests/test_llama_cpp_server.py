@@ -9,6 +9,13 @@ import json
 import jsonschema
 import openai
 import pytest
+from agents.sandbox.memory.phase_one import normalize_rollout_slug
+from agents.sandbox.memory.storage import _extract_selection_item
+
+from generation import llm, phase_one, tree
+from generation.llm import ModelConfig, make_client
+from generation.local_model import small_model_schema
+from generation.phase_two_agent import Limits, Staging, run_agent
 
 PHASE_ONE_SCHEMA = {
     "type": "object",
@@ -84,11 +91,6 @@ def test_phase_one_through_llama_cpp_writes_files_in_the_sdks_format(
     file writing) on a fixture rollout, answered by a real local model. A 270M model's
     prose is not judged; the schema is tightened (lengths, no control characters) so that
     every sample is usable, as generation.local_model.small_model_schema explains."""
-    from agents.sandbox.memory.phase_one import normalize_rollout_slug
-    from agents.sandbox.memory.storage import _extract_selection_item
-
-    from generation import llm, phase_one, tree
-    from generation.local_model import small_model_schema
 
     path = fixtures_dir / "small-a/workspace/sessions/engineering/eng-slugify-unicode-65aef7.jsonl"
     parsed = tree.parse_rollout(path.read_bytes())
@@ -146,8 +148,6 @@ def test_phase_one_through_llama_cpp_writes_files_in_the_sdks_format(
 def test_phase_two_agent_through_llama_cpp_ends_with_a_result_and_a_reason(llama_server):
     """A 270M model may not call tools well: the loop must still end with a status and a
     reason a person can read, never an exception, and change only what it may."""
-    from generation.llm import ModelConfig, make_client
-    from generation.phase_two_agent import Limits, Staging, run_agent
 
     config = ModelConfig(
         model=llama_server.model,

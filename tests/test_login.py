@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -83,7 +84,6 @@ def test_the_axes_reset_commands_unlock(command):
 
 
 def test_an_admin_unlocks_by_deleting_the_attempt_in_the_admin():
-    from axes.models import AccessAttempt
 
     make_user("ada")
     client = Client()

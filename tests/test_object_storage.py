@@ -21,6 +21,7 @@ from pathlib import Path
 import boto3
 import pytest
 import requests
+from django.conf import settings
 from django.test import Client
 from moto.server import ThreadedMotoServer
 
@@ -75,7 +76,6 @@ def objects(url: str) -> dict[str, int]:
 
 
 def s3_storages(url: str) -> dict:
-    from django.conf import settings
 
     return {
         **settings.STORAGES,

@@ -1,6 +1,9 @@
 """The dashboard pages of the foundation: login, workspaces, import reports."""
 
 import pytest
+from django.apps import apps
+from django.contrib import admin
+from django.test import Client
 from django.urls import reverse
 
 from memoryui.importer import import_workspace
@@ -107,7 +110,6 @@ def test_reimport_runs_the_import_task(
 
 
 def test_reimport_requires_post_and_csrf(imported):
-    from django.test import Client
 
     client = Client(enforce_csrf_checks=True)
     client.force_login(make_user(staff=True))
@@ -116,8 +118,6 @@ def test_reimport_requires_post_and_csrf(imported):
 
 
 def test_every_model_is_in_the_admin_and_its_pages_open(client, imported):
-    from django.apps import apps
-    from django.contrib import admin
 
     models = apps.get_app_config("memoryui").get_models()
     admin_user = make_user("root", staff=True)

@@ -4,6 +4,7 @@ task group is one change, and accepting or rejecting it does exactly that."""
 import random
 
 import pytest
+from django.test import Client
 
 from generation import review
 from memoryui import curation
@@ -11,12 +12,15 @@ from memoryui.models import (
     ApprovedEntry,
     EntryDecision,
     GenerationRun,
+    Membership,
     MemoryVersion,
     Pin,
     Proposal,
     RejectedEntry,
+    Role,
 )
 from tests.factories import make_user
+from tests.test_api import api, bearer, token_for
 
 MD = MemoryVersion.Document.MEMORY_MD
 
@@ -351,10 +355,6 @@ def test_approving_a_merge_untouched_takes_it_and_merges_with_edits_made_during_
 
 @pytest.mark.django_db
 def test_the_api_lists_a_pair_once_with_what_it_replaces_and_decides_it_by_its_key(layout):
-    from django.test import Client
-
-    from memoryui.models import Membership, Role
-    from tests.test_api import api, bearer, token_for
 
     renamed = DEPLOY.replace("Deploy the api service", "Deploying the API")
     proposal = proposal_with(layout, review.join([FLAKY, NOTES, renamed]))

@@ -1,6 +1,8 @@
 """Phase one: rendering, the SDK's rules on the answer, and files the SDK reads back."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,7 @@ from agents.sandbox.memory.interface import RolloutExtractionArtifacts
 from agents.sandbox.memory.manager import _format_raw_memory, _format_rollout_summary
 from agents.sandbox.memory.phase_one import normalize_rollout_slug, validate_rollout_artifacts
 from agents.sandbox.memory.storage import _extract_selection_item
+from agents.sandbox.util.token_truncation import TruncationPolicy, truncate_text
 
 from generation import tree
 from generation.llm import ModelConfig, PermanentModelError, Usage, make_call
@@ -165,7 +168,6 @@ def test_truncation_keeps_head_and_tail_and_counts_4_bytes_a_token_as_the_sdk():
 
 @pytest.mark.parametrize("max_tokens", [150_000, 2000, 1001, 7])
 def test_the_cut_is_exactly_the_sdks_truncation_of_the_same_transcript(max_tokens):
-    from agents.sandbox.util.token_truncation import TruncationPolicy, truncate_text
 
     parsed = long_rollout(lines=40_000)  # ~2.6 MB: past the SDK's 150,000 tokens
     whole = render_rollout(parsed, max_tokens=10**9).text
@@ -443,8 +445,6 @@ def write_huge_rollout(path: Path, size: int) -> None:
 
 
 def test_phase_one_of_a_60_mb_rollout_stays_under_500_mb_and_sends_the_sdks_budget(tmp_path):
-    import subprocess
-    import sys
 
     path = tmp_path / "huge.jsonl"
     write_huge_rollout(path, 60_000_000)

@@ -17,19 +17,29 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from agents import RunConfig, Runner, set_tracing_disabled
+from agents.models.openai_responses import OpenAIResponsesModel
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import SandboxAgent
+from agents.sandbox.capabilities.capabilities import Capabilities
 from agents.sandbox.capabilities.memory import Memory
-from agents.sandbox.config import MemoryLayoutConfig
+from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.snapshot import RemoteSnapshotSpec
+from agents.tracing import get_trace_provider
 from django.test import Client
 from django.urls import reverse
+from openai import AsyncOpenAI
 
 from memoryui import curation, pipeline, tokens
+from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
+    GenerationRun,
     GenerationSettings,
+    ImportJob,
     Layout,
     Membership,
     MemoryVersion,
@@ -38,9 +48,11 @@ from memoryui.models import (
     UploadedSnapshot,
     Workspace,
 )
+from memoryui.workspaces import run_import_job
 from memoryui_client import MemoryuiError, SnapshotClient
 from tests.factories import make_user
 from tests.scripted_model import Reply
+from tests.test_celery_worker import start_worker, stop, wait_for
 
 ENGINEERING = MemoryLayoutConfig(
     memories_dir="memories/engineering", sessions_dir="sessions/engineering"
@@ -211,8 +223,6 @@ APPROVED_SUMMARY = "## User Profile\n\nReviewed in memoryui: deploys go through 
 @pytest.fixture
 def no_tracing():
     """The SDK's tracing would try to export to OpenAI's servers: off for these tests."""
-    from agents import set_tracing_disabled
-    from agents.tracing import get_trace_provider
 
     provider = get_trace_provider()
     before = getattr(provider, "_disabled", False)
@@ -227,8 +237,6 @@ AGENTS_MEMORY = "# Task Group: deploys\n\nDeploys follow the runbook.\n"
 
 def sdk_model(server):
     """The SDK's own Responses model, pointed at the local test server."""
-    from agents.models.openai_responses import OpenAIResponsesModel
-    from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
     return OpenAIResponsesModel(model="test-model", openai_client=client)
@@ -237,9 +245,6 @@ def sdk_model(server):
 def memory_agent(server):
     """A sandbox agent with the SDK's ``Memory()``: every run is recorded as a rollout,
     and when the session closes the SDK's phase one and phase two write its memory."""
-    from agents.sandbox import SandboxAgent
-    from agents.sandbox.capabilities.capabilities import Capabilities
-    from agents.sandbox.config import MemoryGenerateConfig
 
     generate = MemoryGenerateConfig(
         phase_one_model=sdk_model(server),
@@ -262,8 +267,6 @@ def memory_agent(server):
 def test_a_sandbox_persists_to_memoryui_and_a_new_one_restores_the_approved_memory(
     live_server, model, store, tmp_path, no_tracing, eager
 ):
-    from agents import RunConfig, Runner
-    from agents.run_config import SandboxRunConfig
 
     staff = make_user("ops", staff=True)
     secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
@@ -415,8 +418,6 @@ def test_the_client_reports_memoryuis_refusal_with_its_reason(live_server, store
 def test_with_the_generate_on_upload_policy_an_uploads_import_starts_a_run_per_layout(
     model, store, fixtures_dir, django_capture_on_commit_callbacks
 ):
-    from memoryui.models import GenerationRun, ImportJob
-    from memoryui.workspaces import run_import_job
 
     admin = make_user("ops", staff=True)
     secret = tokens.create_token(admin, "t", ["sandbox"]).secret
@@ -460,8 +461,6 @@ def sdk_sandbox(remote: SnapshotClient):
 
 async def run_turns(session, model, turns: list[tuple[str, str | None]]) -> None:
     """``Runner.run`` once per (prompt, shell command or None) in ``session``."""
-    from agents import RunConfig, Runner
-    from agents.run_config import SandboxRunConfig
 
     for prompt, command in turns:
         if command:
@@ -513,8 +512,6 @@ async def resumed_session(remote: SnapshotClient, snapshot_id: str, root: Path, 
 def reading_agent(server):
     """A sandbox agent whose ``Memory()`` only reads: the summary goes into its
     instructions."""
-    from agents.sandbox import SandboxAgent
-    from agents.sandbox.capabilities.capabilities import Capabilities
 
     return SandboxAgent(
         name="reader",
@@ -691,8 +688,6 @@ def test_the_readmes_snippet_persists_and_resumes_a_sandbox_with_its_files(
 def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
     live_server, model, store, tmp_path, no_tracing, eager, monkeypatch
 ):
-    from agents import RunConfig, Runner
-    from agents.run_config import SandboxRunConfig
 
     staff = make_user("ops", staff=True)
     token = tokens.create_token(staff, "sandbox", ["support-bot"]).secret
@@ -732,7 +727,6 @@ def test_the_readmes_fresh_sandbox_snippet_starts_with_the_curated_summary(
 def tasks_to(broker):
     """This process sends its tasks (the live server's, on commit) to ``broker``, where
     a real worker takes them."""
-    from memoryui.celery import app
 
     before = app.conf.broker_url
     app.conf.broker_url = broker
@@ -748,8 +742,6 @@ def tasks_to(broker):
 def test_uploads_are_imported_by_a_real_worker_and_each_sandbox_gets_its_own_files(
     live_server, model, store, tmp_path, no_tracing, tasks_to
 ):
-    from memoryui.models import ImportJob
-    from tests.test_celery_worker import start_worker, stop, wait_for
 
     staff = make_user("ops", staff=True)
     secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret

@@ -9,12 +9,15 @@ import time
 import pytest
 from django.urls import reverse
 
+from generation import review
 from memoryui import curation
 from memoryui.importer import import_workspace
-from memoryui.models import Layout, Membership, Proposal, Role
+from memoryui.models import Comment, EntryView, Layout, Membership, Pin, Proposal, Role
+from memoryui.views.common import key_slug
 from tests.factories import make_user
-from tests.review_world import MD, build
+from tests.review_world import MD, build, proposal_over
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
+from tests.test_task_review import CHANGES, World, label
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -270,7 +273,6 @@ def test_shortcuts_mark_viewed_pin_comment_and_escape_cancels_an_edit(
     live_server,
     review_layout,
 ):
-    from memoryui.models import Comment, EntryView, Pin
 
     proposal = build(review_layout, 5)
     context, page = open_page(browser)
@@ -338,10 +340,6 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
     review_layout,
     fixtures_dir,
 ):
-    from generation import review
-    from memoryui.views.common import key_slug
-    from tests.review_world import proposal_over
-    from tests.test_task_review import CHANGES, World, label
 
     world = World(fixtures_dir)
     proposal = proposal_over(review_layout, world.base, world.apply(CHANGES | {"duplicate"}))

@@ -1,6 +1,9 @@
 """The tests' scripted model server: scripted replies first, then the responder; errors
 with OpenAI's body and headers; every request recorded; answers held in flight."""
 
+import threading
+import time
+
 import openai
 import pytest
 
@@ -69,8 +72,6 @@ def test_unknown_routes_are_404():
 
 
 def test_held_answers_stay_in_flight_until_released():
-    import threading
-    import time
 
     with FakeOpenAI() as server:
         server.script(Reply(raw_text="answered"))

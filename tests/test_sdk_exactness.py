@@ -1,12 +1,22 @@
 """The format layer agrees with the SDK's own code on every fixture tree."""
 
+import asyncio
 import json
+import random
 from pathlib import Path
 
 import pytest
-from agents.sandbox.memory.storage import _extract_selection_item, _updated_at_sort_key
+from agents.sandbox.config import MemoryLayoutConfig
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.memory.storage import (
+    SandboxMemoryStorage,
+    _extract_selection_item,
+    _updated_at_sort_key,
+)
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 
 from generation import tree
+from generation.phase_two import plan_phase_two
 
 FIXTURES = ["small-a", "small-b", "medium-300"]
 
@@ -98,15 +108,6 @@ def test_selection_with_tied_timestamps_and_more_raw_memories_than_the_limit_is_
 ):
     """The SDK's own phase-two selection (``build_phase_two_input_selection``) over the
     same raw memory files and previous selection as memoryui's plan."""
-    import asyncio
-    import random
-
-    from agents.sandbox.config import MemoryLayoutConfig
-    from agents.sandbox.manifest import Manifest
-    from agents.sandbox.memory.storage import SandboxMemoryStorage
-    from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
-
-    from generation.phase_two import plan_phase_two
 
     tie = "2026-03-02T10:00:00+00:00"
     texts = [

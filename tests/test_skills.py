@@ -15,7 +15,8 @@ from agents.sandbox.entries import LocalDir
 from django.test import Client
 from django.urls import reverse
 
-from memoryui import curation, pipeline, skills, snapshots, writeback
+from generation import journal
+from memoryui import curation, pipeline, recovery, skills, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
@@ -447,7 +448,6 @@ def test_an_edited_skill_is_written_back_and_a_deletion_that_fails_midway_is_und
 
 
 def test_a_journal_with_a_deletion_rolls_forward_and_back(tmp_path):
-    from generation import journal
 
     root = tmp_path / "ws"
     (root / "m/skills/a").mkdir(parents=True)
@@ -495,7 +495,6 @@ class Killed(BaseException):
 def test_a_write_back_that_edits_and_deletes_skills_killed_at_any_step_is_recovered(
     layout, ws, settings, step
 ):
-    from memoryui import recovery
 
     script = ws / ENG / "skills/run-plain-python-tests/scripts/run.sh"
     script.parent.mkdir()

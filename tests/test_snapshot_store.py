@@ -8,7 +8,9 @@ import tarfile
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryui import curation, lint_allowances, served_memory, tokens
@@ -447,8 +449,6 @@ def test_a_workspace_sandboxes_upload_has_no_source_to_reimport(
 def test_the_workspace_pages_store_section_costs_the_same_queries_for_many_sandboxes(
     store, ops, django_capture_on_commit_callbacks
 ):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     user, secret = ops
     page = Client()

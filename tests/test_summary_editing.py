@@ -16,6 +16,7 @@ from django.urls import reverse
 from generation import review
 from generation.summary import MAX_TOKENS, approx_tokens, injected_summary
 from memoryui import curation
+from memoryui.importer import import_workspace
 from memoryui.models import AuditEvent, Layout, Membership, MemoryVersion, Role
 from tests import test_browser
 from tests.factories import make_user
@@ -497,7 +498,6 @@ def test_an_editor_types_past_the_cap_sees_the_meter_and_cut_live_then_saves(
     live_server,
     fixtures_dir,
 ):
-    from memoryui.importer import import_workspace
 
     import_workspace(fixtures_dir / "small-a" / "workspace", "small-a")
     layout = Layout.objects.get(workspace__name="small-a", memories_dir="memories/engineering")

@@ -7,14 +7,17 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from generation import review
-from memoryui import curation
-from memoryui.models import MemoryVersion, Pin, Role
+from memoryui import curation, skills
+from memoryui.models import AuditEvent, MemoryVersion, Pin, Proposal, Role
 from tests.review_world import proposal_over
 from tests.test_curation import member, url
 from tests.test_decisions import consolidate_with
+from tests.test_review_cards import api_token_client
 
 MD = MemoryVersion.Document.MEMORY_MD
 HTMX = {"HX-Request": "true"}
@@ -297,8 +300,6 @@ def test_a_pin_on_one_task_survives_a_consolidation_that_rewrites_its_group(mode
 
 @pytest.mark.django_db
 def test_likely_duplicates_are_listed_with_links_and_approving_them_is_a_choice(layout, world):
-    from memoryui.models import AuditEvent, Proposal
-    from tests.test_review_cards import api_token_client
 
     reviewer = member(Role.REVIEWER, layout)
     proposal = proposal_over(layout, world.base, world.apply({"duplicate"}))
@@ -331,7 +332,6 @@ def test_likely_duplicates_are_listed_with_links_and_approving_them_is_a_choice(
 
 @pytest.mark.django_db
 def test_the_submit_dialog_says_what_happens_to_each_skill_file(layout, world):
-    from memoryui import skills
 
     reviewer = member(Role.REVIEWER, layout)
     proposal = proposal_over(layout, world.base, world.apply({"insert"}))
@@ -370,8 +370,6 @@ def tasks_document(n: int, word: str) -> str:
 
 
 def round_trip_queries(layout, reviewer, n: int) -> tuple[int, int]:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     proposal = proposal_over(layout, tasks_document(n, "old"), tasks_document(n, "new"))
     key = next(c.key for c in review.compare(proposal.memory_md, proposal.memory_md)[5:])

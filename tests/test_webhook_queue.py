@@ -13,7 +13,9 @@ import threading
 
 import pytest
 
+from memoryui.celery import app
 from memoryui.models import Webhook, WebhookAttempt, WebhookDelivery, Workspace
+from memoryui.tasks import deliver_webhook
 
 from . import test_celery_worker as workers
 from .test_celery_worker import finish, start, start_worker, stop, wait_for, wait_ready
@@ -94,8 +96,6 @@ def test_a_backlog_of_slow_deliveries_does_not_delay_a_generation_run(
     )
     try:
         wait_ready(hooks, broker)
-        from memoryui.celery import app
-        from memoryui.tasks import deliver_webhook
 
         with app.connection_for_write(broker) as conn:
             for delivery in deliveries:

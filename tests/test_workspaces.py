@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
@@ -27,6 +28,8 @@ from memoryui.models import (
     Role,
     Workspace,
 )
+from memoryui.tasks import reimport_workspace
+from memoryui.views.workspaces import SnapshotUploadHandler
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -230,7 +233,6 @@ def test_upload_whose_request_is_over_the_limit_is_refused_unread(
 def test_upload_over_the_limit_is_stopped_while_it_streams(
     client, staff, roots, settings, monkeypatch
 ):
-    from memoryui.views.workspaces import SnapshotUploadHandler
 
     settings.MEMORYUI_MAX_UPLOAD_BYTES = 100_000
     data = bytes(300_000)  # the request passes the Content-Length check only by the slack
@@ -368,7 +370,6 @@ def test_web_reimport_of_a_workspace_outside_the_roots_is_refused(
     assert "Not re-imported" in page and "manage.py import_workspace" in page
     assert ImportRun.objects.count() == 1
     # A task queued anyway (or the path changed after it was queued) refuses too.
-    from memoryui.tasks import reimport_workspace
 
     reimport_workspace(imported.workspace.pk, staff.pk)
     refused = ImportRun.objects.order_by("pk").last()
@@ -397,7 +398,6 @@ def synced(client, staff, roots, fixtures_dir):
 
 def beat_task():
     """The periodic task exactly as Celery beat names it."""
-    from django.conf import settings
 
     return app.tasks[settings.CELERY_BEAT_SCHEDULE["sync-workspaces"]["task"]]
 

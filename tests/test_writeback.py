@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from celery.signals import worker_ready
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
@@ -20,6 +21,7 @@ from django.urls import reverse
 
 from generation import export, journal, lint, tree
 from memoryui import curation, recovery, writeback
+from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
@@ -634,9 +636,6 @@ def test_the_next_write_back_of_the_layout_recovers_first(layout, ws, journals):
 
 @pytest.mark.django_db(transaction=True)  # recovery closes the connections it used
 def test_a_starting_worker_recovers_an_interrupted_write_back(layout, ws, journals):
-    from celery.signals import worker_ready
-
-    from memoryui.celery import app  # what a worker runs, and what connects the recovery
 
     _, new = curated_write_back(layout, ws)
     kill_write_back(layout, 9)

@@ -273,7 +273,7 @@ def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 
 def _send_import(job_id: int) -> None:
-    from memoryui.tasks import import_new_workspace  # Celery loads when a task is sent
+    from memoryui.tasks import import_new_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     import_new_workspace.delay_on_commit(job_id)
 
@@ -385,7 +385,7 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
     except workspaces.PathRefused as exc:
         messages.error(request, f"Not re-imported: {exc}")
         return redirect(workspace)
-    from memoryui.tasks import reimport_workspace  # Celery loads when a task is sent
+    from memoryui.tasks import reimport_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
     reimport_workspace.delay_on_commit(workspace.pk, request.user.pk)
     messages.info(request, f"Re-import of {workspace.name} queued.")

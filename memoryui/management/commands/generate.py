@@ -83,7 +83,7 @@ class Command(BaseCommand):
         """Say whether a Celery worker will take the queued runs."""
         if settings.CELERY_TASK_ALWAYS_EAGER:
             return
-        from memoryui.celery import app
+        from memoryui.celery import app  # noqa: PLC0415 (deferred: Celery loads only to send the run)
 
         try:
             replies = app.control.ping(timeout=PING_TIMEOUT)
