@@ -142,86 +142,14 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
     selection = _selection(talk.prompt)
     if not (selection.added or selection.removed or selection.retained):
         return AgentTurn(text="Nothing worth saving: no rollout was selected.")
-
     if "1" not in done:
-        calls = [
-            _call(1, f"a{i}", "search", query=f"rollout_id: {rid}", path="raw_memories.md")
-            for i, (rid, _) in enumerate(selection.added)
-        ]
-        calls += [
-            _call(1, f"r{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
-            for i, (rid, _) in enumerate(selection.removed)
-        ]
-        calls += [
-            _call(1, f"t{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
-            for i, (rid, _) in enumerate(selection.retained[:_RETAINED_CHECKED])
-        ]
-        calls += [
-            _call(1, "tail", "read_file", path="MEMORY.md", start_line=-3, end_line=None),
-            _call(1, "sum", "search", query="## What's in Memory", path="memory_summary.md"),
-            _call(1, "skills", "list_dir", path="skills"),
-        ]
-        return AgentTurn(calls)
-
+        return AgentTurn(_look_around(selection))
     if "2" not in done:
-        calls = []
-        for i, _ in enumerate(selection.added):
-            for line, _text in _hits(out.get(f"demo-1-a{i}", ""))[:1]:
-                calls.append(
-                    _call(
-                        2,
-                        f"a{i}",
-                        "read_file",
-                        path="raw_memories.md",
-                        start_line=line,
-                        end_line=line + 80,
-                    )
-                )
-        for i, (rid, _) in enumerate(selection.removed):
-            for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-r{i}", ""))):
-                if text.lstrip().startswith("- ") and f"rollout_id={rid}" in text:
-                    calls.append(
-                        _call(
-                            2,
-                            f"r{i}x{j}",
-                            "replace_in_file",
-                            path="MEMORY.md",
-                            old=text + "\n",
-                            new="",
-                        )
-                    )
-        # A retained rollout whose summary file was written again under another name:
-        # its citations follow the new name.
-        for i, (rid, file) in enumerate(selection.retained[:_RETAINED_CHECKED]):
-            for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-t{i}", ""))):
-                cited = re.search(r"rollout_summaries/\S+?\.md", text)
-                if f"rollout_id={rid}" in text and cited and cited.group(0) != file:
-                    new = text.replace(cited.group(0), file)
-                    calls.append(
-                        _call(
-                            2,
-                            f"t{i}x{j}",
-                            "replace_in_file",
-                            path="MEMORY.md",
-                            old=text + "\n",
-                            new=new + "\n",
-                        )
-                    )
+        calls = _read_and_forget(selection, out)
         if calls:
             return AgentTurn(calls)
-
-    memories = _read_memories(selection, out)
-    rejected = [
-        " ".join(r.split()).casefold()
-        for r in prompts.extract_tagged(prompts.REJECTED_TAG, talk.prompt)
-    ]
-    memories = [
-        m
-        for m in memories
-        if not any(r and r in " ".join(task_group_block(m).split()).casefold() for r in rejected)
-    ]
+    memories = _not_rejected(_read_memories(selection, out), talk.prompt)
     groups = sorted({m.get("task_group") or m["rollout_id"] for m in memories})
-
     if "3" not in done and groups:
         return AgentTurn(
             [
@@ -230,21 +158,7 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
             ]
         )
     if "4" not in done and groups:
-        calls = []
-        for k, group in enumerate(groups):
-            for line, text in _hits(out.get(f"demo-3-g{k}", "")):
-                if text.strip() == f"# Task Group: {group}":
-                    calls.append(
-                        _call(
-                            4,
-                            f"g{k}",
-                            "read_file",
-                            path="MEMORY.md",
-                            start_line=line,
-                            end_line=line + 60,
-                        )
-                    )
-                    break
+        calls = _read_groups(groups, out)
         if calls:
             return AgentTurn(calls)
     if "5" not in done and memories:
@@ -256,6 +170,97 @@ def demo_phase_two_agent(path: str, body: JSONDict) -> AgentTurn:
         text=f"Memory updated: {len(memories)} new task(s) in {len(groups)} group(s), "
         f"{len(selection.removed)} removed rollout(s) forgotten, {len(edits)} edit(s)."
     )
+
+
+def _look_around(selection: _Selection) -> list[ToolCall]:
+    """Round 1: find each added rollout's raw memory, each removed or retained rollout's
+    citations, the handbook's tail, the summary's index and the skills."""
+    calls = [
+        _call(1, f"a{i}", "search", query=f"rollout_id: {rid}", path="raw_memories.md")
+        for i, (rid, _) in enumerate(selection.added)
+    ]
+    calls += [
+        _call(1, f"r{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
+        for i, (rid, _) in enumerate(selection.removed)
+    ]
+    calls += [
+        _call(1, f"t{i}", "search", query=f"rollout_id={rid}", path="MEMORY.md")
+        for i, (rid, _) in enumerate(selection.retained[:_RETAINED_CHECKED])
+    ]
+    calls += [
+        _call(1, "tail", "read_file", path="MEMORY.md", start_line=-3, end_line=None),
+        _call(1, "sum", "search", query="## What's in Memory", path="memory_summary.md"),
+        _call(1, "skills", "list_dir", path="skills"),
+    ]
+    return calls
+
+
+def _read_and_forget(selection: _Selection, out: dict[str, str]) -> list[ToolCall]:
+    """Round 2: read each added rollout's raw memory, drop the removed rollouts'
+    citations, and point a retained rollout's citations at its summary's new name."""
+    calls = []
+    for i, _ in enumerate(selection.added):
+        for line, _text in _hits(out.get(f"demo-1-a{i}", ""))[:1]:
+            calls.append(
+                _call(
+                    2,
+                    f"a{i}",
+                    "read_file",
+                    path="raw_memories.md",
+                    start_line=line,
+                    end_line=line + 80,
+                )
+            )
+    for i, (rid, _) in enumerate(selection.removed):
+        for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-r{i}", ""))):
+            if text.lstrip().startswith("- ") and f"rollout_id={rid}" in text:
+                calls.append(
+                    _call(
+                        2, f"r{i}x{j}", "replace_in_file", path="MEMORY.md", old=text + "\n", new=""
+                    )
+                )
+    # A retained rollout whose summary file was written again under another name:
+    # its citations follow the new name.
+    for i, (rid, file) in enumerate(selection.retained[:_RETAINED_CHECKED]):
+        for j, (_line, text) in enumerate(_hits(out.get(f"demo-1-t{i}", ""))):
+            cited = re.search(r"rollout_summaries/\S+?\.md", text)
+            if f"rollout_id={rid}" in text and cited and cited.group(0) != file:
+                new = text.replace(cited.group(0), file)
+                calls.append(
+                    _call(
+                        2,
+                        f"t{i}x{j}",
+                        "replace_in_file",
+                        path="MEMORY.md",
+                        old=text + "\n",
+                        new=new + "\n",
+                    )
+                )
+    return calls
+
+
+def _not_rejected(memories: list[dict[str, str]], prompt: str) -> list[dict[str, str]]:
+    """The memories whose task group people have not rejected before."""
+    rejected = [
+        " ".join(r.split()).casefold() for r in prompts.extract_tagged(prompts.REJECTED_TAG, prompt)
+    ]
+    return [
+        m
+        for m in memories
+        if not any(r and r in " ".join(task_group_block(m).split()).casefold() for r in rejected)
+    ]
+
+
+def _read_groups(groups: list[str], out: dict[str, str]) -> list[ToolCall]:
+    """Round 4: read the task groups the new memories belong to, where they exist."""
+    calls = []
+    for k, group in enumerate(groups):
+        for line, text in _hits(out.get(f"demo-3-g{k}", "")):
+            if text.strip() == f"# Task Group: {group}":
+                read = {"path": "MEMORY.md", "start_line": line, "end_line": line + 60}
+                calls.append(_call(4, f"g{k}", "read_file", **read))
+                break
+    return calls
 
 
 def _read_memories(selection: _Selection, out: dict[str, str]) -> list[dict[str, str]]:

@@ -605,48 +605,10 @@ def approve(
         held = quarantined(proposal, reviews)
         for doc in reviews:
             kept_out = frozenset(held.get(doc.document, {}))
-            assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions, kept_out)
-            final = assembled
-            if doc.human_text is not None:
-                merged = review.merge(doc.base_text, doc.human_text, assembled)
-                open_conflicts = [c for c in merged.conflicts if c.key not in doc.decisions]
-                if open_conflicts:
-                    raise UnresolvedConflicts(open_conflicts)
-                parts = {e.key: e.text for e in review.entries(merged.text)}
-                for conflict in merged.conflicts:
-                    if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
-                        parts[conflict.key] = conflict.model
-                final = review.renumber(
-                    review.join(t for t in parts.values() if t), like=doc.proposed_text
-                )
-            by_key = {c.key: c for c in doc.changes}
-            for key, decision in doc.decisions.items():
-                if decision.decision == EntryDecision.Decision.REJECT:
-                    change = by_key.get(key)
-                    if change is not None and change.proposed and change.status != "unchanged":
-                        for part_key, title, text in _proposed_parts(change):
-                            RejectedEntry.objects.create(
-                                layout=proposal.layout,
-                                document=doc.document,
-                                key=part_key,
-                                title=title[:500],
-                                text=text,
-                                proposal=proposal,
-                                rejected_by=user if getattr(user, "pk", None) else None,
-                            )
+            final = _final_text(doc, kept_out)
+            _record_rejections(proposal, doc, user)
             _record_approvals(proposal, doc, user, kept_out)
-            # Pins follow the entries an accepted change renamed, merged or split (and
-            # the sections of a renamed task group).
-            renamed = {
-                old_key: change.key
-                for change in doc.changes
-                if change.previous
-                and (
-                    change.key not in doc.decisions
-                    or doc.decisions[change.key].decision == EntryDecision.Decision.ACCEPT
-                )
-                for old_key in change.previous
-            }
+            renamed = _renamed(doc)
             current = latest(proposal.layout, doc.document)
             if versioning.unchanged(current, final.encode("utf-8")):
                 continue
@@ -688,6 +650,61 @@ def approve(
             **detail,
         )
     return created
+
+
+def _final_text(doc: DocumentReview, kept_out: frozenset[str]) -> str:
+    """The document as approved: the decided entries on the proposal, merged with what
+    people changed meanwhile (a conflict must have been decided: accept takes the
+    model's text)."""
+    assembled = _assembled(doc.base_text, doc.proposed_text, doc.decisions, kept_out)
+    if doc.human_text is None:
+        return assembled
+    merged = review.merge(doc.base_text, doc.human_text, assembled)
+    open_conflicts = [c for c in merged.conflicts if c.key not in doc.decisions]
+    if open_conflicts:
+        raise UnresolvedConflicts(open_conflicts)
+    parts = {e.key: e.text for e in review.entries(merged.text)}
+    for conflict in merged.conflicts:
+        if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
+            parts[conflict.key] = conflict.model
+    return review.renumber(review.join(t for t in parts.values() if t), like=doc.proposed_text)
+
+
+def _record_rejections(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
+    """Each rejected change's entries, so that later consolidations do not propose
+    them again."""
+    by_key = {c.key: c for c in doc.changes}
+    for key, decision in doc.decisions.items():
+        if decision.decision != EntryDecision.Decision.REJECT:
+            continue
+        change = by_key.get(key)
+        if change is None or not change.proposed or change.status == "unchanged":
+            continue
+        for part_key, title, text in _proposed_parts(change):
+            RejectedEntry.objects.create(
+                layout=proposal.layout,
+                document=doc.document,
+                key=part_key,
+                title=title[:500],
+                text=text,
+                proposal=proposal,
+                rejected_by=user if getattr(user, "pk", None) else None,
+            )
+
+
+def _renamed(doc: DocumentReview) -> dict[str, str]:
+    """Old key -> new key of the entries an accepted change renamed, merged or split
+    (and the sections of a renamed task group): pins follow them."""
+    return {
+        old_key: change.key
+        for change in doc.changes
+        if change.previous
+        and (
+            change.key not in doc.decisions
+            or doc.decisions[change.key].decision == EntryDecision.Decision.ACCEPT
+        )
+        for old_key in change.previous
+    }
 
 
 def _kept(renamed: dict[str, str], final: str) -> dict[str, str | None]:

@@ -621,6 +621,98 @@ def _writeback_fields(result: WritebackResult) -> dict[str, Any]:
     }
 
 
+class _Run:
+    """One write-back's steps for ``journal.publish``: plan and journal (``begin``),
+    record and audit (``audit``), remove the journal (``finish``)."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        root: Path,
+        directory: Path,
+        overwrite: Collection[str],
+        allow_findings: Collection[str],
+        user: Any,
+    ) -> None:
+        self.layout, self.root, self.directory = layout, root, directory
+        self.overwrite, self.allow_findings, self.user = overwrite, allow_findings, user
+        self.step: Callable[[str], None] = _no_step
+        self.on_written: Callable[[WrittenFile], None] | None = None
+        self.progress: Callable[[str, int, int], None] | None = None
+        # Set by begin(): the plan, and the journal of what it writes (None: nothing).
+        self.result: WritebackResult
+        self.record: journal.Journal | None = None
+        self.meta: dict[str, Any] = {}
+        self.applying: _Applying | None = None
+
+    def begin(self) -> bool:
+        layout, root = self.layout, self.root
+        # One write-back per layout at a time (the lock taken by the caller covers this server).
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        self.result = result = _prepare(
+            layout, root, self.overwrite, self.allow_findings, dry_run=False
+        )
+        plan = result.plan
+        if plan.refused or result.blocking_conflicts or result.blocking_findings:
+            raise Refused(
+                result.blocking_findings,
+                refused=plan.refused,
+                conflicts=result.blocking_conflicts,
+                plan=plan,
+            )
+        export.remove_stale_temp_files(root, _directories(plan))
+        to_write = result.would_write
+        self.meta = _meta(layout, result, self.user)
+        if not to_write:
+            return False
+        try:
+            self.record = _begin(self.directory, layout, root, plan, to_write, self.meta)
+        except _ChangedOnDisk as exc:  # nothing written yet
+            raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
+        self.applying = _Applying(
+            root, layout, self.record, result, self.step, self.on_written, self.progress
+        )
+        return True
+
+    def audit(self, failure: Exception | None) -> bool:
+        layout, result, user = self.layout, self.result, self.user
+        plan = result.plan
+        if failure is None:
+            lint_allowances.record(
+                layout.workspace,
+                plan.findings,
+                plan.sha256_of(),
+                result.newly_allowed,
+                user=user,
+                actor=self.meta["actor"],
+                layout=layout,
+            )
+            record_written(layout, plan, result.written, self.root, user, result.deleted)
+            if result.written or result.deleted or result.skipped_on_disk or plan.proposal:
+                result.event = _audit(
+                    layout, self.record, self.meta, result.written, user, result.deleted
+                )
+        else:
+            result.event = record_event(
+                layout,
+                WRITEBACK_FAILED_ACTION,
+                user,
+                self.meta,
+                self.record,
+                error=str(failure),
+                rolled_back=not isinstance(failure, _Unrecovered),
+            )
+        return True
+
+    def finish(self, failure: Exception | None) -> None:
+        if not isinstance(failure, _Unrecovered):
+            journal.finish(self.directory)
+
+    def files(self) -> _Applying:  # only once begin() journalled them
+        assert self.applying is not None
+        return self.applying
+
+
 @observability.observed(
     "writeback",
     lambda layout, *, dry_run=False, **_: {"layout": layout.pk, "dry_run": dry_run},
@@ -658,7 +750,6 @@ def write_back(
             return _prepare(layout, root, overwrite, allow_findings, dry_run=True)
     step = on_step or _no_step
     directory = journal_directory(layout, root)
-    failure: Exception | None = None
     with ExitStack() as held:
         from .recovery import recover_layout  # noqa: PLC0415 (cycle: recovery builds on this module)
 
@@ -669,85 +760,20 @@ def write_back(
             raise WritebackError(f"an earlier write-back could not be recovered: {exc}") from exc
         step("begin")
         held.enter_context(_lint_kept_when_refused())
-        # Set by begin(): the plan, and the journal of what it writes (None: nothing).
-        result: WritebackResult
-        record: journal.Journal | None = None
-        meta: dict[str, Any] = {}
-        applying: _Applying | None = None
-
-        def begin() -> bool:
-            nonlocal result, record, meta, applying
-            # One write-back per layout at a time (the lock above covers this server).
-            Layout.objects.select_for_update().filter(pk=layout.pk).first()
-            result = _prepare(layout, root, overwrite, allow_findings, dry_run=False)
-            plan = result.plan
-            if plan.refused or result.blocking_conflicts or result.blocking_findings:
-                raise Refused(
-                    result.blocking_findings,
-                    refused=plan.refused,
-                    conflicts=result.blocking_conflicts,
-                    plan=plan,
-                )
-            export.remove_stale_temp_files(root, _directories(plan))
-            to_write = result.would_write
-            meta = _meta(layout, result, user)
-            if not to_write:
-                return False
-            try:
-                record = _begin(directory, layout, root, plan, to_write, meta)
-            except _ChangedOnDisk as exc:  # nothing written yet
-                raise Refused([], conflicts=[exc.conflict], plan=plan) from exc
-            applying = _Applying(root, layout, record, result, step, on_written, progress)
-            return True
-
-        def audit(failure: Exception | None) -> bool:
-            plan = result.plan
-            if failure is None:
-                lint_allowances.record(
-                    layout.workspace,
-                    plan.findings,
-                    plan.sha256_of(),
-                    result.newly_allowed,
-                    user=user,
-                    actor=meta["actor"],
-                    layout=layout,
-                )
-                record_written(layout, plan, result.written, root, user, result.deleted)
-                if result.written or result.deleted or result.skipped_on_disk or plan.proposal:
-                    result.event = _audit(
-                        layout, record, meta, result.written, user, result.deleted
-                    )
-            else:
-                result.event = record_event(
-                    layout,
-                    WRITEBACK_FAILED_ACTION,
-                    user,
-                    meta,
-                    record,
-                    error=str(failure),
-                    rolled_back=not isinstance(failure, _Unrecovered),
-                )
-            return True
-
-        def finish(failure: Exception | None) -> None:
-            if not isinstance(failure, _Unrecovered):
-                journal.finish(directory)
-
-        def files() -> _Applying:  # only once begin() journalled them
-            assert applying is not None
-            return applying
-
+        run = _Run(layout, root, directory, overwrite, allow_findings, user)
+        run.step, run.on_written, run.progress = step, on_written, progress
         failure = journal.publish(
-            begin=begin,
-            stage=lambda: files().stage(),
-            put_in_place=lambda: files().put_in_place(),
-            undo=lambda exc: files().undo(exc),
-            audit=audit,
-            finish=finish,
+            begin=run.begin,
+            stage=lambda: run.files().stage(),
+            put_in_place=lambda: run.files().put_in_place(),
+            undo=lambda exc: run.files().undo(exc),
+            audit=run.audit,
+            finish=run.finish,
             step=step,
             failures=(ExportError, OSError, _ChangedOnDisk),
             atomic=transaction.atomic,
         )
+        result = run.result
         plan = result.plan
     if isinstance(failure, _ChangedOnDisk):
         raise Refused([], conflicts=[failure.conflict], plan=plan) from failure
