@@ -684,6 +684,15 @@ class _Sync:
 
     def _write_files(self, new: list[_Item], changed: list[_Item]) -> None:
         now = connection.ops.adapt_datetimefield_value(self.now)
+        table = WorkspaceFile._meta.db_table
+        last_id = None
+        if new and connection.vendor == "sqlite":
+            # SQLite lets a transaction write only if nothing was committed since it
+            # first read, so the rows after this last id are the ones inserted below:
+            # a rowid range, cheaper than looking 2,000 paths up in their index.
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT coalesce(max(id), 0) FROM {table}")
+                last_id = cursor.fetchone()[0]
         _insert_many(
             WorkspaceFile,
             [
@@ -721,11 +730,14 @@ class _Sync:
         if new:
             # Raw SQL: the ORM would prepare each of the chunk's paths as a lookup value.
             with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT path, id FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
-                    f" AND path IN ({', '.join(['%s'] * len(new))})",
-                    [self.workspace.pk, *(i.path for i in new)],
-                )
+                if last_id is not None:
+                    cursor.execute(f"SELECT path, id FROM {table} WHERE id > %s", [last_id])
+                else:
+                    cursor.execute(
+                        f"SELECT path, id FROM {table} WHERE workspace_id = %s"
+                        f" AND path IN ({', '.join(['%s'] * len(new))})",
+                        [self.workspace.pk, *(i.path for i in new)],
+                    )
                 ids = dict(cursor.fetchall())
             for item in new:
                 item.file_id = ids[item.path]
