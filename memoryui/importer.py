@@ -992,6 +992,8 @@ class _Parsed:
     def build(cls, items: Sequence[_Item], known: _KnownIds) -> _Parsed:
         parsed = cls()
         summaries: list[_Item] = []
+        adapt_datetime = connection.ops.adapt_datetimefield_value
+        epoch = adapt_datetime(EPOCH)
         for item in items:
             if item.data is None:
                 continue
@@ -1002,17 +1004,18 @@ class _Parsed:
                 notes.extend(rollout.problems)
                 rollout_id = _name(item.path).removesuffix(".jsonl")
                 updated = _parse_datetime(rollout.updated_at)
+                updated_value = adapt_datetime(updated)  # ~3 us: once, for two columns
                 parsed.rollouts[item.path] = (
                     item.layout_id,
                     rollout_id,
                     len(rollout.segments),
                     rollout.item_count,
                     _clean(rollout.updated_at[:64]),
-                    connection.ops.adapt_datetimefield_value(updated),
+                    updated_value,
                     connection.ops.adapt_datefield_value(
                         updated.astimezone(UTC).date() if updated else None
                     ),
-                    connection.ops.adapt_datetimefield_value(updated or EPOCH),
+                    updated_value if updated else epoch,
                     _clean(rollout.terminal_state[:32]),
                     _clean(rollout.title),
                 )
