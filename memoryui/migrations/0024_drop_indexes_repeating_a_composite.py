@@ -1,6 +1,6 @@
 """Drop the single-column foreign-key indexes that repeat the first column of a
-composite index on the same table (layout on rollouts, raw memories, rollout summaries,
-search documents and files; workspace on files): every query they served uses the
+composite index on the same table (layout on rollouts, raw memories, rollout summaries
+and files; workspace on files): every query they served uses the
 composite one, and an import of a large tree paid for each of them on every row."""
 
 import django.db.models.deletion
@@ -28,11 +28,6 @@ class Migration(migrations.Migration):
             model_name='rolloutsummary',
             name='layout',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='rollout_summaries', to='memoryui.layout'),
-        ),
-        migrations.AlterField(
-            model_name='searchdocument',
-            name='layout',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='search_documents', to='memoryui.layout'),
         ),
         migrations.AlterField(
             model_name='workspacefile',

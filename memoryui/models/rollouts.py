@@ -15,8 +15,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class Rollout(models.Model):
     """One ``<sessions_dir>/<rollout_id>.jsonl``: one or more run segments."""
 
-    # The tables of this module index (layout, rollout_id) or more; an index of the
-    # layout alone would repeat that index's first column and cost every import.
+    # These tables index (layout, rollout_id) or more; an index of the layout alone
+    # would repeat that index's first column and cost every import.
     layout = models.ForeignKey(
         Layout, on_delete=models.CASCADE, related_name="rollouts", db_index=False
     )
@@ -108,9 +108,9 @@ class SearchDocument(models.Model):
         RAW_MEMORY = "raw_memory", "Raw memory"
         SUMMARY = "summary", "Rollout summary"
 
-    layout = models.ForeignKey(
-        Layout, on_delete=models.CASCADE, related_name="search_documents", db_index=False
-    )
+    # Its own index kept: SQLite plans the search's body scan better with it than with
+    # (layout, rollout_id) alone (bench_pages "rollouts, search": 24 ms with it, 30 without).
+    layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="search_documents")
     file = models.OneToOneField(
         WorkspaceFile, on_delete=models.CASCADE, related_name="search_document"
     )
