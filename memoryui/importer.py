@@ -23,6 +23,7 @@ import os
 import re
 import stat as stat_mode
 import tarfile
+from array import array
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -922,7 +923,21 @@ def _listing(root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem]
     """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
     and inode, every problem) under these limits: equal digests, same directory."""
     digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
-    digest.update("\n".join(map(repr, scanned)).encode("utf-8", "surrogateescape"))
+    # Columns of machine integers rather than a repr per entry: half the CPU, and a
+    # re-import of an unchanged tree is mostly the scan and this.
+    stats = [s for s in scanned if type(s) is tree.Stat]
+    digest.update("\0".join([s.path for s in stats]).encode("utf-8", "surrogateescape"))
+    digest.update(array("b", [s.is_dir for s in stats]))
+    try:
+        digest.update(array("q", [s.size for s in stats]))
+        digest.update(array("q", [s.mtime_ns for s in stats]))
+        digest.update(array("q", [s.mode for s in stats]))
+        digest.update(array("Q", [s.inode[0] for s in stats]))
+        digest.update(array("Q", [s.inode[1] for s in stats]))
+    except OverflowError:  # a date after 2262, say: the exact, slower form
+        digest.update(repr(stats).encode("utf-8", "surrogateescape"))
+    problems = [s for s in scanned if type(s) is not tree.Stat]
+    digest.update(repr(problems).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 
