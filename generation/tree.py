@@ -16,7 +16,7 @@ import re
 import stat
 import tarfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -727,22 +727,49 @@ def decode_text(data: bytes) -> tuple[str, str | None]:
 def header_value(data: bytes, key: str) -> str:
     """The SDK's rule: the first line anywhere that starts with ``key:``."""
     prefix = f"{key}:".encode()
+    if b"\r" not in data:  # lines end at b"\n" only: find the line, split nothing
+        if data.startswith(prefix):
+            start = len(prefix)
+        else:
+            found = data.find(b"\n" + prefix)
+            if found < 0:
+                return ""
+            start = found + 1 + len(prefix)
+        end = data.find(b"\n", start)
+        return data[start : len(data) if end < 0 else end].decode("utf-8", "replace").strip()
     for line in data.splitlines():
         if line.startswith(prefix):
             return line[len(prefix) :].decode("utf-8", "replace").strip()
     return ""
 
 
-# str.splitlines() (the SDK's way to split lines) also breaks at these; text without
-# them can be searched line by line with a regular expression, much faster.
-_EXOTIC_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# str.splitlines() (the SDK's way to split lines) also breaks at "\r", "\x0b", "\x0c",
+# "\x1c"-"\x1e", "\x85", "\u2028" and "\u2029"; text without them can be searched line
+# by line with a regular expression, much faster.
 _HEADER_RES: dict[str, re.Pattern[str]] = {}
 _HEADER_BLOCK_RE = re.compile(r"\A(?:[A-Za-z_][A-Za-z0-9_]*:[^\n]*(?:\n|\Z))+(?:[ \t]*\n)?")
 
 
+def _plain_breaks(text: str) -> bool:
+    """Whether ``text`` breaks lines only at newlines. Substring tests, not a regular
+    expression's character class (twice the cost): every raw memory and rollout summary
+    of an import passes through here."""
+    return not (
+        "\r" in text
+        or "\x0b" in text
+        or "\x0c" in text
+        or "\x1c" in text
+        or "\x1d" in text
+        or "\x1e" in text
+        or "\x85" in text
+        or "\u2028" in text
+        or "\u2029" in text
+    )
+
+
 def read_headers(text: str, keys: Iterable[str]) -> dict[str, str]:
     """For each key, the value of the first line anywhere that starts with ``key:``."""
-    if _EXOTIC_LINE_BREAKS.search(text):
+    if not _plain_breaks(text):
         return _read_headers_slow(text, keys)
     found: dict[str, str] = {}
     for key in keys:
@@ -769,7 +796,7 @@ def _read_headers_slow(text: str, keys: Iterable[str]) -> dict[str, str]:
 
 def split_header_block(text: str) -> tuple[str, str]:
     """Split ``key: value`` lines at the top of a file from the body after them."""
-    if not _EXOTIC_LINE_BREAKS.search(text):
+    if _plain_breaks(text):
         match = _HEADER_BLOCK_RE.match(text)
         return (match.group(0), text[match.end() :]) if match else ("", text)
     lines = text.splitlines(keepends=True)
@@ -784,6 +811,25 @@ def split_header_block(text: str) -> tuple[str, str]:
         head += rest[0]
         rest = rest[1:]
     return head, "".join(rest)
+
+
+def read_header_block(text: str, keys: Sequence[str]) -> tuple[dict[str, str], str]:
+    """``read_headers(text, keys)`` and the body of ``split_header_block(text)`` in one
+    pass: the SDK writes its headers at the top, so their first lines anywhere are the
+    header block's, and only a key missing from it is looked for further down."""
+    if not _plain_breaks(text):
+        return _read_headers_slow(text, keys), split_header_block(text)[1]
+    match = _HEADER_BLOCK_RE.match(text)
+    if match is None:
+        return read_headers(text, keys), text
+    found: dict[str, str] = {}
+    for line in match.group(0).split("\n"):
+        key, colon, value = line.partition(":")
+        if colon and key in keys and key not in found:
+            found[key] = value.strip()
+    if len(found) < len(keys):
+        found.update(read_headers(text, [k for k in keys if k not in found]))
+    return {k: found[k] for k in keys if k in found}, text[match.end() :]
 
 
 # --- rollouts --------------------------------------------------------------------------
@@ -862,24 +908,39 @@ _SEARCHED_KEYS = ("name", "arguments", "input", "output", "action", "query", "co
 def rollout_search_text(parsed: ParsedRollout, limit: int = SEARCH_TEXT_LIMIT) -> str:
     """The words of a transcript worth searching: messages, tool names, arguments and
     outputs, final outputs; capped at ``limit`` characters."""
+    # Once per rollout of an import: plain loops with type() tests and no work for the
+    # keys an item lacks (most of them).
     parts: list[str] = []
+    append = parts.append
     size = 0
     for segment in parsed.segments:
-        for item in [*segment.input, *segment.generated_items, segment.final_output]:
+        for item in (*segment.input, *segment.generated_items, segment.final_output):
             if isinstance(item, str):
-                parts.append(item)
+                if item:
+                    append(item)
+                    size += len(item)
             elif isinstance(item, dict):
-                parts.append(message_text(item))
+                get = item.get
+                content = get("content")
+                text = content if type(content) is str else message_text(item)
+                if text:
+                    append(text)
+                    size += len(text)
                 for key in _SEARCHED_KEYS:
-                    value = item.get(key)
+                    value = get(key)
+                    if value is None:
+                        continue
                     if isinstance(value, str):
-                        parts.append(value)
+                        if value:
+                            append(value)
+                            size += len(value)
                     elif isinstance(value, dict | list):
-                        parts.append(json.dumps(value, ensure_ascii=False)[:4000])
-            size += len(parts[-1]) if parts else 0
+                        dumped = json.dumps(value, ensure_ascii=False)[:4000]
+                        append(dumped)
+                        size += len(dumped)
             if size > limit:
-                break
-    return "\n".join(p for p in parts if p)[:limit].replace("\x00", " ")
+                break  # the text is cut at ``limit`` anyway
+    return "\n".join(parts)[:limit].replace("\x00", " ")
 
 
 def _json_type(value: Any) -> str:
@@ -1021,8 +1082,7 @@ class RawMemory:
 
 
 def parse_raw_memory(text: str) -> RawMemory:
-    headers = {k: v for k, v in read_headers(text, RAW_MEMORY_HEADERS).items()}
-    _, body = split_header_block(text)
+    headers, body = read_header_block(text, RAW_MEMORY_HEADERS)
     problems = []
     if not text.strip():
         problems.append("empty file")
@@ -1059,7 +1119,7 @@ def parse_rollout_summary(
     """Parse ``<rollout_id>_<slug>.md``. Ids and slugs may both contain ``_``, so the id
     comes from the ``rollout_path`` header, else from a known rollout id that prefixes
     the name, else from the first underscore."""
-    headers = read_headers(text, SUMMARY_HEADERS)
+    headers, body = read_header_block(text, SUMMARY_HEADERS)
     stem = filename[:-3] if filename.endswith(".md") else filename
     rollout_id = ""
     rollout_path = headers.get("rollout_path", "")
@@ -1073,7 +1133,6 @@ def parse_rollout_summary(
         prefixes = sorted((i for i in known_ids if stem.startswith(i + "_")), key=len)
         rollout_id = prefixes[-1] if prefixes else stem.partition("_")[0]
     slug = stem[len(rollout_id) + 1 :]
-    _, body = split_header_block(text)
     problems = []
     if not text.strip():
         problems.append("empty file")

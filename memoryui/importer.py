@@ -23,6 +23,7 @@ import os
 import re
 import stat as stat_mode
 import tarfile
+from array import array
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -684,6 +685,15 @@ class _Sync:
 
     def _write_files(self, new: list[_Item], changed: list[_Item]) -> None:
         now = connection.ops.adapt_datetimefield_value(self.now)
+        table = WorkspaceFile._meta.db_table
+        last_id = None
+        if new and connection.vendor == "sqlite":
+            # SQLite lets a transaction write only if nothing was committed since it
+            # first read, so the rows after this last id are the ones inserted below:
+            # a rowid range, cheaper than looking 2,000 paths up in their index.
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT coalesce(max(id), 0) FROM {table}")
+                last_id = cursor.fetchone()[0]
         _insert_many(
             WorkspaceFile,
             [
@@ -721,11 +731,14 @@ class _Sync:
         if new:
             # Raw SQL: the ORM would prepare each of the chunk's paths as a lookup value.
             with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT path, id FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
-                    f" AND path IN ({', '.join(['%s'] * len(new))})",
-                    [self.workspace.pk, *(i.path for i in new)],
-                )
+                if last_id is not None:
+                    cursor.execute(f"SELECT path, id FROM {table} WHERE id > %s", [last_id])
+                else:
+                    cursor.execute(
+                        f"SELECT path, id FROM {table} WHERE workspace_id = %s"
+                        f" AND path IN ({', '.join(['%s'] * len(new))})",
+                        [self.workspace.pk, *(i.path for i in new)],
+                    )
                 ids = dict(cursor.fetchall())
             for item in new:
                 item.file_id = ids[item.path]
@@ -910,7 +923,21 @@ def _listing(root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem]
     """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
     and inode, every problem) under these limits: equal digests, same directory."""
     digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
-    digest.update("\n".join(map(repr, scanned)).encode("utf-8", "surrogateescape"))
+    # Columns of machine integers rather than a repr per entry: half the CPU, and a
+    # re-import of an unchanged tree is mostly the scan and this.
+    stats = [s for s in scanned if type(s) is tree.Stat]
+    digest.update("\0".join([s.path for s in stats]).encode("utf-8", "surrogateescape"))
+    digest.update(array("b", [s.is_dir for s in stats]))
+    try:
+        digest.update(array("q", [s.size for s in stats]))
+        digest.update(array("q", [s.mtime_ns for s in stats]))
+        digest.update(array("q", [s.mode for s in stats]))
+        digest.update(array("Q", [s.inode[0] for s in stats]))
+        digest.update(array("Q", [s.inode[1] for s in stats]))
+    except OverflowError:  # a date after 2262, say: the exact, slower form
+        digest.update(repr(stats).encode("utf-8", "surrogateescape"))
+    problems = [s for s in scanned if type(s) is not tree.Stat]
+    digest.update(repr(problems).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 
@@ -980,6 +1007,8 @@ class _Parsed:
     def build(cls, items: Sequence[_Item], known: _KnownIds) -> _Parsed:
         parsed = cls()
         summaries: list[_Item] = []
+        adapt_datetime = connection.ops.adapt_datetimefield_value
+        epoch = adapt_datetime(EPOCH)
         for item in items:
             if item.data is None:
                 continue
@@ -990,17 +1019,18 @@ class _Parsed:
                 notes.extend(rollout.problems)
                 rollout_id = _name(item.path).removesuffix(".jsonl")
                 updated = _parse_datetime(rollout.updated_at)
+                updated_value = adapt_datetime(updated)  # ~3 us: once, for two columns
                 parsed.rollouts[item.path] = (
                     item.layout_id,
                     rollout_id,
                     len(rollout.segments),
                     rollout.item_count,
                     _clean(rollout.updated_at[:64]),
-                    connection.ops.adapt_datetimefield_value(updated),
+                    updated_value,
                     connection.ops.adapt_datefield_value(
                         updated.astimezone(UTC).date() if updated else None
                     ),
-                    connection.ops.adapt_datetimefield_value(updated or EPOCH),
+                    updated_value if updated else epoch,
                     _clean(rollout.terminal_state[:32]),
                     _clean(rollout.title),
                 )

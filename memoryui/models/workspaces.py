@@ -107,9 +107,18 @@ class WorkspaceFile(models.Model):
     # One list of kinds, generation.tree's; the stubs know only the class form.
     Kind = models.TextChoices("Kind", [(k.name, k.value) for k in FileKind])  # type: ignore[call-overload]
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="files")
+    # No index of their own for these two: (workspace, path), (workspace, kind) and
+    # (layout, kind) below begin with them, and an import writes every index per file.
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="files", db_index=False
+    )
     layout = models.ForeignKey(
-        Layout, null=True, blank=True, on_delete=models.SET_NULL, related_name="files"
+        Layout,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="files",
+        db_index=False,
     )
     path = models.CharField(max_length=1024)
     kind = models.CharField(max_length=32, choices=Kind.choices)
