@@ -552,16 +552,7 @@ class _Sync:
         if self.progress:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
-        dirs = self._layout_dirs()
-        if self.merge:
-            found = {d.memories_dir for d in dirs}
-            dirs += [
-                LayoutDirs(m, sessions)
-                for m, sessions in self.workspace.layouts.present().values_list(
-                    "memories_dir", "sessions_dir"
-                )
-                if m not in found
-            ]
+        dirs = self._all_layout_dirs()
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
         # With the same layouts, a file trusted by its stat keeps its stored placement.
@@ -582,21 +573,7 @@ class _Sync:
                 if old.mode != item.mode:
                     stat_only.append(item)
                 continue
-            placement = tree.classify(path, dirs, is_dir=item.is_dir)
-            kind = placement.kind
-            if kind == FileKind.ROLLOUT and not tree.ROLLOUT_ID_RE.fullmatch(
-                _name(path).removesuffix(".jsonl")
-            ):
-                kind = FileKind.WORKSPACE_FILE
-                item.problem = (
-                    "file name is not a valid rollout id (a letter or digit, then up to 127 "
-                    "letters, digits, '.', '_' or '-'); kept as a plain file"
-                )
-            item.kind = kind
-            if placement.layout is not None:
-                item.memories_dir = placement.layout.memories_dir
-                item.layout_id = layouts[item.memories_dir].pk
-                counts[item.memories_dir].count(kind)
+            kind = self._place(path, item, dirs, layouts, counts)
             same = old is not None and (old.blob_id, old.kind, old.layout_id, old.present) == (
                 item.digest,
                 kind,
@@ -612,18 +589,7 @@ class _Sync:
                 continue
             if item.data is None and not item.is_dir and not self._read(item):
                 continue  # trusted by stat, but its layout or kind moved: read it now
-            if item.data is not None and len(item.data) > self.limits.huge_file_bytes:
-                item.problem = "; ".join(
-                    filter(
-                        None,
-                        [
-                            item.problem,
-                            f"large file ({tree.human_size(len(item.data))}, over "
-                            f"{tree.human_size(self.limits.huge_file_bytes)}): stored in "
-                            "full, pages show its head and tail",
-                        ],
-                    )
-                )
+            self._note_if_huge(item)
             if old is None:
                 new.append(item)
             else:
@@ -643,14 +609,65 @@ class _Sync:
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
         new_versions = self._record_versions(new + changed, layouts)
         self._record_skill_versions(new + changed, missing, layouts)
-        if connection.vendor == "postgresql" and len(new) + len(changed) > ANALYZE_AFTER:
-            # Fresh statistics, or the planner treats the new rows as absent until
-            # autovacuum gets round to it, and picks slow plans for the pages.
-            with connection.cursor() as cursor:
-                for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
-                    cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+        _analyze_after(len(new) + len(changed))
         self._step(5)
         return counts, dirs, new, changed, unchanged, missing, new_versions
+
+    def _all_layout_dirs(self) -> list[LayoutDirs]:
+        """The layouts found in what was read; a merge keeps the workspace's others."""
+        dirs = self._layout_dirs()
+        if self.merge:
+            found = {d.memories_dir for d in dirs}
+            dirs += [
+                LayoutDirs(m, sessions)
+                for m, sessions in self.workspace.layouts.present().values_list(
+                    "memories_dir", "sessions_dir"
+                )
+                if m not in found
+            ]
+        return dirs
+
+    def _place(
+        self,
+        path: str,
+        item: _Item,
+        dirs: list[LayoutDirs],
+        layouts: dict[str, Layout],
+        counts: dict[str, LayoutCounts],
+    ) -> FileKind:
+        """Classify the file and put it in its layout (counted there)."""
+        placement = tree.classify(path, dirs, is_dir=item.is_dir)
+        kind = placement.kind
+        if kind == FileKind.ROLLOUT and not tree.ROLLOUT_ID_RE.fullmatch(
+            _name(path).removesuffix(".jsonl")
+        ):
+            kind = FileKind.WORKSPACE_FILE
+            item.problem = (
+                "file name is not a valid rollout id (a letter or digit, then up to 127 "
+                "letters, digits, '.', '_' or '-'); kept as a plain file"
+            )
+        item.kind = kind
+        if placement.layout is not None:
+            item.memories_dir = placement.layout.memories_dir
+            item.layout_id = layouts[item.memories_dir].pk
+            counts[item.memories_dir].count(kind)
+        return kind
+
+    def _note_if_huge(self, item: _Item) -> None:
+        """A file over the huge-file limit is stored whole; its pages show head and tail."""
+        if item.data is None or len(item.data) <= self.limits.huge_file_bytes:
+            return
+        item.problem = "; ".join(
+            filter(
+                None,
+                [
+                    item.problem,
+                    f"large file ({tree.human_size(len(item.data))}, over "
+                    f"{tree.human_size(self.limits.huge_file_bytes)}): stored in "
+                    "full, pages show its head and tail",
+                ],
+            )
+        )
 
     def _store(self, new: list[_Item], changed: list[_Item], stat_only: list[_Item]) -> None:
         """Parse and write new and changed files a chunk at a time, dropping each chunk's
@@ -1177,6 +1194,17 @@ def _insert_many(
             sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
         for chunk in _chunks(rows, CHUNK):
             cursor.executemany(sql, chunk)
+
+
+def _analyze_after(written: int) -> None:
+    """On PostgreSQL, after a large import: fresh statistics, or the planner treats the
+    new rows as absent until autovacuum gets round to it, and picks slow plans for the
+    pages."""
+    if connection.vendor != "postgresql" or written <= ANALYZE_AFTER:
+        return
+    with connection.cursor() as cursor:
+        for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
 
 
 def _update_many(
