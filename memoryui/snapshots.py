@@ -4,7 +4,9 @@ byte, with the curated memory of all or chosen layouts laid over it.
 The tree comes from the database (the imported bytes, modes and modification times), so
 an export works whether the workspace's disk still exists or not. Files nobody changed
 are exactly the imported ones. Files and their blobs are streamed from one query in
-archive order, so memory holds a chunk of rows, not the workspace.
+archive order: the files' rows in chunks, their contents fetched in batches capped by
+bytes (``BLOB_BATCH_BYTES``, a larger file alone), so memory holds a few MiB however
+large the workspace.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Max, Q
 
 from generation import export, journal
@@ -33,14 +35,16 @@ from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
 from . import lint_allowances, object_storage, observability
-from .models import AuditEvent, Layout, Workspace, WorkspaceFile
+from .models import AuditEvent, Blob, Layout, Workspace, WorkspaceFile
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
 logger = logging.getLogger(__name__)
 
-CHUNK = 500
+CHUNK = 500  # rows of file metadata per fetch
+BLOB_BATCH_BYTES = 2 * 1024 * 1024  # contents per fetch (a larger file comes alone)
 EXPORT_SNAPSHOT_ACTION = "export.snapshot"
 EXPORT_DOWNLOAD_ACTION = "export.download"
+BLOB_TABLE = Blob._meta.db_table
 
 
 def snapshot_base_path() -> Path:
@@ -174,36 +178,20 @@ def export_snapshot(
         raise ExportError("export either into a base path or into a download, not both")
     if session_state and base_path is None:
         raise ExportError("a session state is written beside an archive on the server only")
-    plan = plan_export(workspace, memories_dirs)
-    held = set(lint_allowances.standing(workspace, plan.findings, plan.sha256_of()))
-    allowed_ids = held | ({f.id for f in plan.findings} & set(allow_findings))
-    blocking = [f for f in plan.findings if f.id not in allowed_ids]
-    if blocking or plan.refused:
-        raise Refused(blocking, refused=plan.refused, what="export")
-    allowed = sorted(allowed_ids)
+    cleared = _cleared(workspace, memories_dirs, allow_findings)
+    plan = cleared.plan
     if base_path is None:
         assert fileobj is not None
-        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-        with closing(members):  # stops the reader thread, even when writing fails
-            info = export.write_snapshot_to(
-                fileobj, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
-            )
-        result = ExportResult(
-            plan, info, allowed_findings=allowed, newly_allowed=sorted(allowed_ids - held)
-        )
-        result.event = _audit(workspace, snapshot_id, result, user)
-        return result
+        cleared.snapshot = _write_archive(workspace, plan, fileobj, progress)
+        cleared.event = _audit(workspace, snapshot_id, cleared, user)
+        return cleared
     base_path = Path(os.path.abspath(base_path))
     target = base_path / f"{snapshot_id}.tar"
     export.check_new(target)
     files = [(export.temp_beside(target), target)]
     state = b""
-    result = ExportResult(
-        plan,
-        SnapshotInfo(target, 0, "", 0),
-        allowed_findings=allowed,
-        newly_allowed=sorted(allowed_ids - held),
-    )
+    result = cleared
+    result.snapshot = SnapshotInfo(target, 0, "", 0)
     if session_state:
         result.session_state = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
         export.check_new(result.session_state)
@@ -233,12 +221,10 @@ def export_to_store(
     session_state: bool = False,
     **options: Any,
 ) -> ExportResult:
-    """``export_snapshot`` into the ``exports`` storage: the snapshot directory, or, with
-    object storage, an archive written in a temporary directory of this process and then
-    uploaded as ``<snapshot_id>.tar`` (its audit event names it there). A session state
-    points at a directory, so it is written with a snapshot directory only."""
+    """``export_snapshot`` into the ``exports`` storage: the snapshot directory, or
+    object storage (``export_to_object_store``). A session state points at a directory,
+    so it is written with a snapshot directory only."""
 
-    name = f"{snapshot_id}.tar"
     if object_storage.local_root(object_storage.EXPORTS) is not None:
         return export_snapshot(
             workspace,
@@ -253,20 +239,97 @@ def export_to_store(
             "a session state resumes from a snapshot directory; exports are kept in object "
             "storage here (MEMORYUI_STORAGE=s3), so export without it"
         )
+    return export_to_object_store(workspace, snapshot_id=snapshot_id, **options)
+
+
+@observability.observed(
+    "export",
+    lambda workspace, *, snapshot_id, **_: {
+        "workspace": workspace.name,
+        "snapshot_id": snapshot_id,
+        "store": "object",
+    },
+    _export_fields,
+)
+def export_to_object_store(
+    workspace: Workspace,
+    *,
+    snapshot_id: str,
+    memories_dirs: Collection[str] | None = None,
+    allow_findings: Collection[str] = (),
+    user: Any = None,
+    on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ExportResult:
+    """Export as the object ``<snapshot_id>.tar`` of the ``exports`` storage, which
+    appears whole or not at all, and only if no object has that name (a conditional
+    upload: of two exports to one id, one wins and the other gets ExportError). The
+    archive is written into a temporary file of this process first. The audit event is
+    recorded once the object exists; if it cannot be, the object is removed again, so
+    an export that failed leaves neither. ``on_step``: ``staged`` (the local archive),
+    ``published`` (the object), ``committed`` (the audit event)."""
+
+    name = f"{export.check_snapshot_id(snapshot_id)}.tar"
+    exists = f"{name} already exists in the export store; choose another snapshot id"
+    step = on_step or _no_step
     if object_storage.stored_exists(object_storage.EXPORTS, name):
-        raise ExportError(f"{name} already exists in the export store; choose another snapshot id")
+        raise ExportError(exists)  # early, before the work; the upload itself decides
+    result = _cleared(workspace, memories_dirs, allow_findings)
     with tempfile.TemporaryDirectory(prefix="memoryui-export-") as folder:
-        result = export_snapshot(
-            workspace, snapshot_id=snapshot_id, base_path=Path(folder), **options
-        )
-        assert result.snapshot.path is not None
-        result.stored_as = object_storage.put_file(
-            object_storage.EXPORTS, name, result.snapshot.path
-        )
-    if result.event is not None:
-        AuditEvent.objects.filter(pk=result.event.pk).update(target=result.stored_as)
-        result.event.target = result.stored_as
+        archive = Path(folder) / name
+        try:
+            with archive.open("xb") as fh:
+                result.snapshot = _write_archive(workspace, result.plan, fh, progress)
+        except OSError as exc:
+            raise ExportError(f"{name} could not be written ({exc.strerror or exc})") from exc
+        step("staged")
+        try:
+            result.stored_as = object_storage.put_new(object_storage.EXPORTS, name, archive)
+        except FileExistsError as exc:
+            raise ExportError(exists) from exc
+        except object_storage.StoreError as exc:
+            raise ExportError(f"{name} could not be stored ({exc}); nothing was kept") from exc
+    step("published")
+    try:
+        with transaction.atomic():
+            result.event = _audit(workspace, snapshot_id, result, user)
+            step("committed")
+    except BaseException:
+        object_storage.delete(result.stored_as)  # not audited, so not kept
+        raise
     return result
+
+
+def _cleared(
+    workspace: Workspace, memories_dirs: Collection[str] | None, allow_findings: Collection[str]
+) -> ExportResult:
+    """The export's plan, refused (Refused) while a lint finding is not allowed; an
+    ExportResult with no archive yet."""
+    plan = plan_export(workspace, memories_dirs)
+    held = set(lint_allowances.standing(workspace, plan.findings, plan.sha256_of()))
+    allowed_ids = held | ({f.id for f in plan.findings} & set(allow_findings))
+    blocking = [f for f in plan.findings if f.id not in allowed_ids]
+    if blocking or plan.refused:
+        raise Refused(blocking, refused=plan.refused, what="export")
+    return ExportResult(
+        plan,
+        SnapshotInfo(None, 0, "", 0),
+        allowed_findings=sorted(allowed_ids),
+        newly_allowed=sorted(allowed_ids - held),
+    )
+
+
+def _write_archive(
+    workspace: Workspace,
+    plan: ExportPlan,
+    fh: IO[bytes],
+    progress: Callable[[str, int, int], None] | None,
+) -> SnapshotInfo:
+    members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+    with closing(members):  # stops the reader thread, even when writing fails
+        return export.write_snapshot_to(
+            fh, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
+        )
 
 
 def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
@@ -320,18 +383,9 @@ def _publish(
         return True
 
     def stage() -> None:
-        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-        with closing(members):  # stops the reader thread, even when writing fails
-            export.write_temp(
-                files[0][0],
-                lambda fh: holder.append(
-                    export.write_snapshot_to(
-                        fh,
-                        _progress(workspace, plan, members, progress),
-                        root_mtime_ns=root_mtime_ns,
-                    )
-                ),
-            )
+        export.write_temp(
+            files[0][0], lambda fh: holder.append(_write_archive(workspace, plan, fh, progress))
+        )
         step("staged")
         if state:
 
@@ -476,7 +530,7 @@ def snapshot_members(
     rows = (
         present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
         .order_by("path")
-        .values_list("path", "kind", "mode", "mtime_ns", "blob__data")
+        .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "size")
     )
     return _members(rows.query.sql_with_params(), overlay, new, now_ns), latest or now_ns
 
@@ -493,7 +547,7 @@ def _members(
     generator, not a chain of them: this loop runs once per file of the workspace."""
     directory = WorkspaceFile.Kind.DIRECTORY
     seen: set[str] = set()
-    stored = (row for batch in _batches(*query) for row in batch)
+    stored = (row for batch in _batches(*query, skip=overlay.keys()) for row in batch)
     added = ((e.path, "", e.mode, e.mtime_ns, e.data) for e in new)
     for path, kind, mode, mtime_ns, data in itertools.chain(stored, added):
         if kind == directory:
@@ -524,23 +578,70 @@ def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Ent
         yield Entry(directory, None, 0o755, mtime_ns)
 
 
-def _batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
-    """The rows of ``sql`` in batches, from a chunked cursor (server-side on
-    PostgreSQL), as ``QuerySet.iterator()`` reads them but without building rows."""
+def _batches(
+    sql: str, params: Sequence[Any], *, skip: Collection[str]
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` (path, kind, mode, mtime_ns, blob id, size) as (path, kind,
+    mode, mtime_ns, contents) in batches whose contents add up to at most
+    ``BLOB_BATCH_BYTES``: metadata from a chunked cursor (server-side on PostgreSQL),
+    contents fetched per batch. Paths in ``skip`` (curated anew) get no contents."""
     if connection.vendor == "postgresql":
-        yield from _postgres_batches(sql, params)
+        yield from _postgres_batches(sql, params, skip)
         return
-    with connection.chunked_cursor() as cursor:
+    with connection.chunked_cursor() as cursor, connection.cursor() as blobs:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(CHUNK):
-            yield rows
+            for run, wanted in _runs(rows, skip):
+                yield _filled(run, _fetch_blobs(blobs, wanted))
 
 
-def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+def _runs(
+    rows: list[tuple[Any, ...]], skip: Collection[str]
+) -> Iterator[tuple[list[tuple[Any, ...]], set[str]]]:
+    """``rows`` in consecutive runs, each with the blobs it needs, which add up to at
+    most ``BLOB_BATCH_BYTES`` (a larger blob makes a run of its own)."""
+    run: list[tuple[Any, ...]] = []
+    wanted: set[str] = set()
+    size = 0
+    for row in rows:
+        blob, blob_size = row[4], row[5]
+        if blob is not None and blob not in wanted and row[0] not in skip:
+            if wanted and size + blob_size > BLOB_BATCH_BYTES:
+                yield run, wanted
+                run, wanted, size = [], set(), 0
+            wanted.add(blob)
+            size += blob_size
+        run.append(row)
+    if run:
+        yield run, wanted
+
+
+def _fetch_blobs(cursor: Any, wanted: set[str], **options: Any) -> dict[str, bytes]:
+    if not wanted:
+        return {}
+    marks = ", ".join(["%s"] * len(wanted))
+    sql = f"SELECT sha256, data FROM {BLOB_TABLE} WHERE sha256 IN ({marks})"
+    cursor.execute(sql, [*wanted], **options)
+    return dict(cursor.fetchall())
+
+
+def _filled(run: list[tuple[Any, ...]], contents: dict[str, bytes]) -> list[tuple[Any, ...]]:
+    return [
+        (path, kind, mode, mtime_ns, None if blob is None else contents.get(blob))
+        for path, kind, mode, mtime_ns, blob, _ in run
+    ]
+
+
+def _postgres_batches(
+    sql: str, params: Sequence[Any], skip: Collection[str]
+) -> Iterator[list[tuple[Any, ...]]]:
     """A server-side cursor in binary format (blobs travel as they are, not as
     hexadecimal text), read ahead by a second thread: the server's work and the wire
     overlap with the archive writing, as they cannot within one thread. The thread has
-    the connection to itself until the last batch is read."""
+    the connection to itself until the last batch is read; at most a few batches wait
+    for the writer, so memory stays bounded by ``BLOB_BATCH_BYTES``."""
+    import psycopg  # noqa: PLC0415 (the driver, on PostgreSQL only)
+
     connection.ensure_connection()
     raw = connection.connection
     batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=4)
@@ -557,13 +658,19 @@ def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[An
     def read() -> None:
         name = f"memoryui_export_{uuid.uuid4().hex}"
         try:
-            with raw.cursor(name=name, binary=True, withhold=raw.autocommit) as cursor:
+            # Django's cursors bind parameters on the client, which rules binary out.
+            with (
+                raw.cursor(name=name, binary=True, withhold=raw.autocommit) as cursor,
+                psycopg.Cursor(raw) as blobs,
+            ):
                 cursor.execute(sql, params)
                 while not stop.is_set():
                     rows = cursor.fetchmany(CHUNK)
-                    put(rows)
                     if not rows:
+                        put([])
                         return
+                    for run, wanted in _runs(rows, skip):
+                        put(_filled(run, _fetch_blobs(blobs, wanted, binary=True)))
         except BaseException as exc:  # re-raised in the caller's thread
             put(exc)
 
@@ -621,12 +728,13 @@ def _audit(
         user=user,
         actor=actor,
     )
+    kept = result.stored_as or info.path  # on the server; else a download
     return AuditEvent.record(
         workspace,
-        EXPORT_SNAPSHOT_ACTION if info.path else EXPORT_DOWNLOAD_ACTION,
+        EXPORT_SNAPSHOT_ACTION if kept else EXPORT_DOWNLOAD_ACTION,
         user=user,
         actor=actor,
-        target=str(info.path or f"{snapshot_id}.tar (download)"),
+        target=str(kept or f"{snapshot_id}.tar (download)"),
         snapshot_id=snapshot_id,
         sha256=info.sha256,
         size=info.size,
