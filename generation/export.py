@@ -352,6 +352,14 @@ _USTAR_MAX_SIZE = 8**11
 _FIXED_SUM = 2 * sum(b"0000000") + sum(b"        ") + sum(_TAIL)
 
 
+# A regular file's header, for the common case (a short ASCII name, under 8 GB) that
+# ``_write_members`` builds inline: the name, these numeric fields (mode, uid, gid, size,
+# mtime), the checksum, then this rest. The same bytes as ``_header``.
+_FILE_FIELDS = b"%07o\x000000000\x000000000\x00%011o\x00%011o\x00"
+_FILE_REST = _REGULAR + _NUL * 100 + _TAIL
+_FILE_SUM = sum(b"        ") + sum(_FILE_REST)
+
+
 def _field(value: bytes, length: int) -> bytes:
     return value[:length].ljust(length, _NUL)
 
@@ -484,16 +492,21 @@ def _write_members(
                 raise ExportError(f"{path} links outside the workspace; the SDK refuses it")
             links.append(member)
             continue
-        if member.data is None:
+        data = member.data
+        if data is None:
             sink.write(_member_header(f"./{path}/", member.mode, 0, member.mtime_ns, _DIRECTORY))
+            count += 1
+            continue
+        size = len(data)
+        name = f"./{path}"
+        if len(name) <= 100 and size < _USTAR_MAX_SIZE and name.isascii():  # most files
+            encoded = name.encode()
+            fields = _FILE_FIELDS % (member.mode & 0o7777, size, member.mtime_ns // 1_000_000_000)
+            checksum = b"%06o\x00 " % (_FILE_SUM + sum(encoded) + sum(fields))
+            header = encoded.ljust(100, _NUL) + fields + checksum + _FILE_REST
         else:
-            data = member.data
-            size = len(data)
-            sink.write_file(
-                _member_header(f"./{path}", member.mode, size, member.mtime_ns, _REGULAR),
-                data,
-                _PADDING[-size % _BLOCK],
-            )
+            header = _member_header(name, member.mode, size, member.mtime_ns, _REGULAR)
+        sink.write_file(header, data, _PADDING[-size % _BLOCK])
         count += 1
     for link in links:
         sink.write(

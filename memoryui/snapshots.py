@@ -4,9 +4,8 @@ byte, with the curated memory of all or chosen layouts laid over it.
 The tree comes from the database (the imported bytes, modes and modification times), so
 an export works whether the workspace's disk still exists or not. Files nobody changed
 are exactly the imported ones. Files and their blobs are streamed from one query in
-archive order: the files' rows in chunks, their contents fetched in batches capped by
-bytes (``BLOB_BATCH_BYTES``, a larger file alone), so memory holds a few MiB however
-large the workspace.
+archive order: the files' rows in chunks, small files' contents with them and a larger
+file's fetched alone, so memory holds a few MiB however large the workspace.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db.models import BinaryField, Case, F, Max, Q, When
 
 from generation import export, journal
 from generation.export import ExportError, SnapshotInfo
@@ -40,8 +39,11 @@ from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
 logger = logging.getLogger(__name__)
 
-CHUNK = 500  # rows of file metadata per fetch
-BLOB_BATCH_BYTES = 2 * 1024 * 1024  # contents per fetch (a larger file comes alone)
+# Rows per fetch, files up to INLINE_BYTES coming with their contents: a batch holds
+# at most 4 MiB (a larger file is fetched alone).
+CHUNK = 256
+INLINE_BYTES = 16 * 1024
+REPORT_EVERY = 1024  # members between two progress reports
 EXPORT_SNAPSHOT_ACTION = "export.snapshot"
 EXPORT_DOWNLOAD_ACTION = "export.download"
 BLOB_TABLE = Blob._meta.db_table
@@ -325,11 +327,10 @@ def _write_archive(
     fh: IO[bytes],
     progress: Callable[[str, int, int], None] | None,
 ) -> SnapshotInfo:
-    members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
+    report = _reporter(workspace, plan, progress)
+    members, root_mtime_ns = snapshot_members(workspace, plan.overlay, report)
     with closing(members):  # stops the reader thread, even when writing fails
-        return export.write_snapshot_to(
-            fh, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
-        )
+        return export.write_snapshot_to(fh, members, root_mtime_ns=root_mtime_ns)
 
 
 def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
@@ -482,22 +483,21 @@ def recover_exports() -> list[str]:
     return removed
 
 
-def _progress(
-    workspace: Workspace,
-    plan: ExportPlan,
-    members: Iterator[Entry],
-    progress: Callable[[str, int, int], None] | None,
-) -> Iterator[Entry]:
-    """The archive's members, reporting ("export", members written, members)."""
+def _reporter(
+    workspace: Workspace, plan: ExportPlan, progress: Callable[[str, int, int], None] | None
+) -> Callable[[int, bool], None] | None:
+    """``progress`` as ("export", members written, members), for ``snapshot_members``."""
     if progress is None:
-        yield from members
-        return
+        return None
     total = _member_count(workspace, plan.overlay)
-    done = 0
-    for done, member in enumerate(members, 1):
-        yield member
-        progress("export", min(done, total), max(total, done))
-    progress("export", done, done)
+
+    def report(done: int, last: bool) -> None:
+        if last:
+            progress("export", done, done)
+        else:
+            progress("export", min(done, total), max(total, done))
+
+    return report
 
 
 def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
@@ -510,14 +510,20 @@ def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
 
 
 def snapshot_members(
-    workspace: Workspace, overlay: dict[str, PlannedFile]
+    workspace: Workspace,
+    overlay: dict[str, PlannedFile],
+    report: Callable[[int, bool], None] | None = None,
 ) -> tuple[Generator[Entry, None, None], int]:
     """The archive's members, streamed from one query, and the modification time for
-    its root. Close the generator when done with it.
+    its root. Close the generator when done with it. ``report`` is called with the
+    number of members yielded so far, every ``REPORT_EVERY`` members, and whether it is
+    the last report (at the end).
 
     Members come in path order (the unique index's order, so the database does not
     sort): a directory before its contents, which is all a restore needs. Files the
-    workspace never had (a proposal's new raw memories) come last."""
+    workspace never had (a proposal's new raw memories) come last. Contents up to
+    ``INLINE_BYTES`` come with their row; a larger file's are fetched alone, when its
+    turn comes, so memory holds a few MiB however large the workspace."""
     now_ns = time.time_ns()
     present = WorkspaceFile.objects.present().filter(workspace=workspace)
     latest = present.aggregate(latest=Max("mtime_ns"))["latest"]
@@ -527,12 +533,15 @@ def snapshot_members(
         for p, f in sorted(overlay.items())
         if p not in stored and f.data is not None
     ]
+    inline = Case(When(size__lte=INLINE_BYTES, then=F("blob__data")), output_field=BinaryField())
     rows = (
         present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
         .order_by("path")
-        .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "size")
+        .annotate(inline=inline)
+        .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "inline")
     )
-    return _members(rows.query.sql_with_params(), overlay, new, now_ns), latest or now_ns
+    members = _members(rows.query.sql_with_params(), overlay, new, now_ns, report)
+    return members, latest or now_ns
 
 
 def _members(
@@ -540,6 +549,7 @@ def _members(
     overlay: dict[str, PlannedFile],
     new: list[Entry],
     now_ns: int,
+    report: Callable[[int, bool], None] | None,
 ) -> Generator[Entry, None, None]:
     """The stored rows as entries (curated bytes in place of the imported ones), then
     ``new``; a directory member is made up before any file whose parent has none yet
@@ -548,8 +558,9 @@ def _members(
     directory = WorkspaceFile.Kind.DIRECTORY
     seen: set[str] = set()
     stored = (row for batch in _batches(*query, skip=overlay.keys()) for row in batch)
-    added = ((e.path, "", e.mode, e.mtime_ns, e.data) for e in new)
-    for path, kind, mode, mtime_ns, data in itertools.chain(stored, added):
+    added = ((e.path, "", e.mode, e.mtime_ns, None, e.data) for e in new)
+    count = 0
+    for path, kind, mode, mtime_ns, _, data in itertools.chain(stored, added):
         if kind == directory:
             if path in seen:
                 continue  # already made up for a file that came first
@@ -564,8 +575,15 @@ def _members(
             entry = Entry(path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         parent = path.rpartition("/")[0]
         if parent and parent not in seen:
-            yield from _made_up_parents(parent, seen, now_ns)
+            for made_up in _made_up_parents(parent, seen, now_ns):
+                count += 1
+                yield made_up
+        count += 1
+        if report is not None and not count % REPORT_EVERY:
+            report(count, False)
         yield entry
+    if report is not None:
+        report(count, True)
 
 
 def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
@@ -581,55 +599,36 @@ def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Ent
 def _batches(
     sql: str, params: Sequence[Any], *, skip: Collection[str]
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """The rows of ``sql`` (path, kind, mode, mtime_ns, blob id, size) as (path, kind,
-    mode, mtime_ns, contents) in batches whose contents add up to at most
-    ``BLOB_BATCH_BYTES``: metadata from a chunked cursor (server-side on PostgreSQL),
-    contents fetched per batch. Paths in ``skip`` (curated anew) get no contents."""
+    """The rows of ``sql`` (path, kind, mode, mtime_ns, blob id, contents when small)
+    in batches from a chunked cursor (server-side on PostgreSQL), a large file's
+    contents fetched into its row, in a batch of its own. Paths in ``skip`` (curated
+    anew) are not fetched."""
     if connection.vendor == "postgresql":
         yield from _postgres_batches(sql, params, skip)
         return
     with connection.chunked_cursor() as cursor, connection.cursor() as blobs:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(CHUNK):
-            for run, wanted in _runs(rows, skip):
-                yield _filled(run, _fetch_blobs(blobs, wanted))
+            yield from _with_large_files(rows, blobs, skip)
 
 
-def _runs(
-    rows: list[tuple[Any, ...]], skip: Collection[str]
-) -> Iterator[tuple[list[tuple[Any, ...]], set[str]]]:
-    """``rows`` in consecutive runs, each with the blobs it needs, which add up to at
-    most ``BLOB_BATCH_BYTES`` (a larger blob makes a run of its own)."""
-    run: list[tuple[Any, ...]] = []
-    wanted: set[str] = set()
-    size = 0
-    for row in rows:
-        blob, blob_size = row[4], row[5]
-        if blob is not None and blob not in wanted and row[0] not in skip:
-            if wanted and size + blob_size > BLOB_BATCH_BYTES:
-                yield run, wanted
-                run, wanted, size = [], set(), 0
-            wanted.add(blob)
-            size += blob_size
-        run.append(row)
-    if run:
-        yield run, wanted
-
-
-def _fetch_blobs(cursor: Any, wanted: set[str], **options: Any) -> dict[str, bytes]:
-    if not wanted:
-        return {}
-    marks = ", ".join(["%s"] * len(wanted))
-    sql = f"SELECT sha256, data FROM {BLOB_TABLE} WHERE sha256 IN ({marks})"
-    cursor.execute(sql, [*wanted], **options)
-    return dict(cursor.fetchall())
-
-
-def _filled(run: list[tuple[Any, ...]], contents: dict[str, bytes]) -> list[tuple[Any, ...]]:
-    return [
-        (path, kind, mode, mtime_ns, None if blob is None else contents.get(blob))
-        for path, kind, mode, mtime_ns, blob, _ in run
-    ]
+def _with_large_files(
+    rows: list[tuple[Any, ...]], cursor: Any, skip: Collection[str], **options: Any
+) -> Iterator[list[tuple[Any, ...]]]:
+    """``rows``, each file over ``INLINE_BYTES`` with its contents fetched (through
+    ``cursor``) and alone in its batch, so that one large file at a time is held."""
+    large = [i for i, row in enumerate(rows) if row[5] is None and row[4] is not None]
+    start = 0
+    for i in large:
+        if i > start:
+            yield rows[start:i]
+        path, kind, mode, mtime_ns, blob, _ = rows[i]
+        if path not in skip:
+            cursor.execute(f"SELECT data FROM {BLOB_TABLE} WHERE sha256 = %s", [blob], **options)
+            yield [(path, kind, mode, mtime_ns, blob, cursor.fetchone()[0])]
+        start = i + 1
+    if start < len(rows):
+        yield rows[start:] if start else rows
 
 
 def _postgres_batches(
@@ -638,13 +637,13 @@ def _postgres_batches(
     """A server-side cursor in binary format (blobs travel as they are, not as
     hexadecimal text), read ahead by a second thread: the server's work and the wire
     overlap with the archive writing, as they cannot within one thread. The thread has
-    the connection to itself until the last batch is read; at most a few batches wait
-    for the writer, so memory stays bounded by ``BLOB_BATCH_BYTES``."""
+    the connection to itself until the last batch is read; two batches at most wait
+    for the writer, so memory stays bounded."""
     import psycopg  # noqa: PLC0415 (the driver, on PostgreSQL only)
 
     connection.ensure_connection()
     raw = connection.connection
-    batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=4)
+    batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
     def put(item: list[tuple[Any, ...]] | BaseException) -> None:
@@ -669,8 +668,8 @@ def _postgres_batches(
                     if not rows:
                         put([])
                         return
-                    for run, wanted in _runs(rows, skip):
-                        put(_filled(run, _fetch_blobs(blobs, wanted, binary=True)))
+                    for batch in _with_large_files(rows, blobs, skip, binary=True):
+                        put(batch)
         except BaseException as exc:  # re-raised in the caller's thread
             put(exc)
 
