@@ -126,7 +126,7 @@ def put_new(alias: str, name: str, source: Path) -> str:
         source.unlink(missing_ok=True)
 
 
-PART = 8 * 1024 * 1024  # S3's parts are at least 5 MiB, but for the last
+PART = 5 * 1024 * 1024  # S3's least part size (but for the last): the least memory
 
 
 def _upload_new(stored: Any, name: str, source: Path) -> None:

@@ -581,6 +581,13 @@ def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(ma
     warm = asyncio.run(store.upload("warm-up", io.BytesIO(small_archive("warm-1"))))
     wait_imported(deployed, session, warm["progress_url"])
     asyncio.run(store.download("warm-up")).close()
+    warm_export = requests.post(
+        deployed.base_url + "/api/workspaces/big/exports",
+        json={"snapshot_id": "warm-up-export"},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=300,
+    )
+    assert warm_export.status_code == 201, warm_export.text
     step("idle")
     with path.open("rb") as data:
         answer = asyncio.run(store.upload("sandbox-big", data))
