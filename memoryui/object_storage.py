@@ -100,20 +100,14 @@ class StoreError(OSError):
 
 
 def put_new(alias: str, name: str, source: Path) -> str:
-    """Like ``put_file``, but never over an existing file: FileExistsError when ``name``
-    exists, even if it appeared a moment ago. In a local directory a hard link makes the
-    name (it fails if taken); in object storage a multipart upload completes only if no
-    object has the key (``If-None-Match: *``), and until it completes no object exists.
-    StoreError when the store fails; ``source`` is gone afterwards in every case."""
+    """Move the finished local file ``source`` into the object storage ``alias`` as
+    ``name``, never over an existing object: FileExistsError when ``name`` exists, even
+    if it appeared a moment ago (a multipart upload that completes only if no object has
+    the key, ``If-None-Match: *``; until it completes there is no object at all).
+    StoreError when the store fails. Answers the locator; ``source`` is gone afterwards
+    in every case. (A local directory has its own journalled publish: ``snapshots``.)"""
+    stored: Any = storage(alias)
     try:
-        root = local_root(alias)
-        if root is not None:
-            target = root / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(source, target)
-            _fsync_directory(target.parent)
-            return str(target)
-        stored: Any = storage(alias)
         if hasattr(stored, "bucket") and hasattr(stored, "connection"):
             _upload_new(stored, name, source)
         elif stored.exists(name):  # a storage without conditional writes: best effort

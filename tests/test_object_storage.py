@@ -304,6 +304,21 @@ def test_an_export_whose_upload_fails_leaves_no_object_and_no_audit_event(
     assert objects(s3) == {"exports/s1.tar": done.snapshot.size}
 
 
+def test_an_export_that_cannot_be_audited_is_removed_from_the_bucket(
+    s3, db, settings, workspace_copy, monkeypatch
+):
+    settings.STORAGES = s3_storages(s3)
+    workspace = import_workspace(workspace_copy(), "a").workspace
+
+    def audit_fails(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(snapshots, "_audit", audit_fails)
+    with pytest.raises(RuntimeError, match="went away"):
+        snapshots.export_to_store(workspace, snapshot_id="s1")
+    assert objects(s3) == {}
+
+
 def test_of_two_exports_to_one_id_the_one_that_finishes_second_is_refused(
     s3, db, settings, workspace_copy, monkeypatch
 ):
