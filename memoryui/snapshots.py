@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.db.models import BinaryField, Case, F, Max, Q, When
 
 from generation import export, journal
-from generation.export import ExportError, SnapshotInfo
+from generation.export import ExportError, Row, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
@@ -516,11 +516,11 @@ def snapshot_members(
     overlay: dict[str, PlannedFile],
     report: Callable[[int, bool], None] | None = None,
     every: int = REPORT_EVERY,
-) -> tuple[Generator[Entry, None, None], int]:
-    """The archive's members, streamed from one query, and the modification time for
-    its root. Close the generator when done with it. ``report`` is called with the
-    number of members yielded so far, after the first and every ``every`` members,
-    and whether it is the last report (at the end).
+) -> tuple[Generator[Row, None, None], int]:
+    """The archive's members as (path, data, mode, mtime_ns) rows, streamed from one
+    query, and the modification time for its root. Close the generator when done with
+    it. ``report`` is called with the number of members yielded so far, after the first
+    and every ``every`` members, and whether it is the last report (at the end).
 
     Members come in path order (the unique index's order, so the database does not
     sort): a directory before its contents, which is all a restore needs. Files the
@@ -554,8 +554,8 @@ def _members(
     now_ns: int,
     report: Callable[[int, bool], None] | None,
     every: int,
-) -> Generator[Entry, None, None]:
-    """The stored rows as entries (curated bytes in place of the imported ones), then
+) -> Generator[Row, None, None]:
+    """The stored rows as members (curated bytes in place of the imported ones), then
     ``new``; a directory member is made up before any file whose parent has none yet
     (an archive imported without directory members, a new ``raw_memories/``). One
     generator, not a chain of them: this loop runs once per file of the workspace."""
@@ -569,14 +569,14 @@ def _members(
             if path in seen:
                 continue  # already made up for a file that came first
             seen.add(path)
-            entry = Entry(path, None, mode, mtime_ns)
+            entry: Row = (path, None, mode, mtime_ns)
         elif path in overlay:
             data = overlay[path].data
             if data is None:
                 continue  # a deleted skill file: not in the archive
-            entry = Entry(path, data, mode, now_ns)
+            entry = (path, data, mode, now_ns)
         else:
-            entry = Entry(path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
+            entry = (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         parent = path.rpartition("/")[0]
         if parent and parent not in seen:
             for made_up in _made_up_parents(parent, seen, now_ns):
@@ -590,14 +590,14 @@ def _members(
         report(count, True)
 
 
-def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
+def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Row]:
     missing = []
     while parent and parent not in seen:
         missing.append(parent)
         parent = parent.rpartition("/")[0]
     for directory in reversed(missing):
         seen.add(directory)
-        yield Entry(directory, None, 0o755, mtime_ns)
+        yield (directory, None, 0o755, mtime_ns)
 
 
 def _batches(
