@@ -316,7 +316,11 @@ class Symlink:
     mtime_ns: int = 0
 
 
-Member = Entry | Symlink
+# A member as a plain (path, data, mode, mtime_ns) tuple: an Entry without the object,
+# for a caller that streams tens of thousands of them (building each Entry cost more
+# than writing its header).
+Row = tuple[str, bytes | None, int, int]
+Member = Entry | Symlink | Row
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,14 @@ _USTAR_MAX_SIZE = 8**11
 # The checksum is the sum of the header's bytes with its own field read as spaces: the
 # fixed fields (uid and gid "0000000", the spaces, the magic) add up to this.
 _FIXED_SUM = 2 * sum(b"0000000") + sum(b"        ") + sum(_TAIL)
+
+
+# A regular file's header, for the common case (a short ASCII name, under 8 GB) that
+# ``_write_members`` builds inline: the name, these numeric fields (mode, uid, gid, size,
+# mtime), the checksum, then this rest. The same bytes as ``_header``.
+_FILE_FIELDS = b"%07o\x000000000\x000000000\x00%011o\x00%011o\x00"
+_FILE_REST = _REGULAR + _NUL * 100 + _TAIL
+_FILE_SUM = sum(b"        ") + sum(_FILE_REST)
 
 
 def _field(value: bytes, length: int) -> bytes:
@@ -475,25 +487,38 @@ def _write_members(
     links: list[Symlink] = []
     count = 1
     for member in members:
-        path = safe_relative(member.path)
-        if path in seen:
-            raise ExportError(f"{path} appears twice in the snapshot")
-        seen.add(path)
-        if isinstance(member, Symlink):
+        if type(member) is tuple:
+            path, data, mode, mtime_ns = member
+        elif isinstance(member, Symlink):
+            path = safe_relative(member.path)
+            if path in seen:
+                raise ExportError(f"{path} appears twice in the snapshot")
+            seen.add(path)
             if not _symlink_stays_inside(path, member.target):
                 raise ExportError(f"{path} links outside the workspace; the SDK refuses it")
             links.append(member)
             continue
-        if member.data is None:
-            sink.write(_member_header(f"./{path}/", member.mode, 0, member.mtime_ns, _DIRECTORY))
         else:
-            data = member.data
-            size = len(data)
-            sink.write_file(
-                _member_header(f"./{path}", member.mode, size, member.mtime_ns, _REGULAR),
-                data,
-                _PADDING[-size % _BLOCK],
-            )
+            assert isinstance(member, Entry)
+            path, data, mode, mtime_ns = member.path, member.data, member.mode, member.mtime_ns
+        path = safe_relative(path)
+        if path in seen:
+            raise ExportError(f"{path} appears twice in the snapshot")
+        seen.add(path)
+        if data is None:
+            sink.write(_member_header(f"./{path}/", mode, 0, mtime_ns, _DIRECTORY))
+            count += 1
+            continue
+        size = len(data)
+        name = f"./{path}"
+        if len(name) <= 100 and size < _USTAR_MAX_SIZE and name.isascii():  # most files
+            encoded = name.encode()
+            fields = _FILE_FIELDS % (mode & 0o7777, size, mtime_ns // 1_000_000_000)
+            checksum = b"%06o\x00 " % (_FILE_SUM + sum(encoded) + sum(fields))
+            header = encoded.ljust(100, _NUL) + fields + checksum + _FILE_REST
+        else:
+            header = _member_header(name, mode, size, mtime_ns, _REGULAR)
+        sink.write_file(header, data, _PADDING[-size % _BLOCK])
         count += 1
     for link in links:
         sink.write(

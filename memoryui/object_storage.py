@@ -95,6 +95,73 @@ def put_file(alias: str, name: str, source: Path) -> str:
     return locator_of(alias, name)
 
 
+class StoreError(OSError):
+    """The object store refused or failed a write (unreachable, a server error)."""
+
+
+def put_new(alias: str, name: str, source: Path) -> str:
+    """Move the finished local file ``source`` into the object storage ``alias`` as
+    ``name``, never over an existing object: FileExistsError when ``name`` exists, even
+    if it appeared a moment ago (a multipart upload that completes only if no object has
+    the key, ``If-None-Match: *``; until it completes there is no object at all).
+    StoreError when the store fails. Answers the locator; ``source`` is gone afterwards
+    in every case. (A local directory has its own journalled publish: ``snapshots``.)"""
+    stored: Any = storage(alias)
+    try:
+        if hasattr(stored, "bucket") and hasattr(stored, "connection"):
+            _upload_new(stored, name, source)
+        elif stored.exists(name):  # a storage without conditional writes: best effort
+            raise FileExistsError(name)
+        else:
+            with source.open("rb") as fh:
+                name = stored.save(name, File(fh, name=PurePosixPath(name).name))
+        return locator_of(alias, name)
+    finally:
+        source.unlink(missing_ok=True)
+
+
+PART = 5 * 1024 * 1024  # S3's least part size (but for the last): the least memory
+
+
+def _upload_new(stored: Any, name: str, source: Path) -> None:
+    """Upload ``source`` part by part (one part in memory at a time) and complete the
+    object only if its key is free; an upload that fails or loses is aborted."""
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 (heavy: used with object storage only)
+
+    key = stored._normalize_name(clean_name(name))
+    client = stored.connection.meta.client
+    where = {"Bucket": stored.bucket_name, "Key": key}
+    upload_id = ""
+    try:
+        upload_id = client.create_multipart_upload(**where, **stored._get_write_parameters(key))[
+            "UploadId"
+        ]
+        parts: list[dict[str, Any]] = []
+        with source.open("rb") as fh:
+            while True:
+                body = fh.read(PART)
+                number = len(parts) + 1
+                sent = client.upload_part(**where, UploadId=upload_id, PartNumber=number, Body=body)
+                parts.append({"ETag": sent["ETag"], "PartNumber": number})
+                if len(body) < PART:
+                    break
+        client.complete_multipart_upload(
+            **where, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+        )
+    except BaseException as exc:
+        if upload_id:
+            with suppress(BotoCoreError, ClientError):
+                client.abort_multipart_upload(**where, UploadId=upload_id)
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise FileExistsError(name) from exc
+            raise StoreError(f"the object store answered {code or exc}") from exc
+        if isinstance(exc, BotoCoreError):
+            raise StoreError(str(exc)) from exc
+        raise
+
+
 def _upload_file(stored: Any, name: str, source: Path) -> None:
     """``S3Storage.save`` as boto3's file upload: ``save`` hands boto3 an open file,
     whose multipart upload reads every part into memory ahead of sending it (100 MiB
@@ -138,11 +205,13 @@ def local_copy(locator: str) -> Iterator[Path]:
     """A local path to read a recorded file from (tarfile seeks): the file itself when
     it is on this machine, else a temporary copy of it, streamed from storage in chunks
     and deleted on leaving. The copy keeps the file's name (its suffix names its
-    compression)."""
+    compression). FileNotFoundError when it is gone."""
     if not is_stored(locator):
         yield Path(locator)
         return
     alias, name = parse(locator)
+    if not storage(alias).exists(name):
+        raise FileNotFoundError(f"{locator} is not in the object store")
     with tempfile.TemporaryDirectory(prefix="memoryui-stored-") as folder:
         copy = Path(folder) / PurePosixPath(name).name
         stored = storage(alias).open(name, "rb")

@@ -4,7 +4,8 @@ byte, with the curated memory of all or chosen layouts laid over it.
 The tree comes from the database (the imported bytes, modes and modification times), so
 an export works whether the workspace's disk still exists or not. Files nobody changed
 are exactly the imported ones. Files and their blobs are streamed from one query in
-archive order, so memory holds a chunk of rows, not the workspace.
+archive order: the files' rows in chunks, small files' contents with them and a larger
+file's fetched alone, so memory holds a few MiB however large the workspace.
 """
 
 from __future__ import annotations
@@ -24,23 +25,28 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import Max, Q
+from django.db import connection, transaction
+from django.db.models import BinaryField, Case, F, Max, Q, When
 
 from generation import export, journal
-from generation.export import ExportError, SnapshotInfo
+from generation.export import ExportError, Row, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import Entry, LayoutDirs
 
 from . import lint_allowances, object_storage, observability
-from .models import AuditEvent, Layout, Workspace, WorkspaceFile
+from .models import AuditEvent, Blob, Layout, Workspace, WorkspaceFile
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
 
 logger = logging.getLogger(__name__)
 
-CHUNK = 500
+# Rows per fetch, files up to INLINE_BYTES coming with their contents: a batch holds
+# at most 4 MiB (a larger file is fetched alone).
+CHUNK = 256
+INLINE_BYTES = 16 * 1024
+REPORT_EVERY = 1024  # members between two progress reports, at most
 EXPORT_SNAPSHOT_ACTION = "export.snapshot"
 EXPORT_DOWNLOAD_ACTION = "export.download"
+BLOB_TABLE = Blob._meta.db_table
 
 
 def snapshot_base_path() -> Path:
@@ -174,36 +180,20 @@ def export_snapshot(
         raise ExportError("export either into a base path or into a download, not both")
     if session_state and base_path is None:
         raise ExportError("a session state is written beside an archive on the server only")
-    plan = plan_export(workspace, memories_dirs)
-    held = set(lint_allowances.standing(workspace, plan.findings, plan.sha256_of()))
-    allowed_ids = held | ({f.id for f in plan.findings} & set(allow_findings))
-    blocking = [f for f in plan.findings if f.id not in allowed_ids]
-    if blocking or plan.refused:
-        raise Refused(blocking, refused=plan.refused, what="export")
-    allowed = sorted(allowed_ids)
+    cleared = _cleared(workspace, memories_dirs, allow_findings)
+    plan = cleared.plan
     if base_path is None:
         assert fileobj is not None
-        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-        with closing(members):  # stops the reader thread, even when writing fails
-            info = export.write_snapshot_to(
-                fileobj, _progress(workspace, plan, members, progress), root_mtime_ns=root_mtime_ns
-            )
-        result = ExportResult(
-            plan, info, allowed_findings=allowed, newly_allowed=sorted(allowed_ids - held)
-        )
-        result.event = _audit(workspace, snapshot_id, result, user)
-        return result
+        cleared.snapshot = _write_archive(workspace, plan, fileobj, progress)
+        cleared.event = _audit(workspace, snapshot_id, cleared, user)
+        return cleared
     base_path = Path(os.path.abspath(base_path))
     target = base_path / f"{snapshot_id}.tar"
     export.check_new(target)
     files = [(export.temp_beside(target), target)]
     state = b""
-    result = ExportResult(
-        plan,
-        SnapshotInfo(target, 0, "", 0),
-        allowed_findings=allowed,
-        newly_allowed=sorted(allowed_ids - held),
-    )
+    result = cleared
+    result.snapshot = SnapshotInfo(target, 0, "", 0)
     if session_state:
         result.session_state = base_path / f"{snapshot_id}.{export.SESSION_STATE_NAME}"
         export.check_new(result.session_state)
@@ -233,12 +223,10 @@ def export_to_store(
     session_state: bool = False,
     **options: Any,
 ) -> ExportResult:
-    """``export_snapshot`` into the ``exports`` storage: the snapshot directory, or, with
-    object storage, an archive written in a temporary directory of this process and then
-    uploaded as ``<snapshot_id>.tar`` (its audit event names it there). A session state
-    points at a directory, so it is written with a snapshot directory only."""
+    """``export_snapshot`` into the ``exports`` storage: the snapshot directory, or
+    object storage (``export_to_object_store``). A session state points at a directory,
+    so it is written with a snapshot directory only."""
 
-    name = f"{snapshot_id}.tar"
     if object_storage.local_root(object_storage.EXPORTS) is not None:
         return export_snapshot(
             workspace,
@@ -253,20 +241,96 @@ def export_to_store(
             "a session state resumes from a snapshot directory; exports are kept in object "
             "storage here (MEMORYUI_STORAGE=s3), so export without it"
         )
+    return export_to_object_store(workspace, snapshot_id=snapshot_id, **options)
+
+
+@observability.observed(
+    "export",
+    lambda workspace, *, snapshot_id, **_: {
+        "workspace": workspace.name,
+        "snapshot_id": snapshot_id,
+        "store": "object",
+    },
+    _export_fields,
+)
+def export_to_object_store(
+    workspace: Workspace,
+    *,
+    snapshot_id: str,
+    memories_dirs: Collection[str] | None = None,
+    allow_findings: Collection[str] = (),
+    user: Any = None,
+    on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ExportResult:
+    """Export as the object ``<snapshot_id>.tar`` of the ``exports`` storage, which
+    appears whole or not at all, and only if no object has that name (a conditional
+    upload: of two exports to one id, one wins and the other gets ExportError). The
+    archive is written into a temporary file of this process first. The audit event is
+    recorded once the object exists; if it cannot be, the object is removed again, so
+    an export that failed leaves neither. ``on_step``: ``staged`` (the local archive),
+    ``published`` (the object), ``committed`` (the audit event)."""
+
+    name = f"{export.check_snapshot_id(snapshot_id)}.tar"
+    exists = f"{name} already exists in the export store; choose another snapshot id"
+    step = on_step or _no_step
     if object_storage.stored_exists(object_storage.EXPORTS, name):
-        raise ExportError(f"{name} already exists in the export store; choose another snapshot id")
+        raise ExportError(exists)  # early, before the work; the upload itself decides
+    result = _cleared(workspace, memories_dirs, allow_findings)
     with tempfile.TemporaryDirectory(prefix="memoryui-export-") as folder:
-        result = export_snapshot(
-            workspace, snapshot_id=snapshot_id, base_path=Path(folder), **options
-        )
-        assert result.snapshot.path is not None
-        result.stored_as = object_storage.put_file(
-            object_storage.EXPORTS, name, result.snapshot.path
-        )
-    if result.event is not None:
-        AuditEvent.objects.filter(pk=result.event.pk).update(target=result.stored_as)
-        result.event.target = result.stored_as
+        archive = Path(folder) / name
+        try:
+            with archive.open("xb") as fh:
+                result.snapshot = _write_archive(workspace, result.plan, fh, progress)
+        except OSError as exc:
+            raise ExportError(f"{name} could not be written ({exc.strerror or exc})") from exc
+        step("staged")
+        try:
+            result.stored_as = object_storage.put_new(object_storage.EXPORTS, name, archive)
+        except FileExistsError as exc:
+            raise ExportError(exists) from exc
+        except object_storage.StoreError as exc:
+            raise ExportError(f"{name} could not be stored ({exc}); nothing was kept") from exc
+    step("published")
+    try:
+        with transaction.atomic():
+            result.event = _audit(workspace, snapshot_id, result, user)
+            step("committed")
+    except BaseException:
+        object_storage.delete(result.stored_as)  # not audited, so not kept
+        raise
     return result
+
+
+def _cleared(
+    workspace: Workspace, memories_dirs: Collection[str] | None, allow_findings: Collection[str]
+) -> ExportResult:
+    """The export's plan, refused (Refused) while a lint finding is not allowed; an
+    ExportResult with no archive yet."""
+    plan = plan_export(workspace, memories_dirs)
+    held = set(lint_allowances.standing(workspace, plan.findings, plan.sha256_of()))
+    allowed_ids = held | ({f.id for f in plan.findings} & set(allow_findings))
+    blocking = [f for f in plan.findings if f.id not in allowed_ids]
+    if blocking or plan.refused:
+        raise Refused(blocking, refused=plan.refused, what="export")
+    return ExportResult(
+        plan,
+        SnapshotInfo(None, 0, "", 0),
+        allowed_findings=sorted(allowed_ids),
+        newly_allowed=sorted(allowed_ids - held),
+    )
+
+
+def _write_archive(
+    workspace: Workspace,
+    plan: ExportPlan,
+    fh: IO[bytes],
+    progress: Callable[[str, int, int], None] | None,
+) -> SnapshotInfo:
+    report, every = _reporter(workspace, plan, progress)
+    members, root_mtime_ns = snapshot_members(workspace, plan.overlay, report, every)
+    with closing(members):  # stops the reader thread, even when writing fails
+        return export.write_snapshot_to(fh, members, root_mtime_ns=root_mtime_ns)
 
 
 def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
@@ -320,18 +384,9 @@ def _publish(
         return True
 
     def stage() -> None:
-        members, root_mtime_ns = snapshot_members(workspace, plan.overlay)
-        with closing(members):  # stops the reader thread, even when writing fails
-            export.write_temp(
-                files[0][0],
-                lambda fh: holder.append(
-                    export.write_snapshot_to(
-                        fh,
-                        _progress(workspace, plan, members, progress),
-                        root_mtime_ns=root_mtime_ns,
-                    )
-                ),
-            )
+        export.write_temp(
+            files[0][0], lambda fh: holder.append(_write_archive(workspace, plan, fh, progress))
+        )
         step("staged")
         if state:
 
@@ -428,22 +483,23 @@ def recover_exports() -> list[str]:
     return removed
 
 
-def _progress(
-    workspace: Workspace,
-    plan: ExportPlan,
-    members: Iterator[Entry],
-    progress: Callable[[str, int, int], None] | None,
-) -> Iterator[Entry]:
-    """The archive's members, reporting ("export", members written, members)."""
+def _reporter(
+    workspace: Workspace, plan: ExportPlan, progress: Callable[[str, int, int], None] | None
+) -> tuple[Callable[[int, bool], None] | None, int]:
+    """``progress`` as ("export", members written, members), for ``snapshot_members``,
+    and how often to call it: every member of a small archive, a few hundred times in
+    all for a large one (a call per member cost a tenth of a 30,000-member export)."""
     if progress is None:
-        yield from members
-        return
+        return None, 0
     total = _member_count(workspace, plan.overlay)
-    done = 0
-    for done, member in enumerate(members, 1):
-        yield member
-        progress("export", min(done, total), max(total, done))
-    progress("export", done, done)
+
+    def report(done: int, last: bool) -> None:
+        if last:
+            progress("export", done, done)
+        else:
+            progress("export", min(done, total), max(total, done))
+
+    return report, max(1, min(REPORT_EVERY, total // 400))
 
 
 def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
@@ -456,14 +512,21 @@ def _member_count(workspace: Workspace, overlay: dict[str, PlannedFile]) -> int:
 
 
 def snapshot_members(
-    workspace: Workspace, overlay: dict[str, PlannedFile]
-) -> tuple[Generator[Entry, None, None], int]:
-    """The archive's members, streamed from one query, and the modification time for
-    its root. Close the generator when done with it.
+    workspace: Workspace,
+    overlay: dict[str, PlannedFile],
+    report: Callable[[int, bool], None] | None = None,
+    every: int = REPORT_EVERY,
+) -> tuple[Generator[Row, None, None], int]:
+    """The archive's members as (path, data, mode, mtime_ns) rows, streamed from one
+    query, and the modification time for its root. Close the generator when done with
+    it. ``report`` is called with the number of members yielded so far, after the first
+    and every ``every`` members, and whether it is the last report (at the end).
 
     Members come in path order (the unique index's order, so the database does not
     sort): a directory before its contents, which is all a restore needs. Files the
-    workspace never had (a proposal's new raw memories) come last."""
+    workspace never had (a proposal's new raw memories) come last. Contents up to
+    ``INLINE_BYTES`` come with their row; a larger file's are fetched alone, when its
+    turn comes, so memory holds a few MiB however large the workspace."""
     now_ns = time.time_ns()
     present = WorkspaceFile.objects.present().filter(workspace=workspace)
     latest = present.aggregate(latest=Max("mtime_ns"))["latest"]
@@ -473,12 +536,15 @@ def snapshot_members(
         for p, f in sorted(overlay.items())
         if p not in stored and f.data is not None
     ]
+    inline = Case(When(size__lte=INLINE_BYTES, then=F("blob__data")), output_field=BinaryField())
     rows = (
         present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
         .order_by("path")
-        .values_list("path", "kind", "mode", "mtime_ns", "blob__data")
+        .annotate(inline=inline)
+        .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "inline")
     )
-    return _members(rows.query.sql_with_params(), overlay, new, now_ns), latest or now_ns
+    members = _members(rows.query.sql_with_params(), overlay, new, now_ns, report, every)
+    return members, latest or now_ns
 
 
 def _members(
@@ -486,64 +552,102 @@ def _members(
     overlay: dict[str, PlannedFile],
     new: list[Entry],
     now_ns: int,
-) -> Generator[Entry, None, None]:
-    """The stored rows as entries (curated bytes in place of the imported ones), then
+    report: Callable[[int, bool], None] | None,
+    every: int,
+) -> Generator[Row, None, None]:
+    """The stored rows as members (curated bytes in place of the imported ones), then
     ``new``; a directory member is made up before any file whose parent has none yet
     (an archive imported without directory members, a new ``raw_memories/``). One
     generator, not a chain of them: this loop runs once per file of the workspace."""
     directory = WorkspaceFile.Kind.DIRECTORY
     seen: set[str] = set()
-    stored = (row for batch in _batches(*query) for row in batch)
-    added = ((e.path, "", e.mode, e.mtime_ns, e.data) for e in new)
-    for path, kind, mode, mtime_ns, data in itertools.chain(stored, added):
+    stored = (row for batch in _batches(*query, skip=overlay.keys()) for row in batch)
+    added = ((e.path, "", e.mode, e.mtime_ns, None, e.data) for e in new)
+    count = 0
+    for path, kind, mode, mtime_ns, _, data in itertools.chain(stored, added):
         if kind == directory:
             if path in seen:
                 continue  # already made up for a file that came first
             seen.add(path)
-            entry = Entry(path, None, mode, mtime_ns)
+            entry: Row = (path, None, mode, mtime_ns)
         elif path in overlay:
             data = overlay[path].data
             if data is None:
                 continue  # a deleted skill file: not in the archive
-            entry = Entry(path, data, mode, now_ns)
+            entry = (path, data, mode, now_ns)
         else:
-            entry = Entry(path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
+            entry = (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         parent = path.rpartition("/")[0]
         if parent and parent not in seen:
-            yield from _made_up_parents(parent, seen, now_ns)
+            for made_up in _made_up_parents(parent, seen, now_ns):
+                count += 1
+                yield made_up
+        count += 1
+        if report is not None and (not count % every or count == 1):
+            report(count, False)
         yield entry
+    if report is not None:
+        report(count, True)
 
 
-def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
+def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Row]:
     missing = []
     while parent and parent not in seen:
         missing.append(parent)
         parent = parent.rpartition("/")[0]
     for directory in reversed(missing):
         seen.add(directory)
-        yield Entry(directory, None, 0o755, mtime_ns)
+        yield (directory, None, 0o755, mtime_ns)
 
 
-def _batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
-    """The rows of ``sql`` in batches, from a chunked cursor (server-side on
-    PostgreSQL), as ``QuerySet.iterator()`` reads them but without building rows."""
+def _batches(
+    sql: str, params: Sequence[Any], *, skip: Collection[str]
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` (path, kind, mode, mtime_ns, blob id, contents when small)
+    in batches from a chunked cursor (server-side on PostgreSQL), a large file's
+    contents fetched into its row, in a batch of its own. Paths in ``skip`` (curated
+    anew) are not fetched."""
     if connection.vendor == "postgresql":
-        yield from _postgres_batches(sql, params)
+        yield from _postgres_batches(sql, params, skip)
         return
-    with connection.chunked_cursor() as cursor:
+    with connection.chunked_cursor() as cursor, connection.cursor() as blobs:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(CHUNK):
-            yield rows
+            yield from _with_large_files(rows, blobs, skip)
 
 
-def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+def _with_large_files(
+    rows: list[tuple[Any, ...]], cursor: Any, skip: Collection[str], **options: Any
+) -> Iterator[list[tuple[Any, ...]]]:
+    """``rows``, each file over ``INLINE_BYTES`` with its contents fetched (through
+    ``cursor``) and alone in its batch, so that one large file at a time is held."""
+    large = [i for i, row in enumerate(rows) if row[5] is None and row[4] is not None]
+    start = 0
+    for i in large:
+        if i > start:
+            yield rows[start:i]
+        path, kind, mode, mtime_ns, blob, _ = rows[i]
+        if path not in skip:
+            cursor.execute(f"SELECT data FROM {BLOB_TABLE} WHERE sha256 = %s", [blob], **options)
+            yield [(path, kind, mode, mtime_ns, blob, cursor.fetchone()[0])]
+        start = i + 1
+    if start < len(rows):
+        yield rows[start:] if start else rows
+
+
+def _postgres_batches(
+    sql: str, params: Sequence[Any], skip: Collection[str]
+) -> Iterator[list[tuple[Any, ...]]]:
     """A server-side cursor in binary format (blobs travel as they are, not as
     hexadecimal text), read ahead by a second thread: the server's work and the wire
     overlap with the archive writing, as they cannot within one thread. The thread has
-    the connection to itself until the last batch is read."""
+    the connection to itself until the last batch is read; two batches at most wait
+    for the writer, so memory stays bounded."""
+    import psycopg  # noqa: PLC0415 (the driver, on PostgreSQL only)
+
     connection.ensure_connection()
     raw = connection.connection
-    batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=4)
+    batches: queue.Queue[list[tuple[Any, ...]] | BaseException] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
     def put(item: list[tuple[Any, ...]] | BaseException) -> None:
@@ -557,13 +661,19 @@ def _postgres_batches(sql: str, params: Sequence[Any]) -> Iterator[list[tuple[An
     def read() -> None:
         name = f"memoryui_export_{uuid.uuid4().hex}"
         try:
-            with raw.cursor(name=name, binary=True, withhold=raw.autocommit) as cursor:
+            # Django's cursors bind parameters on the client, which rules binary out.
+            with (
+                raw.cursor(name=name, binary=True, withhold=raw.autocommit) as cursor,
+                psycopg.Cursor(raw) as blobs,
+            ):
                 cursor.execute(sql, params)
                 while not stop.is_set():
                     rows = cursor.fetchmany(CHUNK)
-                    put(rows)
                     if not rows:
+                        put([])
                         return
+                    for batch in _with_large_files(rows, blobs, skip, binary=True):
+                        put(batch)
         except BaseException as exc:  # re-raised in the caller's thread
             put(exc)
 
@@ -621,12 +731,13 @@ def _audit(
         user=user,
         actor=actor,
     )
+    kept = result.stored_as or info.path  # on the server; else a download
     return AuditEvent.record(
         workspace,
-        EXPORT_SNAPSHOT_ACTION if info.path else EXPORT_DOWNLOAD_ACTION,
+        EXPORT_SNAPSHOT_ACTION if kept else EXPORT_DOWNLOAD_ACTION,
         user=user,
         actor=actor,
-        target=str(info.path or f"{snapshot_id}.tar (download)"),
+        target=str(kept or f"{snapshot_id}.tar (download)"),
         snapshot_id=snapshot_id,
         sha256=info.sha256,
         size=info.size,

@@ -69,8 +69,8 @@ def resolve_source(raw: str, *, directory_only: bool = False) -> Path:
         raise PathRefused("Give the path of a directory under the workspace roots.")
     if object_storage.is_stored(text):
         raise PathRefused(
-            "the uploaded snapshot is kept in object storage, not in a folder; upload it "
-            "again to import it again."
+            f"{text} is an uploaded snapshot kept in object storage, not a path under the "
+            f"workspace roots ({roots_text()})."
         )
     if "\x00" in text:
         raise PathRefused("The path contains a NUL character.")
@@ -264,14 +264,37 @@ def _failed_run(workspace: Workspace, error: str, user: Any, scheduled: bool) ->
     )
 
 
+def check_reimportable(workspace: Workspace) -> None:
+    """PathRefused unless the workspace's recorded source may be imported again: a path
+    ``resolve_source`` accepts, or an upload kept in object storage."""
+    if not object_storage.is_stored(workspace.source_path):
+        resolve_source(workspace.source_path)
+
+
 def reimport(workspace: Workspace, user: Any = None, *, scheduled: bool = False) -> ImportRun:
-    """Re-import a workspace from its recorded source, if the web may import it.
+    """Re-import a workspace from its recorded source, if the web may import it; an
+    upload kept in object storage is read from a local copy of this worker's own.
     Refusals and unreadable sources are recorded as a failed import, not raised."""
+    recorded = workspace.source_path
     try:
-        source = resolve_source(workspace.source_path)
+        if object_storage.is_stored(recorded):
+            return _reimport_stored(workspace, recorded, user, scheduled)
+        source = resolve_source(recorded)
         return import_workspace(source, workspace.name, user=user, scheduled=scheduled).run
     except (PathRefused, TreeError) as exc:
         return _failed_run(workspace, str(exc), user, scheduled)
+    except FileNotFoundError:
+        error = f"{recorded} is no longer in object storage; upload the snapshot again."
+        return _failed_run(workspace, error, user, scheduled)
+
+
+def _reimport_stored(workspace: Workspace, recorded: str, user: Any, scheduled: bool) -> ImportRun:
+    with object_storage.local_copy(recorded) as copy, transaction.atomic():
+        run = import_workspace(copy, workspace.name, user=user, scheduled=scheduled).run
+        # The importer records the copy it read; the source stays the stored upload.
+        Workspace.objects.filter(pk=workspace.pk).update(source_path=recorded)
+    workspace.source_path = recorded
+    return run
 
 
 def next_sync(workspace: Workspace, now: datetime) -> datetime | None:

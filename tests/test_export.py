@@ -74,6 +74,17 @@ def test_snapshot_headers_are_byte_identical_to_tarfile_pax_output():
     assert info.size == len(ours.getvalue()) and info.members == len(MEMBERS) + 1
 
 
+def test_members_given_as_plain_rows_make_the_same_archive_as_entries():
+    """The server export streams (path, data, mode, mtime_ns) tuples, not Entry objects."""
+    as_entries, as_rows = io.BytesIO(), io.BytesIO()
+    export.write_snapshot_to(as_entries, MEMBERS, root_mtime_ns=1795992820_008438600)
+    rows = [m if isinstance(m, Symlink) else (m.path, m.data, m.mode, m.mtime_ns) for m in MEMBERS]
+    export.write_snapshot_to(as_rows, rows, root_mtime_ns=1795992820_008438600)
+    assert as_rows.getvalue() == as_entries.getvalue()
+    with pytest.raises(ExportError, match="appears twice"):
+        export.write_snapshot_to(io.BytesIO(), [*rows, ("README.md", b"again", 0o644, 0)])
+
+
 def test_snapshot_has_a_root_member_dot_prefixed_names_and_symlinks_last():
     buf = io.BytesIO()
     export.write_snapshot_to(buf, MEMBERS)

@@ -15,19 +15,23 @@ import re
 import subprocess
 import sys
 import tarfile
+import tracemalloc
 from contextlib import suppress
 from pathlib import Path
 
 import boto3
+import botocore.exceptions
 import pytest
 import requests
 from django.conf import settings
 from django.test import Client
+from django.urls import reverse
 from moto.server import ThreadedMotoServer
 
-from memoryui import object_storage, tokens, workspaces
+from generation.export import ExportError
+from memoryui import object_storage, snapshots, tokens, workspaces
 from memoryui.importer import import_workspace
-from memoryui.models import ImportJob, Membership, Role, Workspace
+from memoryui.models import AuditEvent, ImportJob, ImportRun, Membership, Role, Workspace
 from memoryui_client import SnapshotClient
 from tests.factories import make_user
 from tests.test_import import snapshot_path
@@ -198,6 +202,139 @@ def test_with_object_storage_an_upload_leaves_no_file_on_the_web_machine(
     assert workspace.source_path == "storage://uploads/dash-1.tar"
     assert workspace.files.filter(path__endswith="MEMORY.md").exists()
     assert object_storage.read_small("uploads", workspaces.progress_name(job.pk)) is None
+
+
+def uploaded_workspace(client, data: bytes, name: str = "dash") -> Workspace:
+    """``data`` uploaded through the dashboard and imported by the worker's function."""
+    assert upload(client, f"{name}.tar", data, name).status_code == 302
+    done = workspaces.run_import_job(ImportJob.objects.get(name=name).pk)
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    return Workspace.objects.get(name=name)
+
+
+def test_a_workspace_uploaded_into_object_storage_can_be_re_imported(
+    s3, db, settings, tmp_path, fixtures_dir, eager, django_capture_on_commit_callbacks
+):
+    settings.STORAGES = s3_storages(s3)
+    settings.MEMORYUI_UPLOAD_DIR = tmp_path / "uploads"
+    client = Client()
+    client.force_login(make_user("staff", staff=True))
+    workspace = uploaded_workspace(client, snapshot_path(fixtures_dir, "small-a").read_bytes())
+    first = workspace.imports.get()
+    stored = workspace.source_path
+    assert stored.startswith("storage://uploads/dash-")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(reverse("memoryui:workspace_reimport", args=["dash"]), follow=True)
+    assert "Not re-imported" not in answer.content.decode()
+    again = workspace.imports.exclude(pk=first.pk).get()
+    assert again.status == ImportRun.Status.OK, again.report
+    assert again.unchanged == first.added  # the same upload, read again
+    workspace.refresh_from_db()
+    assert workspace.source_path == stored
+    assert [p for p in tmp_path.rglob("*.tar")] == []  # the worker's copy is gone
+
+    key = stored.removeprefix("storage://")
+    boto3.client("s3", endpoint_url=s3).delete_object(Bucket=BUCKET, Key=key)
+    gone = workspaces.reimport(workspace)
+    assert gone.status == ImportRun.Status.FAILED
+    assert "no longer in object storage" in gone.report["errors"][0]["error"]
+
+
+def test_an_export_holds_a_few_mib_in_memory_however_large_the_workspace(
+    db, settings, tmp_path, workspace_copy
+):
+    """48 MiB of files: the export reads their contents in batches of a few MiB (it held
+    500 files' contents at a time, here the whole workspace)."""
+    source = workspace_copy()
+    (source / "bulk").mkdir()
+    for i in range(192):
+        (source / "bulk" / f"blob-{i:03}.bin").write_bytes(os.urandom(256 * 1024))
+    workspace = import_workspace(source, "big").workspace
+
+    class Digest(io.RawIOBase):
+        def __init__(self) -> None:
+            self.sha256 = hashlib.sha256()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:  # type: ignore[override]
+            self.sha256.update(data)
+            return len(data)
+
+    sink = Digest()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = snapshots.export_snapshot(workspace, snapshot_id="big", fileobj=sink)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert result.snapshot.size > 48 * 1024 * 1024
+    assert sink.sha256.hexdigest() == result.snapshot.sha256
+    assert peak < 16 * 1024 * 1024, f"the export held {peak / 2**20:.1f} MiB"
+
+
+def test_an_export_whose_upload_fails_leaves_no_object_and_no_audit_event(
+    s3, db, settings, workspace_copy, monkeypatch
+):
+    settings.STORAGES = s3_storages(s3)
+    workspace = import_workspace(workspace_copy(), "a").workspace
+    client = object_storage.storage("exports").connection.meta.client
+
+    def fail(**kwargs):
+        raise botocore.exceptions.ClientError(
+            {"Error": {"Code": "InternalError", "Message": "the disk is on fire"}},
+            "CompleteMultipartUpload",
+        )
+
+    monkeypatch.setattr(client, "complete_multipart_upload", fail)  # after the parts went
+    with pytest.raises(ExportError, match="could not be stored .*InternalError"):
+        snapshots.export_to_store(workspace, snapshot_id="s1")
+    assert objects(s3) == {}
+    uploads = boto3.client("s3", endpoint_url=s3).list_multipart_uploads(Bucket=BUCKET)
+    assert uploads.get("Uploads", []) == []  # aborted, not left to be billed
+    assert not AuditEvent.objects.filter(action=snapshots.EXPORT_SNAPSHOT_ACTION).exists()
+
+    monkeypatch.undo()
+    done = snapshots.export_to_store(workspace, snapshot_id="s1")
+    event = AuditEvent.objects.get(action=snapshots.EXPORT_SNAPSHOT_ACTION)
+    assert event.target == done.location == "storage://exports/s1.tar"
+    assert objects(s3) == {"exports/s1.tar": done.snapshot.size}
+
+
+def test_an_export_that_cannot_be_audited_is_removed_from_the_bucket(
+    s3, db, settings, workspace_copy, monkeypatch
+):
+    settings.STORAGES = s3_storages(s3)
+    workspace = import_workspace(workspace_copy(), "a").workspace
+
+    def audit_fails(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(snapshots, "_audit", audit_fails)
+    with pytest.raises(RuntimeError, match="went away"):
+        snapshots.export_to_store(workspace, snapshot_id="s1")
+    assert objects(s3) == {}
+
+
+def test_of_two_exports_to_one_id_the_one_that_finishes_second_is_refused(
+    s3, db, settings, workspace_copy, monkeypatch
+):
+    """The other export's object appears after this one's early check: the conditional
+    upload keeps the winner's object and refuses this one, which records nothing."""
+    settings.STORAGES = s3_storages(s3)
+    workspace = import_workspace(workspace_copy(), "a").workspace
+    bucket = boto3.client("s3", endpoint_url=s3)
+    monkeypatch.setattr(object_storage, "stored_exists", lambda alias, name: False)
+    bucket.put_object(Bucket=BUCKET, Key="exports/s1.tar", Body=b"the winner's archive")
+    with pytest.raises(ExportError, match="s1.tar already exists in the export store"):
+        snapshots.export_to_store(workspace, snapshot_id="s1")
+    kept = bucket.get_object(Bucket=BUCKET, Key="exports/s1.tar")["Body"].read()
+    assert kept == b"the winner's archive"
+    assert not AuditEvent.objects.filter(action=snapshots.EXPORT_SNAPSHOT_ACTION).exists()
+    assert bucket.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
 
 
 # --- separate processes, no shared directory ---------------------------------------------
@@ -459,6 +596,13 @@ def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(ma
     warm = asyncio.run(store.upload("warm-up", io.BytesIO(small_archive("warm-1"))))
     wait_imported(deployed, session, warm["progress_url"])
     asyncio.run(store.download("warm-up")).close()
+    warm_export = requests.post(
+        deployed.base_url + "/api/workspaces/big/exports",
+        json={"snapshot_id": "warm-up-export"},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=300,
+    )
+    assert warm_export.status_code == 201, warm_export.text
     step("idle")
     with path.open("rb") as data:
         answer = asyncio.run(store.upload("sandbox-big", data))
@@ -499,9 +643,10 @@ def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(ma
             f"  {name:9} "
             + "  ".join(f"{n} {v:.0f} (+{grew[name][n]:.0f})" for n, v in by_process.items())
         )
-    # What goes through the object store. (The export's own reading of the database is
-    # not this test's concern: it is the same with a local directory.)
-    for name, process in [("upload", "web"), ("restore", "web"), ("download", "web")]:
+    # What goes through the object store, and the export's reading of the database
+    # (contents a file at a time, parts of the upload one at a time).
+    steps = [("upload", "web"), ("restore", "web"), ("export", "web"), ("download", "web")]
+    for name, process in steps:
         assert grew[name][process] < 32, f"{process} grew by {grew[name][process]:.0f} MiB"
     assert archives_under(*homes) == []
     path.unlink()

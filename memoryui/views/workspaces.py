@@ -381,7 +381,7 @@ def workspace_reimport(request: HtmxHttpRequest, name: str) -> HttpResponse:
         messages.error(request, f"Not re-imported: {snapshot_store.NO_SOURCE}")
         return redirect(workspace)
     try:
-        workspaces.resolve_source(workspace.source_path)
+        workspaces.check_reimportable(workspace)
     except workspaces.PathRefused as exc:
         messages.error(request, f"Not re-imported: {exc}")
         return redirect(workspace)
