@@ -248,6 +248,8 @@ def write_small(alias: str, name: str, data: bytes) -> None:
 
 
 def read_small(alias: str, name: str) -> bytes | None:
+    """The file's bytes; None when there is none (not written yet, or removed meanwhile:
+    a worker removes a job's progress file while a page may be reading it)."""
     root = local_root(alias)
     try:
         if root is not None:
@@ -256,6 +258,18 @@ def read_small(alias: str, name: str) -> bytes | None:
             return bytes(fh.read())
     except OSError:  # FileNotFoundError: none written yet, or removed
         return None
+    except Exception as exc:  # S3: the object went between the client's HEAD and its GET
+        if _no_such_object(exc):
+            return None
+        raise
+
+
+def _no_such_object(exc: Exception) -> bool:
+    """botocore's ClientError for a missing key (read off the error, so that the web
+    process does not import botocore to name it)."""
+    response = getattr(exc, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in ("404", "NoSuchKey")
 
 
 def delete_small(alias: str, name: str) -> None:

@@ -18,12 +18,14 @@ import tarfile
 import tracemalloc
 from contextlib import suppress
 from pathlib import Path
+from unittest import mock
 
 import boto3
 import botocore.exceptions
 import pytest
 import requests
 from django.conf import settings
+from django.core.files.base import ContentFile
 from django.test import Client
 from django.urls import reverse
 from moto.server import ThreadedMotoServer
@@ -677,3 +679,24 @@ def test_with_object_storage_the_export_page_stores_the_archive_in_the_bucket(
     assert list(objects(s3)) == ["exports/s1.tar"]
     again = client.post(url, {"snapshot_id": "s1", "destination": "server"})
     assert again.status_code == 409 and "already exists" in again.content.decode()
+
+
+def test_a_progress_file_removed_while_the_page_reads_it_is_no_progress_not_an_error(
+    s3, db, settings
+):
+    """The worker removes a job's progress file when the import ends; the progress page
+    may have just seen it (S3: a HEAD, then the GET finds no object)."""
+    settings.STORAGES = s3_storages(s3)
+    name = workspaces.progress_name(7)
+    stored = object_storage.storage(object_storage.UPLOADS)
+    stored.save(name, ContentFile(b'{"phase": "read", "done": 3, "total": 9}'))
+    assert workspaces.read_progress(7)["done"] == 3
+    real_open = stored.open
+
+    def open_then_removed(path, mode="rb"):
+        handle = real_open(path, mode)  # the storage has seen the object
+        boto3.client("s3", endpoint_url=s3).delete_object(Bucket=BUCKET, Key=f"uploads/{path}")
+        return handle
+
+    with mock.patch.object(stored, "open", open_then_removed):
+        assert workspaces.read_progress(7) == {}
