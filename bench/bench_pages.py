@@ -44,6 +44,8 @@ def setup(url: str | None, workdir: Path) -> None:
     os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    # As bin/start runs it (no collectstatic, no HTTPS); bench_load.py measures DEBUG=0.
+    os.environ.setdefault("DEBUG", "1")
     import django
 
     django.setup()

@@ -7,7 +7,7 @@ here, on the server."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -15,12 +15,14 @@ from django.core.paginator import Paginator
 from django.db import models
 from django.db.models import Count
 from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.html import escape, format_html
+from django.utils.http import RFC3986_SUBDELIMS, url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from generation import lint, review
@@ -83,6 +85,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         return bad_request(request, place, back=review_url(proposal), workspace=request.workspace)
     show = place.place().get("show", "")
     perms = _permissions(request, proposal)
+    protected = set(proposal.layout.protected.values_list("rollout_id", flat=True))
     comments: dict[str, list] = {}
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
@@ -93,9 +96,14 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         marks, proposal, {doc.document: curation.decidable(doc) for doc in reviews}, findings
     )
     marks.note_checks(proposal, {doc.document: curation.decidable(doc) for doc in reviews})
+    new_files = _run_files(proposal)
     sections = []
     for doc in reviews:
-        cites_all = _citation_status(proposal, curation.decidable(doc)) if show == "flagged" else {}
+        cites_all = (
+            _citation_status(proposal, curation.decidable(doc), new_files)
+            if show == "flagged"
+            else {}
+        )
         shown = [
             c
             for c in doc.changes
@@ -112,7 +120,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
-        citations = _citation_status(proposal, list(page.object_list))
+        citations = _citation_status(proposal, list(page.object_list), new_files)
         rows = [
             _row(
                 review_cards.card(
@@ -156,18 +164,58 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             **reservation(request, proposal),
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
-            "ledger": [
-                ("forgotten", proposal.removed),
-                ("added", proposal.added),
-                ("retained", proposal.retained),
-            ],
-            "protected": set(proposal.layout.protected.values_list("rollout_id", flat=True)),
+            "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             "lint": findings,
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
+
+
+def _ledger(
+    request: HtmxHttpRequest, proposal: Proposal, protected: set[str], can_edit: bool
+) -> list[tuple[str, int, SafeString]]:
+    """The forgetting ledger: each kind, its number of rollouts and their list items
+    (a link, and the protect form for editors). A selection holds hundreds of rollouts:
+    the items are built here, from one ``reverse()`` for the page (quoting ids as
+    ``reverse()`` would), instead of a dozen template nodes each."""
+    layout = proposal.layout
+    detail = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, "-"])
+    base = detail.removesuffix("-/")
+    protect = reverse("memoryui:protect", args=[layout.workspace.name, layout.pk])
+    # The form's constant parts, escaped once; then only the id is escaped per item.
+    token, here = escape(get_token(request)), escape(request.path)
+    form = (
+        f'<form class="inline" method="post" action="{escape(protect)}"><input type="hidden" '
+        f'name="csrfmiddlewaretoken" value="{token}"><input type="hidden" name="rollout_id" '
+        'value="'
+    )
+    after_id = (
+        f'"><input type="hidden" name="next" value="{here}#ledger"><button type="submit" '
+        'class="link" name="action" value="'
+    )
+    ledger = []
+    for label, ids in (
+        ("forgotten", proposal.removed),
+        ("added", proposal.added),
+        ("retained", proposal.retained),
+    ):
+        items = []
+        for rid in ids:
+            url = escape(f"{base}{quote(rid, safe=RFC3986_SUBDELIMS + '~:@')}/")
+            shown, on = escape(rid), rid in protected
+            action = "unprotect" if on else "protect"
+            items.append(
+                f'<li><a href="{url}">{shown}</a>{_PROTECTED_BADGE if on else ""}\n        '
+                + (f'{form}{shown}{after_id}{action}">{action}</button></form>' if can_edit else "")
+                + "</li>"
+            )
+        ledger.append((label, len(ids), mark_safe("".join(items))))  # noqa: S308 (escaped)
+    return ledger
+
+
+_PROTECTED_BADGE = ' <span class="badge pin">protected</span>'
 
 
 def _permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
@@ -321,6 +369,10 @@ def _row(
         hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
     return {
         "hidden": hidden,
+        # The Rendered and Evidence folds' query, as the urlencode filter would write it.
+        "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
+            f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
+        ),
         "diff_head": shown[:FOLD_LINES] if shown and len(shown) > FOLD_LINES + 5 else shown,
         "diff_tail": shown[FOLD_LINES:] if shown and len(shown) > FOLD_LINES + 5 else None,
         "change": change,
@@ -391,20 +443,30 @@ def _reviewers(workspace: Workspace) -> list:
     )
 
 
-def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[str, list]:
+def _run_files(proposal: Proposal) -> set[str]:
+    """The files this proposal's run wrote (its rollout summaries among them)."""
+    new_files: set[str] = set()
+    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
+        "result__files", flat=True
+    ):
+        new_files.update(files or {})
+    return new_files
+
+
+def _citation_status(
+    proposal: Proposal, changes: list[review.Change], new_files: set[str] | None = None
+) -> dict[str, list]:
     """For the entries shown: each cited rollout summary, whether it exists (imported,
-    or written by this proposal's run), and where it leads."""
+    or written by this proposal's run: ``new_files``, read when not given), and where
+    it leads."""
     cited = {
         c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
         for c in changes
         if c.proposed
     }
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
-    new_files: set[str] = set()
-    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
-        "result__files", flat=True
-    ):
-        new_files.update(files or {})
+    if new_files is None:
+        new_files = _run_files(proposal)
     return {
         key: [
             (links[p].exists or p in new_files, links[p].url, p, _short(p))
