@@ -11,7 +11,7 @@ from typing import Any
 
 from generation import review
 
-from . import curation, entry_checks
+from . import documents, entry_checks
 from .models import (
     ApprovedEntry,
     EntryCheck,
@@ -28,10 +28,14 @@ Entry = tuple[str, str]  # (document, key)
 
 
 def changes(proposal: Proposal, document: str) -> list[review.Change]:
-    """One document's changes, from the proposal alone (the comparison is cached)."""
+    """One document's changes, from the proposal alone (the comparison is cached, by
+    texts: the same objects each time, see ``documents.same_text``)."""
     if document == Document.MEMORY_MD:
-        return review.compare(curation.text_of(proposal.base_memory_md), proposal.memory_md)
-    return review.compare(curation.text_of(proposal.base_memory_summary), proposal.memory_summary)
+        base, proposed = proposal.base_memory_md, proposal.memory_md
+    else:
+        base, proposed = proposal.base_memory_summary, proposal.memory_summary
+    base_text = documents.text(base.blob_id) if base is not None and base.blob_id else ""
+    return review.compare(base_text, documents.same_text(proposed))
 
 
 def decidable(proposal: Proposal) -> dict[Entry, review.Change]:

@@ -55,13 +55,17 @@ REVIEW_PAGE_SIZE = 25
 def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
     """The route's proposal, in the layout ``workspace_view`` resolved (and checked the
     role for)."""
-    return get_object_or_404(
+    proposal = get_object_or_404(
         Proposal.objects.select_related(
             "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
         ).defer("raw_memories_md", "selection"),  # only the write-back reads these
         pk=pk,
         layout=request.layout,
     )
+    # The texts' caches then find them by identity (documents.same_text).
+    proposal.memory_md = documents.same_text(proposal.memory_md)
+    proposal.memory_summary = documents.same_text(proposal.memory_summary)
+    return proposal
 
 
 @workspace_view(Role.VIEWER)
