@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.html import conditional_escape, escape
+from django.utils.safestring import SafeString, mark_safe
+
 from generation import review
 
 from . import documents, entry_checks
@@ -244,3 +247,27 @@ def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[
         "not_viewed": total - counts["viewed"],
         "percent": round(100 * decided / (total or 1)),
     }
+
+
+def diff_html(rows: list[Any]) -> SafeString:
+    """``memoryui/_diff.html`` for ``rows`` (``diffs.Row``, cells already escaped), byte
+    for byte, built in Python: a review page shows some 150 diff rows, a dozen template
+    nodes each (``tests/test_review_cards.py`` checks both give the same HTML)."""
+    out = [
+        '<table class="diff">\n  <colgroup><col class="no"><col><col class="no"><col>'
+        "</colgroup>\n  <tbody>\n  "
+    ]
+    for row in rows:
+        if row.kind == "skip":
+            out.append('\n    <tr class="skip"><td colspan="4">⋯</td></tr>\n    \n  ')
+        else:
+            out.append(
+                f'\n    <tr class="{escape(row.kind)}"><td class="no">{row.left_no or ""}</td>'
+                f'<td class="l">{conditional_escape(row.left)}</td><td class="no">'
+                f'{row.right_no or ""}</td><td class="r">{conditional_escape(row.right)}</td>'
+                "</tr>\n  "
+            )
+    if not rows:
+        out.append('<tr><td colspan="4" class="muted">No change.</td></tr>\n  ')
+    out.append("\n  </tbody>\n</table>\n")
+    return mark_safe("".join(out))  # noqa: S308 - every value escaped above

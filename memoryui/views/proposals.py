@@ -96,29 +96,31 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     reviews = curation.document_reviews(proposal)
     findings = _lint(proposal)
     marks = review_cards.Marks.load(proposal, request.user)
-    _note_lint_and_stale(
-        marks, proposal, {doc.document: curation.decidable(doc) for doc in reviews}, findings
-    )
-    marks.note_checks(proposal, {doc.document: curation.decidable(doc) for doc in reviews})
+    decidable = {doc.document: curation.decidable(doc) for doc in reviews}
+    _note_lint_and_stale(marks, proposal, decidable, findings)
+    marks.note_checks(proposal, decidable)
     new_files = _run_files(proposal)
     sections = []
     for doc in reviews:
         cites_all = (
-            _citation_status(proposal, curation.decidable(doc), new_files)
+            _citation_status(proposal, decidable[doc.document], new_files)
             if show == "flagged"
             else {}
         )
-        shown = [
-            c
-            for c in doc.changes
-            if _shown(
-                c,
-                show,
-                marks,
-                doc.document,
-                show == "flagged" and _unsupported(c, cites_all.get(c.key)),
-            )
-        ]
+        if show in ("", "all"):  # what _shown says, without a call per entry (thousands)
+            shown = [c for c in doc.changes if show or c.status != "unchanged"]
+        else:
+            shown = [
+                c
+                for c in doc.changes
+                if _shown(
+                    c,
+                    show,
+                    marks,
+                    doc.document,
+                    show == "flagged" and _unsupported(c, cites_all.get(c.key)),
+                )
+            ]
         if show == "risk":  # the strongest reason first
             shown.sort(key=lambda c: marks.risk_order(doc.document, c))
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
@@ -359,6 +361,9 @@ def _row(
     )
     suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
     shown = suggestion if suggestion is not None else diff
+    folded = bool(shown) and len(shown) > FOLD_LINES + 5
+    head_rows = shown[:FOLD_LINES] if folded else shown
+    tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
     hidden = format_html(
         '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
@@ -377,8 +382,9 @@ def _row(
         "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
             f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
         ),
-        "diff_head": shown[:FOLD_LINES] if shown and len(shown) > FOLD_LINES + 5 else shown,
-        "diff_tail": shown[FOLD_LINES:] if shown and len(shown) > FOLD_LINES + 5 else None,
+        "diff_head": review_cards.diff_html(head_rows) if head_rows else None,
+        "diff_tail": tail_rows,
+        "diff_tail_html": review_cards.diff_html(tail_rows) if tail_rows else None,
         "change": change,
         "document": document,
         "decision": decision,
