@@ -360,8 +360,8 @@ def _row(
         else None
     )
     suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
-    shown = suggestion if suggestion is not None else diff
-    folded = bool(shown) and len(shown) > FOLD_LINES + 5
+    shown = (suggestion if suggestion is not None else diff) or []
+    folded = len(shown) > FOLD_LINES + 5
     head_rows = shown[:FOLD_LINES] if folded else shown
     tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
