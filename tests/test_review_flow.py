@@ -466,3 +466,15 @@ def test_the_ledger_links_each_rollout_and_lets_an_editor_protect_or_unprotect_i
     assert 'value="unprotect">unprotect</button>' in ledger
     assert 'value="protect">protect</button>' in ledger
     assert reverse("memoryui:protect", args=[layout.workspace.name, layout.pk]) in ledger
+
+
+def test_the_review_page_shows_the_proposals_text_as_it_is_now(proposal, reviewer):
+    client = client_for(reviewer)
+    before = client.get(url("proposal_review", proposal)).content.decode()
+    total = int(re.search(r"<b>0 of (\d+) decided</b>", before).group(1))
+    added = "# Task Group: Freshly added group\n\nscope: new\n"
+    Proposal.objects.filter(pk=proposal.pk).update(memory_md=proposal.memory_md + "\n" + added)
+
+    page = client.get(url("proposal_review", proposal)).content.decode()
+
+    assert f"<b>0 of {total + 1} decided</b>" in page
