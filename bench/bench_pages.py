@@ -44,6 +44,8 @@ def setup(url: str | None, workdir: Path) -> None:
     os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    # As bin/start runs it (no collectstatic, no HTTPS); bench_load.py measures DEBUG=0.
+    os.environ.setdefault("DEBUG", "1")
     import django
 
     django.setup()
@@ -150,9 +152,11 @@ def history_url(layout) -> str:  # type: ignore[no-untyped-def]
 
 def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]
     """A pending proposal that rewrites one entry in twenty of the layout's MEMORY.md
-    (about 100 of ~2,000), as a consolidation would."""
-    from memoryui import curation
-    from memoryui.models import GenerationRun, MemoryVersion, Proposal
+    (about 100 of ~2,000), as a consolidation would, and whose selection keeps 236 of
+    the 256 selected raw memories, forgets 20 and brings in 20 (its forgetting ledger
+    lists them all)."""
+    from memoryui import curation, documents
+    from memoryui.models import GenerationRun, MemoryVersion, Proposal, RawMemory
 
     existing = Proposal.objects.filter(layout=layout).first()
     if existing:
@@ -164,6 +168,14 @@ def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]
         line + " (reworded)" if line.startswith("scope:") and i % 20 == 0 else line
         for i, line in enumerate(lines)
     ]
+    _, selection = documents.current_selection(layout)
+    selected = [item.rollout_id for item in selection.items] if selection else []
+    newcomers = list(
+        RawMemory.objects.filter(layout=layout)
+        .exclude(rollout_id__in=selected)
+        .order_by("-updated_at_raw")
+        .values_list("rollout_id", flat=True)[:20]
+    )
     run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
     return Proposal.objects.create(
         layout=layout,
@@ -173,6 +185,9 @@ def proposal_pk(layout) -> int:  # type: ignore[no-untyped-def]
         memory_md="\n".join(changed),
         memory_summary=curation.text_of(summary),
         raw_memories_md="",
+        retained=selected[: len(selected) - 20],
+        removed=selected[len(selected) - 20 :],
+        added=newcomers,
     ).pk
 
 

@@ -3,10 +3,11 @@ with and the API say the same about an entry (decision, approval, flags, progres
 deciding an entry views it; "outdated" means approved before and changed again."""
 
 import pytest
+from django.template.loader import render_to_string
 from django.test import Client
 
 from generation import review
-from memoryui import curation, tokens
+from memoryui import curation, diffs, review_cards, tokens
 from memoryui.models import EntryView, Layout, MemoryVersion, Proposal, Role
 from tests.review_world import proposal_over
 from tests.test_curation import member, url
@@ -136,3 +137,15 @@ def test_an_entry_kept_as_approved_is_still_approved(layout):
     page = login(reviewer).get(url("proposal_review", layout, second.pk) + "?show=all")
 
     assert page.content.decode().count("still approved") == 1
+
+
+def test_a_cards_diff_is_the_diff_template_byte_for_byte():
+    rows = diffs.side_by_side(
+        "keep\nold <b>line</b>\n" + "same\n" * 8 + "gone & away\nend\n",
+        "keep\nnew <b>line</b>\n" + "same\n" * 8 + 'end\nadded "quote"\n',
+        context=2,
+    )
+    assert {r.kind for r in rows} == {"same", "changed", "removed", "added", "skip"}
+    for shown in (rows, rows[:3], []):
+        html = render_to_string("memoryui/_diff.html", {"rows": shown})
+        assert review_cards.diff_html(shown) == html

@@ -446,3 +446,35 @@ def test_the_entries_come_first_and_the_ledger_and_discussion_are_linked_from_th
     header = page[: page.index('id="reservation"')]
     assert '<a href="#ledger">1 forgotten</a>' in header
     assert '<a href="#discussion">1 comment</a>' in header
+
+
+def test_the_ledger_links_each_rollout_and_lets_an_editor_protect_or_unprotect_it(proposal):
+    editor = member(proposal.layout, Role.EDITOR, "ledger-editor")
+    proposal.removed, proposal.retained = ["r9-0"], ["r9-1"]
+    proposal.save(update_fields=["removed", "retained"])
+    curation.set_protected(proposal.layout, "r9-1", True, user=editor)
+
+    page = client_for(editor).get(url("proposal_review", proposal)).content.decode()
+
+    ledger = page[page.index('id="ledger"') : page.index('id="discussion"')]
+    layout = proposal.layout
+    for rid in ("r9-0", "r9-1"):
+        link = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, rid])
+        assert f'<a href="{link}">{rid}</a>' in ledger
+        assert f'name="rollout_id" value="{rid}"' in ledger
+    assert ledger.count('<span class="badge pin">protected</span>') == 1
+    assert 'value="unprotect">unprotect</button>' in ledger
+    assert 'value="protect">protect</button>' in ledger
+    assert reverse("memoryui:protect", args=[layout.workspace.name, layout.pk]) in ledger
+
+
+def test_the_review_page_shows_the_proposals_text_as_it_is_now(proposal, reviewer):
+    client = client_for(reviewer)
+    before = client.get(url("proposal_review", proposal)).content.decode()
+    total = int(re.search(r"<b>0 of (\d+) decided</b>", before).group(1))
+    added = "# Task Group: Freshly added group\n\nscope: new\n"
+    Proposal.objects.filter(pk=proposal.pk).update(memory_md=proposal.memory_md + "\n" + added)
+
+    page = client.get(url("proposal_review", proposal)).content.decode()
+
+    assert f"<b>0 of {total + 1} decided</b>" in page

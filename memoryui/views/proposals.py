@@ -7,20 +7,22 @@ here, on the server."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
-from django.db import models
+from django.db import connection, models
 from django.db.models import Count
 from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.html import escape, format_html
+from django.utils.http import RFC3986_SUBDELIMS, url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from generation import lint, review
@@ -53,13 +55,60 @@ REVIEW_PAGE_SIZE = 25
 def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
     """The route's proposal, in the layout ``workspace_view`` resolved (and checked the
     role for)."""
-    return get_object_or_404(
-        Proposal.objects.select_related(
-            "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
-        ).defer("raw_memories_md", "selection"),  # only the write-back reads these
-        pk=pk,
-        layout=request.layout,
-    )
+    proposals = Proposal.objects.select_related(
+        "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
+    ).defer("raw_memories_md", "selection")  # only the write-back reads these
+    kept: tuple[str, str, str] | None = None
+    key = (connection.settings_dict["NAME"], pk)
+    if connection.vendor == "postgresql":
+        # The texts only when the row is not the version this process keeps (NULL else:
+        # the columns are NOT NULL), in the same query.
+        kept = _KEPT.get(key)
+        known = kept[0] if kept else ""
+        fresh = "CASE WHEN {} = %s THEN NULL ELSE memoryui_proposal.{} END"
+        proposals = proposals.defer("memory_md", "memory_summary").extra(
+            select={
+                "row_version": ROW_VERSION,
+                "fresh_md": fresh.format(ROW_VERSION, "memory_md"),
+                "fresh_summary": fresh.format(ROW_VERSION, "memory_summary"),
+            },
+            select_params=(known, known),
+        )
+    proposal = get_object_or_404(proposals, pk=pk, layout=request.layout)
+    if connection.vendor == "postgresql":
+        found: Any = proposal
+        if found.fresh_md is None and kept is not None:
+            proposal.memory_md, proposal.memory_summary = kept[1], kept[2]
+        else:
+            proposal.memory_md, proposal.memory_summary = found.fresh_md, found.fresh_summary
+            _keep(key, (found.row_version, found.fresh_md, found.fresh_summary))
+    # The texts' caches then find them by identity (documents.same_text).
+    proposal.memory_md = documents.same_text(proposal.memory_md)
+    proposal.memory_summary = documents.same_text(proposal.memory_summary)
+    return proposal
+
+
+# A version of the row: ``xmin`` (the transaction that wrote it) changes when another
+# transaction updates the row, ``ctid`` (where it is) with every update, even in the same
+# transaction; together they name one version, whose texts never change.
+ROW_VERSION = "memoryui_proposal.xmin::text || memoryui_proposal.ctid::text"
+
+
+# Proposals' texts (2.7 MB for the 10k tree: 7-20 ms to read from PostgreSQL, and every
+# review page and entry action needs them) by database and pk: their row's version and
+# texts. A few, the proposals being reviewed.
+_KEPT: dict[tuple[str, int], tuple[str, str, str]] = {}
+KEPT_PROPOSALS = 4
+
+
+def _keep(key: tuple[str, int], version_and_texts: tuple[str, str, str]) -> None:
+    _KEPT.pop(key, None)
+    while len(_KEPT) >= KEPT_PROPOSALS:
+        try:  # the oldest (another thread may be at it too)
+            _KEPT.pop(next(iter(_KEPT)), None)
+        except (RuntimeError, StopIteration):
+            break
+    _KEPT[key] = version_and_texts
 
 
 @workspace_view(Role.VIEWER)
@@ -83,36 +132,44 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         return bad_request(request, place, back=review_url(proposal), workspace=request.workspace)
     show = place.place().get("show", "")
     perms = _permissions(request, proposal)
+    protected = set(proposal.layout.protected.values_list("rollout_id", flat=True))
     comments: dict[str, list] = {}
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
     findings = _lint(proposal)
     marks = review_cards.Marks.load(proposal, request.user)
-    _note_lint_and_stale(
-        marks, proposal, {doc.document: curation.decidable(doc) for doc in reviews}, findings
-    )
-    marks.note_checks(proposal, {doc.document: curation.decidable(doc) for doc in reviews})
+    decidable = {doc.document: curation.decidable(doc) for doc in reviews}
+    _note_lint_and_stale(marks, proposal, decidable, findings)
+    marks.note_checks(proposal, decidable)
+    new_files = _run_files(proposal)
     sections = []
     for doc in reviews:
-        cites_all = _citation_status(proposal, curation.decidable(doc)) if show == "flagged" else {}
-        shown = [
-            c
-            for c in doc.changes
-            if _shown(
-                c,
-                show,
-                marks,
-                doc.document,
-                show == "flagged" and _unsupported(c, cites_all.get(c.key)),
-            )
-        ]
+        cites_all = (
+            _citation_status(proposal, decidable[doc.document], new_files)
+            if show == "flagged"
+            else {}
+        )
+        if show in ("", "all"):  # what _shown says, without a call per entry (thousands)
+            shown = [c for c in doc.changes if show or c.status != "unchanged"]
+        else:
+            shown = [
+                c
+                for c in doc.changes
+                if _shown(
+                    c,
+                    show,
+                    marks,
+                    doc.document,
+                    show == "flagged" and _unsupported(c, cites_all.get(c.key)),
+                )
+            ]
         if show == "risk":  # the strongest reason first
             shown.sort(key=lambda c: marks.risk_order(doc.document, c))
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
-        citations = _citation_status(proposal, list(page.object_list))
+        citations = _citation_status(proposal, list(page.object_list), new_files)
         rows = [
             _row(
                 review_cards.card(
@@ -156,18 +213,58 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             **reservation(request, proposal),
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
-            "ledger": [
-                ("forgotten", proposal.removed),
-                ("added", proposal.added),
-                ("retained", proposal.retained),
-            ],
-            "protected": set(proposal.layout.protected.values_list("rollout_id", flat=True)),
+            "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             "lint": findings,
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
+
+
+def _ledger(
+    request: HtmxHttpRequest, proposal: Proposal, protected: set[str], can_edit: bool
+) -> list[tuple[str, int, SafeString]]:
+    """The forgetting ledger: each kind, its number of rollouts and their list items
+    (a link, and the protect form for editors). A selection holds hundreds of rollouts:
+    the items are built here, from one ``reverse()`` for the page (quoting ids as
+    ``reverse()`` would), instead of a dozen template nodes each."""
+    layout = proposal.layout
+    detail = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, "-"])
+    base = detail.removesuffix("-/")
+    protect = reverse("memoryui:protect", args=[layout.workspace.name, layout.pk])
+    # The form's constant parts, escaped once; then only the id is escaped per item.
+    token, here = escape(get_token(request)), escape(request.path)
+    form = (
+        f'<form class="inline" method="post" action="{escape(protect)}"><input type="hidden" '
+        f'name="csrfmiddlewaretoken" value="{token}"><input type="hidden" name="rollout_id" '
+        'value="'
+    )
+    after_id = (
+        f'"><input type="hidden" name="next" value="{here}#ledger"><button type="submit" '
+        'class="link" name="action" value="'
+    )
+    ledger = []
+    for label, ids in (
+        ("forgotten", proposal.removed),
+        ("added", proposal.added),
+        ("retained", proposal.retained),
+    ):
+        items = []
+        for rid in ids:
+            url = escape(f"{base}{quote(rid, safe=RFC3986_SUBDELIMS + '~:@')}/")
+            shown, on = escape(rid), rid in protected
+            action = "unprotect" if on else "protect"
+            items.append(
+                f'<li><a href="{url}">{shown}</a>{_PROTECTED_BADGE if on else ""}\n        '
+                + (f'{form}{shown}{after_id}{action}">{action}</button></form>' if can_edit else "")
+                + "</li>"
+            )
+        ledger.append((label, len(ids), mark_safe("".join(items))))  # noqa: S308 (escaped)
+    return ledger
+
+
+_PROTECTED_BADGE = ' <span class="badge pin">protected</span>'
 
 
 def _permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
@@ -306,7 +403,10 @@ def _row(
         else None
     )
     suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
-    shown = suggestion if suggestion is not None else diff
+    shown = (suggestion if suggestion is not None else diff) or []
+    folded = len(shown) > FOLD_LINES + 5
+    head_rows = shown[:FOLD_LINES] if folded else shown
+    tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
     hidden = format_html(
         '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
@@ -321,8 +421,13 @@ def _row(
         hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
     return {
         "hidden": hidden,
-        "diff_head": shown[:FOLD_LINES] if shown and len(shown) > FOLD_LINES + 5 else shown,
-        "diff_tail": shown[FOLD_LINES:] if shown and len(shown) > FOLD_LINES + 5 else None,
+        # The Rendered and Evidence folds' query, as the urlencode filter would write it.
+        "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
+            f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
+        ),
+        "diff_head": review_cards.diff_html(head_rows) if head_rows else None,
+        "diff_tail": tail_rows,
+        "diff_tail_html": review_cards.diff_html(tail_rows) if tail_rows else None,
         "change": change,
         "document": document,
         "decision": decision,
@@ -391,20 +496,30 @@ def _reviewers(workspace: Workspace) -> list:
     )
 
 
-def _citation_status(proposal: Proposal, changes: list[review.Change]) -> dict[str, list]:
+def _run_files(proposal: Proposal) -> set[str]:
+    """The files this proposal's run wrote (its rollout summaries among them)."""
+    new_files: set[str] = set()
+    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
+        "result__files", flat=True
+    ):
+        new_files.update(files or {})
+    return new_files
+
+
+def _citation_status(
+    proposal: Proposal, changes: list[review.Change], new_files: set[str] | None = None
+) -> dict[str, list]:
     """For the entries shown: each cited rollout summary, whether it exists (imported,
-    or written by this proposal's run), and where it leads."""
+    or written by this proposal's run: ``new_files``, read when not given), and where
+    it leads."""
     cited = {
         c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
         for c in changes
         if c.proposed
     }
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
-    new_files: set[str] = set()
-    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
-        "result__files", flat=True
-    ):
-        new_files.update(files or {})
+    if new_files is None:
+        new_files = _run_files(proposal)
     return {
         key: [
             (links[p].exists or p in new_files, links[p].url, p, _short(p))
