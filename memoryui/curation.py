@@ -23,7 +23,7 @@ from generation import review
 
 from . import (
     entry_checks,
-    review_cards,  # a cycle (review_cards uses curation): by module, not by name
+    review_cards,
     skills,
     versioning,
 )
