@@ -585,8 +585,8 @@ def pair(
     common are never the same."""
     old_words = [_words(t) for _, t in removed]
     new_words = [_words(t) for _, t in added]
-    old_cites = [set(memory_md.CITATION_RE.findall(t)) for _, t in removed]
-    new_cites = [set(memory_md.CITATION_RE.findall(t)) for _, t in added]
+    old_cites = [_cited(t) for _, t in removed]
+    new_cites = [_cited(t) for _, t in added]
     index: dict[str, list[int]] = {}
     for i, words in enumerate(old_words):
         for word in set(words):
@@ -645,6 +645,18 @@ def pair(
         (tuple(removed[i][0] for i in sorted(o)), tuple(added[j][0] for j in sorted(n)))
         for o, n in groups
     ]
+
+
+ROLLOUT_CITED_RE = re.compile(r"rollout_id=([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _cited(text: str) -> set[str]:
+    """What an entry cites: its rollout summary files and the rollouts they are of. A
+    rollout extracted again gets a summary file of another name; its task still cites the
+    same ``rollout_id``, so the old task and the new one are recognised as one."""
+    return set(memory_md.CITATION_RE.findall(text)) | {
+        f"rollout_id={rid}" for rid in ROLLOUT_CITED_RE.findall(text)
+    }
 
 
 def _edge(

@@ -395,3 +395,35 @@ def test_the_thresholds_separate_the_same_entry_from_different_ones():
         None, review._words(DEPLOY), review._words(edited), autojunk=False
     ).ratio()
     assert ratio > review.PAIR_RATIO + 0.25, ratio
+
+
+def sdk_group(summary_file: str) -> str:
+    """A task group as the SDK writes it: its task cites the rollout's summary file and
+    the rollout's id."""
+    return (
+        "# Task Group: deployment runbooks\n\nscope: deploying the auth proxy\n\n"
+        "## Task 1: deploy-notes-auth-proxy, outcome success\n\n"
+        "### rollout_summary_files\n\n"
+        f"- rollout_summaries/{summary_file} (rollout_id=deploy-auth-proxy-dc4ee6, "
+        "updated_at=2026-11-29T22:53:39+00:00, terminal_state=completed)\n\n"
+        "### keywords\n\n- auth-proxy, sa-east-1, deployctl promote --wait, canary\n"
+    )
+
+
+def test_a_rollout_extracted_again_under_another_summary_name_is_one_changed_task():
+    before = sdk_group("deploy-auth-proxy-dc4ee6_auth-proxy-deploy-notes-sa-east-1.md")
+    after = sdk_group("deploy-auth-proxy-dc4ee6_write-deployment-notes-auth-proxy.md")
+
+    [change] = changed(before, after)
+
+    assert change.status == "changed" and change.kind == "task"
+    assert change.pairing == "rewritten" and len(change.previous) == 1
+    assert "write-deployment-notes-auth-proxy" in change.proposed
+    assert "auth-proxy-deploy-notes-sa-east-1" in change.current
+
+
+def test_tasks_of_different_rollouts_under_one_title_stay_apart():
+    before = sdk_group("deploy-auth-proxy-dc4ee6_notes.md")
+    other = before.replace("deploy-auth-proxy-dc4ee6", "deploy-auth-proxy-77aa01")
+
+    assert sorted(c.status for c in changed(before, other)) == ["added", "removed"]
