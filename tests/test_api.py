@@ -553,6 +553,17 @@ def test_the_openapi_schema_validates_and_the_docs_load_without_a_cdn():
     assert "<script>" not in html  # no inline script for the policy to block
 
 
+def test_the_schema_says_a_download_is_a_tar_with_the_checksum_to_verify_it_by():
+    paths = signed_in().get("/api/openapi.json").json()["paths"]
+    for path in (
+        "/api/workspaces/{name}/snapshots/{snapshot_id}",
+        "/api/workspaces/{name}/exports/{snapshot_id}",
+    ):
+        ok = paths[path]["get"]["responses"]["200"]
+        assert "application/x-tar" in ok["content"], path
+        assert set(ok["headers"]) == {"Content-Length", "X-Memoryui-Sha256"}, path
+
+
 def test_the_schema_and_docs_need_a_signed_in_person_or_a_valid_token():
     revoked = tokens.create_token(make_user("gone"), "old", [])
     tokens.revoke(revoked.token, user=revoked.token.user)

@@ -18,6 +18,26 @@ from .core import api, conflict, workspace
 from .endpoints import ERRORS, SNAPSHOT_ID_PATTERN, Detail
 
 SHA256_HEADER = "X-Memoryui-Sha256"
+# What a download's 200 is, for the OpenAPI schema: a tar archive, and the two headers a
+# client checks it against before it replaces anything (memoryui_client does).
+TAR_DOWNLOAD = {
+    "responses": {
+        200: {
+            "description": "The snapshot archive (an SDK LocalSnapshot tar).",
+            "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+            "headers": {
+                "Content-Length": {
+                    "description": "The archive's size in bytes.",
+                    "schema": {"type": "integer"},
+                },
+                SHA256_HEADER: {
+                    "description": "The archive's SHA-256, hex: verify before restoring.",
+                    "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                },
+            },
+        }
+    }
+}
 
 
 class SnapshotIn(Schema):
@@ -94,6 +114,7 @@ def upload(request: HttpRequest, params: Path[SnapshotIn]):
     "/workspaces/{name}/snapshots/{snapshot_id}",
     response={200: None, **ERRORS},
     tags=["snapshot store"],
+    openapi_extra=TAR_DOWNLOAD,
 )
 def download(request: HttpRequest, params: Path[SnapshotIn]):
     """The sandbox's snapshot (the SDK's ``restore``; admins, as an export): the files
@@ -148,6 +169,7 @@ def exists(request: HttpRequest, params: Path[SnapshotIn]):
     "/workspaces/{name}/exports/{snapshot_id}",
     response={200: None, **ERRORS},
     tags=["snapshot store"],
+    openapi_extra=TAR_DOWNLOAD,
 )
 def export_download(request: HttpRequest, params: Path[SnapshotIn]):
     """A snapshot this workspace exported on the server (admins), streamed from where
