@@ -137,6 +137,7 @@ def configure_django(url: str | None, workdir: Path) -> Database:
         sqlite_path = workdir / "bench.sqlite3"
         url = f"sqlite:///{sqlite_path}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "memoryui.settings"
+    os.environ.setdefault("DEBUG", "1")  # development settings, as bin/start runs them
     os.environ["DATABASE_URL"] = url
     os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

@@ -17,6 +17,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
+os.environ.setdefault("DEBUG", "1")  # development settings, as bin/start runs them
 
 import django  # noqa: E402  (needs the path set above)
 

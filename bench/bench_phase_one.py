@@ -175,6 +175,7 @@ def configure_django(url: str | None, workdir: Path, base_url: str) -> str:
     if url is None:
         url = f"sqlite:///{workdir / 'bench.sqlite3'}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "memoryui.settings"
+    os.environ.setdefault("DEBUG", "1")  # development settings, as bin/start runs them
     os.environ["DATABASE_URL"] = url
     os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
     os.environ["OPENAI_BASE_URL"] = base_url

@@ -36,6 +36,7 @@ print(json.dumps([[t.value for t in scan(text).threats] for text in entries]))
 
 def setup(workdir: Path) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "memoryui.settings"
+    os.environ.setdefault("DEBUG", "1")  # development settings, as bin/start runs them
     os.environ["DATABASE_URL"] = f"sqlite:///{workdir / 'bench.sqlite3'}"
     os.environ["MEMORYUI_VAR_DIR"] = str(workdir / "var")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

@@ -54,6 +54,7 @@ def child(source: Path, workdir: Path, label: str) -> dict[str, float]:
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="memoryui.settings",
+        DEBUG=os.environ.get("DEBUG", "1"),  # development settings, as bin/start runs them
         DATABASE_URL=f"sqlite:///{workdir / label / 'db.sqlite3'}",
         MEMORYUI_VAR_DIR=str(workdir / label / "var"),
         LOG_LEVEL="WARNING",
