@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 import tracemalloc
 from contextlib import suppress
@@ -45,6 +44,7 @@ from tests.test_production import (
     csrf,
     database,  # noqa: F401 (a fixture)
     free_port,
+    runtime_bin,  # noqa: F401 (a fixture)
 )
 from tests.test_snapshot_store import APPROVED_MD, SUMMARY_MD, M, S, raw_memory, rollout
 from tests.test_workspaces import upload
@@ -369,9 +369,11 @@ def machine_env(base: dict[str, str], home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def machines(s3, database, broker, tmp_path):  # noqa: F811 (the fixture imported above)
+def machines(s3, database, broker, tmp_path, runtime_bin):  # noqa: F811 (fixtures imported above)
     """Web (gunicorn) and a Celery worker on the object store, each in its own directory,
-    migrated, with a superuser; yields (machines, web's env, the admin's token secret)."""
+    migrated, with a superuser; yields (machines, web's env, the admin's token secret).
+    Both run from the runtime-only environment the Dockerfile builds (django-storages and
+    boto3 must be in what ships, not only in the development environment)."""
     port = free_port()
     (tmp_path / "logs").mkdir()
     base = {
@@ -398,7 +400,7 @@ def machines(s3, database, broker, tmp_path):  # noqa: F811 (the fixture importe
     for home in (web_home, worker_home):
         home.mkdir()
     deployed = Machines(web_env, f"http://127.0.0.1:{port}", tmp_path / "logs")
-    bin = Path(sys.executable).parent
+    bin = runtime_bin
     python = str(bin / "python")
     manage = str(ROOT / "manage.py")
     deployed.run_in(web_env, web_home, python, manage, "migrate", "--noinput")
