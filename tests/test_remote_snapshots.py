@@ -53,6 +53,7 @@ from memoryui_client import MemoryuiError, SnapshotClient
 from tests.factories import make_user
 from tests.scripted_model import Reply
 from tests.test_celery_worker import start_worker, stop, wait_for
+from tests.test_object_storage import objects, s3, s3_storages  # noqa: F401 (s3: a fixture)
 
 ENGINEERING = MemoryLayoutConfig(
     memories_dir="memories/engineering", sessions_dir="sessions/engineering"
@@ -64,6 +65,17 @@ SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 def store(settings, tmp_path):
     settings.MEMORYUI_REMOTE_STORE_DIR = tmp_path / "store"
     return tmp_path / "store"
+
+
+@pytest.fixture(params=["local directory", "object storage"])
+def stored_in(request, store, settings) -> str | None:
+    """The snapshot store in a local directory (the default), or in S3-compatible object
+    storage (moto's server): the URL of the object store, or None."""
+    if request.param == "local directory":
+        return None
+    url = request.getfixturevalue("s3")
+    settings.STORAGES = s3_storages(url)
+    return url
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -555,7 +567,7 @@ def accept_agent_versions(user) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated_memory(
-    live_server, model, store, tmp_path, no_tracing, eager
+    live_server, model, store, stored_in, tmp_path, no_tracing, eager
 ):
     staff = make_user("ops", staff=True)
     secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
@@ -594,6 +606,16 @@ def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated
         with tarfile.open(fileobj=run(remote.download(snapshot_id))) as archive:
             member = archive.extractfile("./memories/engineering/memory_summary.md")
             assert member is not None and member.read().decode() == APPROVED_SUMMARY
+    # Where the uploads were kept: the store's directory, or the bucket and nothing on disk.
+    kept = sorted(p.name for p in store.rglob("*.tar")) if store.exists() else []
+    if stored_in is None:
+        assert kept == sorted({f"{x_id}.tar", f"{y_id}.tar"})
+    else:
+        assert kept == []
+        assert {k.rsplit("/", 1)[-1] for k in objects(stored_in) if k.startswith("snapshots/")} >= {
+            f"{x_id}.tar",
+            f"{y_id}.tar",
+        }
 
 
 @pytest.mark.django_db(transaction=True)
