@@ -20,8 +20,8 @@ from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request, key_slug
 from .proposals import (
     REVIEW_PAGE_SIZE,
-    back_to_review,
-    card_response,
+    entry_answer,
+    invalid,
     proposal_of,
     reservation,
     review_url,
@@ -37,7 +37,7 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     proposal = proposal_of(request, pk)
     form = forms.DecidePlaceForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, decision = form.cleaned_data["document"], form.cleaned_data["decision"]
     keys = form.cleaned_data["key"]
     if form.cleaned_data["all"]:
@@ -57,9 +57,7 @@ def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 )
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "decision")
-    if request.htmx and len(keys) == 1:
-        return card_response(request, proposal, document, keys[0], form)
-    return redirect(back_to_review(proposal, form, document))
+    return entry_answer(request, proposal, form, document, keys[0] if len(keys) == 1 else "")
 
 
 @workspace_view(Role.REVIEWER)
@@ -69,15 +67,13 @@ def proposal_undo(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) 
     proposal = proposal_of(request, pk)
     form = forms.EntryActionForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     try:
         curation.undo_decision(proposal, document, key, user=request.user)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "undo")
-    if request.htmx:
-        return card_response(request, proposal, document, key, form)
-    return redirect(back_to_review(proposal, form, document))
+    return entry_answer(request, proposal, form, document, key)
 
 
 @workspace_view(Role.VIEWER)
@@ -88,16 +84,14 @@ def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     proposal = proposal_of(request, pk)
     form = forms.EntryActionForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     if not any(c.key == key for c in review_cards.changes(proposal, document)):
         raise Http404("No such entry in this proposal.")
     curation.set_viewed(
         proposal, document, key, form.cleaned_data["action"] != "off", user=request.user
     )
-    if request.htmx:
-        return card_response(request, proposal, document, key, form)
-    return redirect(back_to_review(proposal, form, document))
+    return entry_answer(request, proposal, form, document, key)
 
 
 @workspace_view(Role.EDITOR)
@@ -107,7 +101,7 @@ def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -
     proposal = proposal_of(request, pk)
     form = forms.EntryActionForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     try:
         curation.set_pin(
@@ -125,9 +119,7 @@ def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -
             back=review_url(proposal),
             workspace=request.workspace,
         )
-    if request.htmx:
-        return card_response(request, proposal, document, key, form)
-    return redirect(back_to_review(proposal, form, document))
+    return entry_answer(request, proposal, form, document, key)
 
 
 @workspace_view(Role.REVIEWER)
@@ -141,7 +133,7 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
     form = forms.ApproveForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
     reviews = curation.document_reviews(proposal)
     duplicates = curation.duplicates(reviews, undecided)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from django import forms as django_forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
@@ -550,7 +551,7 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
     form = forms.EntryActionForm(request.GET)
     form.fields["anchor"].required = False
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
     if change is None:
@@ -588,7 +589,7 @@ def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: i
     form = forms.EntryActionForm(request.GET)
     form.fields["anchor"].required = False
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
     if change is None or not change.proposed:
@@ -663,6 +664,26 @@ def card_response(
     return HttpResponse(card + bar)
 
 
+def entry_answer(
+    request: HtmxHttpRequest,
+    proposal: Proposal,
+    form: forms.ReviewPlaceForm,
+    document: str,
+    key: str,
+) -> HttpResponse:
+    """What an entry action answers: for htmx, that entry's card and the progress bar
+    (``key``: the one entry acted on; empty when there is none); without JavaScript, a
+    redirect back to the same page, filter and entry."""
+    if request.htmx and key:
+        return card_response(request, proposal, document, key, form)
+    return redirect(back_to_review(proposal, form, document))
+
+
+def invalid(request: HtmxHttpRequest, proposal: Proposal, form: django_forms.Form) -> HttpResponse:
+    """A review action's form that does not validate: 400, with the way back."""
+    return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+
+
 def back_to_review(proposal: Proposal, form: forms.ReviewPlaceForm, document: str) -> str:
     """The review page the action came from: its filter, its page, the entry."""
     query = form.place(document)
@@ -700,14 +721,12 @@ def proposal_comment(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
     proposal = proposal_of(request, pk)
     form = forms.CommentPlaceForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     curation.add_comment(
         proposal, form.cleaned_data["text"], user=request.user, document=document, key=key
     )
-    if request.htmx and document and key:
-        return card_response(request, proposal, document, key, form)
-    return redirect(back_to_review(proposal, form, document))
+    return entry_answer(request, proposal, form, document, key if document else "")
 
 
 @workspace_view(Role.REVIEWER)
@@ -716,7 +735,7 @@ def proposal_assign(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     proposal = proposal_of(request, pk)
     form = forms.AssignForm(request.POST)
     if not form.is_valid():
-        return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
+        return invalid(request, proposal, form)
     reviewer = form.cleaned_data["reviewer"]
     if reviewer is not None and not has_role(reviewer, proposal.layout.workspace, Role.REVIEWER):
         messages.error(request, f"{reviewer} is not a reviewer of this workspace.")
