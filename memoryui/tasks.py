@@ -8,9 +8,15 @@ never load Celery."""
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from memoryui import pipeline, webhooks, workspaces
+from memoryui import pipeline, webhooks, workspaces, writeback
 from memoryui.celery import app
-from memoryui.models import GenerationRun, WorkerHeartbeat, Workspace
+from memoryui.models import (
+    GenerationRun,
+    MemoryVersion,
+    SkillFileVersion,
+    WorkerHeartbeat,
+    Workspace,
+)
 
 
 @app.task(name="memoryui.tasks.reimport_workspace", acks_late=True)
@@ -109,6 +115,17 @@ def deliver_webhook(self, delivery_id: int) -> None:
     retry_in = webhooks.attempt(delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
+
+
+@app.task(name="memoryui.tasks.lint_version", acks_late=True)
+def lint_version(model: str, version_id: int) -> None:
+    """Lint a version just saved (``versioning.create``), ahead of its write-back."""
+    versions = (
+        MemoryVersion.objects.all() if model == "MemoryVersion" else SkillFileVersion.objects.all()
+    )
+    found = versions.select_related("layout__workspace", "blob").filter(pk=version_id).first()
+    if found is not None:  # gone: its layout was deleted meanwhile
+        writeback.lint_ahead(found)
 
 
 @app.task(name="memoryui.tasks.heartbeat", ignore_result=True)

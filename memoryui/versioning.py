@@ -7,12 +7,17 @@ version already holds. What each kind audits stays with its caller."""
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import Any, TypeVar
+
+from django.db import transaction
 
 from . import documents
 from .models import Blob, Layout, MemoryVersion, SkillFileVersion
 
 Version = TypeVar("Version", MemoryVersion, SkillFileVersion)
+log = logging.getLogger(__name__)
 
 
 def latest(model: type[Version], layout: Layout, **key: str) -> Version | None:
@@ -64,7 +69,7 @@ def create(
     """The version after ``current`` holding ``data`` (None: the file is deleted, which
     only a skill file's version can record)."""
     fields: dict[str, Any] = {"blob_id": Blob.store(data) if data is not None else None, **key}
-    return model.objects.create(
+    version = model.objects.create(
         layout=layout,
         number=(current.number + 1) if current else 1,
         author_kind=author_kind,
@@ -72,3 +77,21 @@ def create(
         reason=reason[:500],
         **fields,
     )
+    if data is not None:
+        # A worker lints it now, so that nobody waits on the scan at write-back time.
+        transaction.on_commit(partial(_lint_later, model.__name__, version.pk))
+    return version
+
+
+def _lint_later(model: str, version_id: int) -> None:
+    """Best effort: the save is done; without a broker the write-back lints it itself."""
+    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
+
+    from .tasks import lint_version  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
+
+    try:
+        lint_version.delay(model, version_id)
+    except OperationalError as exc:
+        log.warning(
+            "could not queue the lint of %s %s ahead of its write-back: %s", model, version_id, exc
+        )

@@ -55,6 +55,7 @@ from .models import (
     PhaseOneResult,
     Proposal,
     RolloutSummary,
+    SkillFileVersion,
     Workspace,
     WorkspaceFile,
 )
@@ -358,6 +359,26 @@ def _lint_kept_when_refused() -> Iterator[None]:
         raise
     finally:
         _KEPT_WHEN_REFUSED.reset(token)
+
+
+def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
+    """Scan a new version's content now, while nobody waits on it (a worker runs this
+    once the version is saved): ``lint_planned`` keeps the result by content, so the
+    write-back page, ``manage.py writeback`` and an export of that version find it
+    scanned instead of scanning a large ``MEMORY.md`` while a person waits."""
+    layout = version.layout
+    if version.blob is None:
+        return  # a deleted skill file: nothing to lint
+    if isinstance(version, MemoryVersion):
+        name = DOCUMENT_FILES[MemoryVersion.Document(version.document)]
+        kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
+    elif _skill_path_problem(version.path):
+        return  # never written back, so never linted for it
+    else:
+        name, kind = version.path, FileKind.SKILL
+    data = bytes(version.blob.data)
+    planned = PlannedFile(f"{layout.memories_dir}/{name}", data, "", None, kind)
+    lint_planned([planned], layout_dirs(layout.workspace))
 
 
 def lint_key(path: str, sha256: str | None, dirs: list[LayoutDirs]) -> str:

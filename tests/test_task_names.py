@@ -17,6 +17,7 @@ NAMES = {
     "memoryui.tasks.recover_stalled_runs",
     "memoryui.tasks.start_generation",
     "memoryui.tasks.heartbeat",
+    "memoryui.tasks.lint_version",
     "memoryui.webhooks.deliver_webhook",
     # Former names, forwarded to the tasks above.
     "generation.tasks.reimport_workspace",

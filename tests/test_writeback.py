@@ -18,9 +18,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
+from kombu.exceptions import OperationalError
 
 from generation import export, journal, lint, tree
-from memoryui import curation, recovery, writeback
+from memoryui import curation, recovery, skills, tasks, writeback
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -402,6 +403,58 @@ def test_a_second_write_back_or_export_scans_nothing_already_scanned(
     scans = in_a_new_process()
     writeback.write_back(layout)
     assert scans == [f"{ENG}/MEMORY.md"]  # the new content only
+
+
+def test_a_saved_version_is_linted_by_a_worker_before_anyone_writes_it_back(
+    layout, ws, eager, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Saving a document or a skill file queues its lint: the person who writes it
+    back (page or command, another process) waits on no scan of it."""
+    scanned: list[str] = []
+    real_scan = lint.find_secrets
+
+    def counting_scan(path: str, text: str) -> list[lint.Finding]:
+        scanned.append(path)
+        return real_scan(path, text)
+
+    monkeypatch.setattr(lint, "find_secrets", counting_scan)
+    with django_capture_on_commit_callbacks(execute=True):
+        curate(layout, MD, LINTED_MEMORY)
+        skills.save(
+            layout,
+            "skills/deploy/SKILL.md",
+            b"---\nname: deploy\ndescription: ship it\n---\nRun the checklist.\n",
+            user=None,
+            based_on=None,
+            action="skill.add",
+            reason="test",
+        )
+    assert scanned == [f"{ENG}/MEMORY.md", f"{ENG}/skills/deploy/SKILL.md"]
+
+    lint._LINT_CACHE.clear()  # the write-back runs in another process
+    scanned.clear()
+    with pytest.raises(writeback.Refused) as refused:
+        writeback.write_back(layout)
+    saved = {f"{ENG}/MEMORY.md", f"{ENG}/skills/deploy/SKILL.md"}
+    assert scanned and saved.isdisjoint(scanned)  # only what the import brought
+    assert {f.kind for f in refused.value.findings} >= {"secret", "injection"}
+
+
+def test_a_save_stands_when_its_lint_cannot_be_queued(
+    layout, ws, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    def broker_down(*args: object) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(tasks.lint_version, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        version = curate(layout, MD, "## Curated\n- a tip worth keeping\n")
+
+    assert curation.latest(layout, MD) == version
+
+    assert "could not queue the lint" in caplog.text
+    writeback.write_back(layout)  # lints it itself
+    assert (ws / ENG / "MEMORY.md").read_text().endswith("- a tip worth keeping\n")
 
 
 def test_kept_lint_results_still_block_a_write_back(layout, ws):
