@@ -9,6 +9,7 @@ Django.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import operator
 import os
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, NamedTuple, overload
+from typing import IO, Any, Literal, NamedTuple, overload
 
 ROLLOUT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
@@ -411,22 +412,107 @@ def check_tar_archive(path: Path, limits: Limits = Limits()) -> None:
         raise TreeError(f"{path.name} is neither a directory nor a tar archive.") from exc
 
 
+class IndexedMember(NamedTuple):
+    """Where a member read from a plain tar sits in it (``read_archive(index=...)``), so
+    that it can be read again without parsing the archive: ``kind`` is ``f`` (file),
+    ``d`` or ``l`` (``target`` is then its link's); ``offset`` is where its data begins,
+    right after its own 512-byte header, whose size and checksum fields are ``tag``
+    (what ``read_indexed`` checks before it trusts the offset)."""
+
+    path: str
+    kind: str
+    mode: int
+    mtime_ns: int
+    offset: int
+    size: int
+    target: str
+    tag: str
+
+
+@dataclass
+class ArchiveIndex:
+    """Filled by ``read_archive(index=...)``: ``members`` for ``read_indexed``, usable
+    only when ``plain`` (an uncompressed tar: a compressed one has no offsets to seek)."""
+
+    members: list[IndexedMember] = field(default_factory=list)
+    plain: bool = False
+
+
+class IndexMismatch(Exception):
+    """The archive is not the one the index was made of (a member's header differs)."""
+
+
+def _header_tag(header: bytes) -> str:
+    return (header[124:136] + header[148:156]).hex()
+
+
+def read_indexed(fh: IO[bytes], index: Iterable[Sequence[Any]]) -> Iterator[Entry | Link]:
+    """The members ``index`` lists (rows laid out as IndexedMember: a JSON round trip
+    leaves lists, and a download needs no tuple per member), read from the plain tar
+    ``fh`` by offset, each header's size and checksum checked first; raises
+    IndexMismatch (nothing of that member yielded) when ``fh`` is not the archive the
+    index was made of."""
+    block_size = tarfile.BLOCKSIZE
+    for path, kind, mode, mtime_ns, offset, size, target, tag in index:
+        wanted = block_size + size
+        fh.seek(offset - block_size)
+        block = fh.read(wanted)
+        if len(block) != wanted or (block[124:136] + block[148:156]).hex() != tag:
+            raise IndexMismatch(path)
+        if kind == "f":
+            yield Entry(path, block[block_size:], mode, mtime_ns)
+        elif kind == "d":
+            yield Entry(path, None, mode, mtime_ns)
+        else:
+            yield Link(path, target, mode, mtime_ns)
+
+
+def _indexed(
+    archive: tarfile.TarFile, member: tarfile.TarInfo, item: Entry | Link
+) -> IndexedMember:
+    fh = archive.fileobj
+    assert fh is not None
+    fh.seek(member.offset_data - tarfile.BLOCKSIZE)
+    tag = _header_tag(fh.read(tarfile.BLOCKSIZE))
+    if isinstance(item, Link):
+        return IndexedMember(
+            item.path, "l", item.mode, item.mtime_ns, member.offset_data, 0, item.target, tag
+        )
+    kind, size = ("d", 0) if item.data is None else ("f", len(item.data))
+    return IndexedMember(
+        item.path, kind, item.mode, item.mtime_ns, member.offset_data, size, "", tag
+    )
+
+
 @overload
 def read_archive(
-    path: Path, limits: Limits = ..., *, links: Literal[False] = False
+    path: Path,
+    limits: Limits = ...,
+    *,
+    links: Literal[False] = False,
+    index: ArchiveIndex | None = None,
 ) -> Iterator[Entry | Problem]: ...
 @overload
 def read_archive(
-    path: Path, limits: Limits = ..., *, links: Literal[True]
+    path: Path,
+    limits: Limits = ...,
+    *,
+    links: Literal[True],
+    index: ArchiveIndex | None = None,
 ) -> Iterator[Entry | Link | Problem]: ...
 def read_archive(
-    path: Path, limits: Limits = Limits(), *, links: bool = False
+    path: Path,
+    limits: Limits = Limits(),
+    *,
+    links: bool = False,
+    index: ArchiveIndex | None = None,
 ) -> Iterator[Entry | Link | Problem]:
     """Read an SDK snapshot tar (plain or compressed) member by member, refusing what
     the SDK's own restore refuses: absolute names, ``..``, hard links, devices, FIFOs.
     Symbolic links are refused too, unless ``links``: then one whose target stays inside
     the workspace is a Link (what the SDK archives and restores), others are refused.
-    Member data and extended headers both count against ``limits``."""
+    Member data and extended headers both count against ``limits``. ``index`` gets an
+    IndexedMember for each Entry and Link of a plain (uncompressed) tar."""
     budget = _ArchiveBudget(limits)
     seen: set[str] = set()
     try:
@@ -436,6 +522,12 @@ def read_archive(
             yield Problem(path.name, str(exc.__cause__), stops=True)
             return
         raise
+    rows: list[IndexedMember] | None = None
+    if index is not None:
+        index.members.clear()
+        # A compressed archive's offsets are its decompressed stream's: no use.
+        index.plain = isinstance(archive.fileobj, io.BufferedReader)
+        rows = index.members if index.plain else None
     with archive:
         try:
             for member in _members(archive):
@@ -446,10 +538,10 @@ def read_archive(
                 rel = _normalize_member_name(name)
                 if rel is None:
                     continue  # the archive root "."
-                if name.startswith("/") or PurePosixPath(name).is_absolute():
+                if name.startswith("/"):
                     yield Problem(name, "absolute path in archive; skipped")
                     continue
-                if ".." in PurePosixPath(rel).parts:
+                if ".." in rel.split("/"):  # rel has no empty or "." parts left
                     yield Problem(name, "path climbs out of the workspace with '..'; skipped")
                     continue
                 if links and member.issym():
@@ -458,7 +550,10 @@ def read_archive(
                         continue
                     seen.add(rel)
                     if link_stays_inside(rel, member.linkname):
-                        yield Link(rel, member.linkname, member.mode & 0o7777, _mtime_ns(member))
+                        link = Link(rel, member.linkname, member.mode & 0o7777, _mtime_ns(member))
+                        if rows is not None:
+                            rows.append(_indexed(archive, member, link))
+                        yield link
                     else:
                         yield Problem(
                             rel,
@@ -478,7 +573,10 @@ def read_archive(
                     continue
                 seen.add(rel)
                 if member.isdir():
-                    yield Entry(rel, None, member.mode & 0o7777, int(member.mtime) * 10**9)
+                    entry = Entry(rel, None, member.mode & 0o7777, int(member.mtime) * 10**9)
+                    if rows is not None:
+                        rows.append(_indexed(archive, member, entry))
+                    yield entry
                     continue
                 if not member.isreg():
                     yield Problem(rel, "not a regular file; skipped")
@@ -492,7 +590,10 @@ def read_archive(
                     yield Problem(rel, _too_large(member.size, limits))
                     continue
                 data = _member_data(archive, member)
-                yield Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)
+                entry = Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)
+                if rows is not None:
+                    rows.append(_indexed(archive, member, entry))
+                yield entry
             if not _ends_cleanly(archive):
                 yield Problem(
                     path.name,

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import tempfile
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from .models import (
     ImportRun,
     SnapshotStorePolicy,
     UploadedSnapshot,
+    UploadedSnapshotIndex,
     Workspace,
     WorkspaceFile,
 )
@@ -106,17 +109,23 @@ def receive(
     part = folder / f".{snapshot_id}.{uuid.uuid4().hex}.part"
     try:
         digest, size = _save(read, part, limit)
-        _check_archive(part)
+        index = _check_archive(part)
         target = object_storage.put_file(
             object_storage.SNAPSHOTS, f"{name}/{snapshot_id}.tar", part
         )
     finally:
         part.unlink(missing_ok=True)
-    return _queue_import(name, snapshot_id, target, size, digest, user)
+    return _queue_import(name, snapshot_id, target, size, digest, user, index)
 
 
 def _queue_import(
-    name: str, snapshot_id: str, target: str, size: int, digest: str, user: Any
+    name: str,
+    snapshot_id: str,
+    target: str,
+    size: int,
+    digest: str,
+    user: Any,
+    index: tree.ArchiveIndex,
 ) -> Upload:
     from memoryui.tasks import import_new_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
@@ -151,6 +160,7 @@ def _queue_import(
                 "import_job": job,
             },
         )
+        _keep_index(snapshot, digest, index)
         import_new_workspace.delay_on_commit(job.pk)
     return Upload(snapshot, job)
 
@@ -213,14 +223,16 @@ def _save(read: Callable[[int], bytes], path: Path, limit: int) -> tuple[str, in
     return digest.hexdigest(), size
 
 
-def _check_archive(path: Path) -> None:
+def _check_archive(path: Path) -> tree.ArchiveIndex:
     """Read every member as the importer will; refuse the archive whole if any member
     is unsafe or unreadable (absolute paths, ``..``, hard links, symbolic links out of
-    the workspace, devices, a size past the import limits, a damaged archive)."""
+    the workspace, devices, a size past the import limits, a damaged archive). Returns
+    where each member sits, for the downloads (``UploadedSnapshotIndex``)."""
     problems = []
     too_big = False
+    index = tree.ArchiveIndex()
     try:
-        for item in tree.read_archive(path, default_limits(), links=True):
+        for item in tree.read_archive(path, default_limits(), links=True, index=index):
             if isinstance(item, tree.Problem):
                 problems.append(item)
                 too_big = too_big or "limit" in item.error or "expands past" in item.error
@@ -241,6 +253,34 @@ def _check_archive(path: Path) -> None:
             f"member{'s' if len(problems) != 1 else ''}): {shown}"
             + (f"; and {more} more" if more > 0 else ""),
         )
+    return index
+
+
+def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveIndex) -> None:
+    """Keep the upload's member index (a compressed one has none: its downloads parse
+    it), replacing the index of the id's previous upload."""
+    if not index.plain:
+        UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
+        return
+    rows = json.dumps([list(row) for row in index.members], separators=(",", ":"))
+    UploadedSnapshotIndex.objects.update_or_create(
+        snapshot=snapshot,
+        defaults={"sha256": digest, "members": zlib.compress(rows.encode(), 1)},
+    )
+
+
+def _index_of(snapshot: UploadedSnapshot) -> list[list[Any]] | None:
+    """The upload's member index (rows laid out as ``tree.IndexedMember``), if it has
+    one made of this very upload."""
+    row = (
+        UploadedSnapshotIndex.objects.filter(snapshot=snapshot, sha256=snapshot.sha256)
+        .values_list("members", flat=True)
+        .first()
+    )
+    if row is None:
+        return None
+    members: list[list[Any]] = json.loads(zlib.decompress(row))
+    return members
 
 
 def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:
@@ -278,25 +318,38 @@ def store_status(workspace: Workspace) -> dict[str, Any]:
     }
 
 
-def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> IO[bytes]:
-    """What ``download(snapshot_id)`` answers, as a temporary file, rewound: the files of
-    that id's last upload outside the memory layouts, byte for byte (modes and in-tree
-    links included), and each layout's memories folder as the workspace serves it
-    (``served_memory``). An id never uploaded gets the served memory alone: how a fresh
-    sandbox starts from the workspace's memory."""
+@dataclass
+class SandboxArchive:
+    """A download, written: the rewound temporary file, its sha256 (hex) and size."""
+
+    fileobj: IO[bytes]
+    sha256: str
+    size: int
+
+
+def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> SandboxArchive:
+    """What ``download(snapshot_id)`` answers: the files of that id's last upload outside
+    the memory layouts, byte for byte (modes and in-tree links included), and each
+    layout's memories folder as the workspace serves it (``served_memory``). An id never
+    uploaded gets the served memory alone: how a fresh sandbox starts from the
+    workspace's memory. The upload's members are read by their offsets when it has a
+    member index, else (or when the index turns out not to match) by parsing it."""
     snapshot = uploaded(workspace, snapshot_id)
     served = served_layouts(workspace, user=user)
     memory_dirs = [s.layout.memories_dir for s in served]
-    seen: set[str] = set()
+    index = _index_of(snapshot) if snapshot else None
     fileobj = tempfile.TemporaryFile()
     try:
         with ExitStack() as stack:
-            own: Iterator[Any] = iter(())
-            if snapshot:
-                archive = stack.enter_context(object_storage.local_copy(snapshot.path))
-                own = _own_members(archive, memory_dirs, seen)
-            members = itertools.chain(own, _memory_members(workspace, served, seen))
-            info = export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
+            archive = (
+                stack.enter_context(object_storage.local_copy(snapshot.path)) if snapshot else None
+            )
+            try:
+                info = _write_download(fileobj, workspace, served, archive, index)
+            except tree.IndexMismatch:
+                fileobj.seek(0)
+                fileobj.truncate()
+                info = _write_download(fileobj, workspace, served, archive, None)
     except BaseException:
         fileobj.close()
         raise
@@ -318,7 +371,25 @@ def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> IO[
         ],
     )
     fileobj.seek(0)
-    return fileobj
+    return SandboxArchive(fileobj, info.sha256, info.size)
+
+
+def _write_download(
+    fileobj: IO[bytes],
+    workspace: Workspace,
+    served: list[ServedLayout],
+    archive: Path | None,
+    index: list[list[Any]] | None,
+) -> export.SnapshotInfo:
+    memory_dirs = [s.layout.memories_dir for s in served]
+    seen: set[str] = set()
+    own: Iterator[export.Member] = iter(())
+    if archive is not None and index is not None:
+        own = _indexed_members(archive, index, memory_dirs, seen)
+    elif archive is not None:
+        own = _own_members(archive, memory_dirs, seen)
+    members = itertools.chain(own, _memory_members(workspace, served, seen))
+    return export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
 
 
 def _inside(path: str, folders: list[str]) -> bool:
@@ -335,6 +406,22 @@ def _own_members(path: Path, memory_dirs: list[str], seen: set[str]) -> Iterator
             yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
         else:
             yield item
+
+
+def _indexed_members(
+    path: Path, index: list[list[Any]], memory_dirs: list[str], seen: set[str]
+) -> Iterator[export.Member]:
+    """``_own_members``, read by the offsets of the upload's member index."""
+    prefixes = tuple(f + "/" for f in memory_dirs)
+    folders = set(memory_dirs)
+    rows = [row for row in index if not (row[0].startswith(prefixes) or row[0] in folders)]
+    with path.open("rb") as fh:
+        for item in tree.read_indexed(fh, rows):
+            seen.add(item.path)
+            if isinstance(item, tree.Link):
+                yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
+            else:
+                yield item
 
 
 def _memory_members(

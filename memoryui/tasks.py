@@ -12,6 +12,7 @@ from memoryui import pipeline, webhooks, workspaces, writeback
 from memoryui.celery import app
 from memoryui.models import (
     GenerationRun,
+    ImportRun,
     MemoryVersion,
     SkillFileVersion,
     WorkerHeartbeat,
@@ -27,14 +28,16 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
     if workspace is None:
         return
     user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
-    workspaces.reimport(workspace, user)
+    _lint_what_came(workspaces.reimport(workspace, user))
 
 
 @app.task(name="memoryui.tasks.import_new_workspace", acks_late=True)
 def import_new_workspace(job_id: int) -> None:
     """Create a workspace from an uploaded snapshot or a registered directory, or merge
     a sandbox's upload to the remote snapshot store into its workspace."""
-    workspaces.run_import_job(job_id)
+    job = workspaces.run_import_job(job_id)
+    if job is not None and job.run is not None:
+        _lint_what_came(job.run)
 
 
 @app.task(name="memoryui.tasks.sync_workspaces", acks_late=True)
@@ -47,7 +50,25 @@ def sync_workspaces() -> None:
 
 @app.task(name="memoryui.tasks.sync_workspace", acks_late=True)
 def sync_workspace(workspace_id: int) -> None:
-    workspaces.sync_workspace(workspace_id)
+    run = workspaces.sync_workspace(workspace_id)
+    if run is not None:
+        _lint_what_came(run)
+
+
+def _lint_what_came(run: ImportRun) -> None:
+    """An import that brought files queues the lint of the versions it recorded."""
+    if run.added or run.changed:
+        lint_workspace.delay(run.workspace_id)
+
+
+@app.task(name="memoryui.tasks.lint_workspace", acks_late=True)
+def lint_workspace(workspace_id: int) -> None:
+    """Lint the latest version of each document and skill file of the workspace's
+    layouts, ahead of their review and of the sandboxes' restores (a sandbox would
+    otherwise wait on the scan of a large imported ``MEMORY.md``)."""
+    workspace = Workspace.objects.filter(pk=workspace_id).first()
+    if workspace is not None:
+        writeback.lint_latest(workspace)
 
 
 @app.task(

@@ -381,6 +381,25 @@ def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
     lint_planned([planned], layout_dirs(layout.workspace))
 
 
+def lint_latest(workspace: Workspace) -> None:
+    """``lint_ahead`` for the latest version of each document and skill file of every
+    layout (what an import just recorded, say): content scanned before costs a lookup."""
+    for layout in workspace.layouts.present():
+        versions: list[MemoryVersion | SkillFileVersion] = []
+        for document in DOCUMENT_FILES:
+            latest = (
+                MemoryVersion.objects.filter(layout=layout, document=document)
+                .select_related("layout__workspace", "blob")
+                .order_by("-number")
+                .first()
+            )
+            if latest is not None:
+                versions.append(latest)
+        versions.extend(skills.current_versions(layout).select_related("layout__workspace", "blob"))
+        for version in versions:
+            lint_ahead(version)
+
+
 def lint_key(path: str, sha256: str | None, dirs: list[LayoutDirs]) -> str:
     return hashlib.sha256(f"{LINT_VERSION}\0{path}\0{sha256}\0{dirs}".encode()).hexdigest()
 

@@ -14,4 +14,15 @@ def _recover() -> None:
     recover_at_start()
 
 
+def _load_routes() -> None:
+    """Every route now, as the worker process starts (gunicorn forks its workers before
+    they import this module): the dashboard's views, the admin and the API with
+    django-ninja and pydantic, which commands never load. Otherwise each worker's
+    first request, a sandbox's restore say, would wait a second for them."""
+    from django.urls import get_resolver  # noqa: PLC0415 (deferred: Django is set up first)
+
+    get_resolver().url_patterns  # noqa: B018 (the property imports the URLconf)
+
+
 _recover()
+_load_routes()

@@ -128,3 +128,13 @@ def test_celery_finds_the_app_by_the_package_name(tmp_path: Path) -> None:
         "assert app.main == 'memoryui' and 'memoryui.tasks.heartbeat' in app.tasks\n"
     )
     assert "memoryui.tasks" in loaded(code, tmp_path)
+
+
+def test_a_web_process_loads_every_route_before_its_first_request(tmp_path: Path) -> None:
+    """The other side of the coin: gunicorn's workers (and runserver) load the views, the
+    admin and the API as they start, so no request waits on those imports."""
+    db = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    modules = loaded("import memoryui.wsgi", tmp_path, DATABASE_URL=db, DEBUG="1")
+    assert {"ninja", "pydantic", "memoryui.api", "memoryui.admin", "memoryui.views"} <= {
+        m for m in modules if m.count(".") <= 1
+    }

@@ -2,6 +2,7 @@
 sandboxes; each download is that sandbox's own files and the workspace's served memory
 (approved, passing lint); uploads answer before their import, which a worker runs."""
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -13,7 +14,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from memoryui import curation, lint_allowances, served_memory, tokens
+from generation import lint, tree
+from memoryui import curation, lint_allowances, served_memory, tasks, tokens
 from memoryui.models import (
     AuditEvent,
     ImportJob,
@@ -24,6 +26,7 @@ from memoryui.models import (
     Rollout,
     SkillFileVersion,
     UploadedSnapshot,
+    UploadedSnapshotIndex,
     Webhook,
     WebhookDelivery,
     Workspace,
@@ -468,3 +471,121 @@ def test_the_workspace_pages_store_section_costs_the_same_queries_for_many_sandb
         upload(secret, f"s{n}", sandbox(f"r{n}", {}), django_capture_on_commit_callbacks)
 
     assert queries() == one
+
+
+def members_of(served: dict[str, tarfile.TarInfo | bytes]) -> dict[str, object]:
+    """What a restore would write: each file's bytes and mode, each link's target, each
+    directory's mode (the archive root's mtime is the download's own time)."""
+    shown: dict[str, object] = {}
+    for name, value in served.items():
+        if isinstance(value, bytes):
+            shown[name] = value
+        elif name.startswith("mode:"):
+            shown[name] = (value.mode, value.mtime)
+        else:
+            shown[name] = (value.type, value.mode, value.linkname)
+    return shown
+
+
+@pytest.mark.django_db
+def test_a_download_copies_the_uploads_members_by_offset_without_parsing_it(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch
+):
+    """The upload's check records where each member sits; a download (every sandbox
+    restore) reads them by offset, and gives what parsing the archive would give."""
+    user, secret = ops
+    own = {"README.md": b"sandbox X\n", "bin/run.sh": b"#!/bin/sh\necho x\n"}
+    long_name = "notes/" + "a-very-long-directory-name/" * 5 + "deep.txt"  # a GNU/PAX name
+    own[long_name] = "naïve café\n".encode()
+    upload(
+        secret,
+        "x",
+        sandbox("rx", own, links={"docs/readme.md": "../README.md"}),
+        django_capture_on_commit_callbacks,
+    )
+    accept_all(user)
+    snapshot = UploadedSnapshot.objects.get(snapshot_id="x")
+    assert UploadedSnapshotIndex.objects.get(snapshot=snapshot).sha256 == snapshot.sha256
+    parsed: list[object] = []
+    real_read_archive = tree.read_archive
+
+    def counting(*args, **kwargs):
+        parsed.append(args[0])
+        return real_read_archive(*args, **kwargs)
+
+    monkeypatch.setattr(tree, "read_archive", counting)
+
+    by_offset = download(secret, "x")
+    assert parsed == []
+    UploadedSnapshotIndex.objects.all().delete()  # as for an upload made before indexes
+    by_parsing = download(secret, "x")
+    assert len(parsed) == 1
+
+    assert members_of(by_offset) == members_of(by_parsing)
+    assert by_offset[long_name] == own[long_name]
+    assert by_offset["mode:bin/run.sh"].mode == 0o755  # type: ignore[union-attr]
+    assert by_offset["docs/readme.md"].linkname == "../README.md"  # type: ignore[union-attr]
+
+
+@pytest.mark.django_db
+def test_an_archive_that_is_not_the_indexed_one_is_parsed_instead(
+    store, ops, django_capture_on_commit_callbacks
+):
+    """Should the stored archive differ from the one indexed (replaced between the file
+    and its row), each member's header check catches it: the download parses the
+    archive it has, never mixing one archive's offsets with another's bytes."""
+    user, secret = ops
+    upload(
+        secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
+    )
+    accept_all(user)
+    stored = store / "w" / "x.tar"
+    stored.write_bytes(sandbox("rx", {"README.md": b"second, longer\n", "new.txt": b"n\n"}))
+
+    served = download(secret, "x")
+
+    assert served["README.md"] == b"second, longer\n" and served["new.txt"] == b"n\n"
+
+
+@pytest.mark.django_db
+def test_a_compressed_upload_has_no_index_and_downloads_by_parsing(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    plain = sandbox("rx", {"README.md": b"zipped\n"})
+    upload(secret, "x", gzip.compress(plain), django_capture_on_commit_callbacks)
+    accept_all(user)
+
+    served = download(secret, "x")
+
+    assert not UploadedSnapshotIndex.objects.exists()
+    assert served["README.md"] == b"zipped\n" and f"{S}/rx.jsonl" in served
+
+
+@pytest.mark.django_db
+def test_the_worker_lints_what_an_upload_brought_before_any_sandbox_restores_it(
+    store, ops, django_capture_on_commit_callbacks, eager, monkeypatch
+):
+    """The import task queues the lint of the versions it recorded: the first restore
+    after it waits on no scan (a large MEMORY.md takes seconds to lint)."""
+    user, secret = ops
+    with django_capture_on_commit_callbacks(execute=False):
+        answer = Client().put(
+            "/api/workspaces/w/snapshots/x",
+            sandbox("rx", {"README.md": b"X\n"}),
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+    scanned: list[str] = []
+    real_scan = lint.find_secrets
+    monkeypatch.setattr(lint, "find_secrets", lambda p, t: scanned.append(p) or real_scan(p, t))
+    lint._LINT_CACHE.clear()  # this content was met by earlier tests of this process
+
+    tasks.import_new_workspace(answer.json()["import_job"])  # as the worker runs it
+
+    assert sorted(scanned) == [f"{M}/MEMORY.md", f"{M}/memory_summary.md"]
+    accept_all(user)
+    lint._LINT_CACHE.clear()  # the restore is served by another process
+    scanned.clear()
+    served = download(secret, "x")
+    assert served[f"{M}/MEMORY.md"] == APPROVED_MD and scanned == []

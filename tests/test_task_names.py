@@ -18,6 +18,7 @@ NAMES = {
     "memoryui.tasks.start_generation",
     "memoryui.tasks.heartbeat",
     "memoryui.tasks.lint_version",
+    "memoryui.tasks.lint_workspace",
     "memoryui.webhooks.deliver_webhook",
     # Former names, forwarded to the tasks above.
     "generation.tasks.reimport_workspace",

@@ -1,9 +1,6 @@
 """The remote snapshot store's endpoints: what ``memoryui_client.SnapshotClient`` calls
 for the SDK's ``RemoteSnapshotSpec`` (upload, download, exists)."""
 
-import hashlib
-from typing import IO
-
 from django.http import FileResponse, Http404, HttpRequest
 from django.urls import reverse
 from ninja import Path, Schema, Status
@@ -128,25 +125,14 @@ def download(request: HttpRequest, params: Path[SnapshotIn]):
         archive = snapshot_store.sandbox_archive(ws, params.snapshot_id, user=request.user)
     except ExportError as exc:
         raise conflict(str(exc)) from exc
-    digest, size = _sha256_and_size(archive)
     response = FileResponse(
-        archive, filename=f"{params.snapshot_id}.tar", content_type="application/x-tar"
+        archive.fileobj, filename=f"{params.snapshot_id}.tar", content_type="application/x-tar"
     )
-    # What memoryui_client verifies before the SDK may empty the workspace to restore.
-    response["Content-Length"] = str(size)
-    response[SHA256_HEADER] = digest
+    # What memoryui_client verifies before the SDK may empty the workspace to restore:
+    # the archive's hash as it was written (the writer hashes every byte it writes).
+    response["Content-Length"] = str(archive.size)
+    response[SHA256_HEADER] = archive.sha256
     return response
-
-
-def _sha256_and_size(fileobj: IO[bytes]) -> tuple[str, int]:
-    """Hash a rewound file and rewind it again."""
-    digest = hashlib.sha256()
-    size = 0
-    while chunk := fileobj.read(snapshot_store.CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    fileobj.seek(0)
-    return digest.hexdigest(), size
 
 
 @api.get(

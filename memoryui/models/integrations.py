@@ -72,6 +72,24 @@ class UploadedSnapshot(models.Model):
         return f"{self.workspace.name}/{self.snapshot_id}"
 
 
+class UploadedSnapshotIndex(models.Model):
+    """Where each member of a plain-tar upload sits in it (``generation.tree``'s
+    ``IndexedMember`` rows, made while the upload was checked), so that a sandbox's
+    download copies those members by offset instead of parsing the archive again.
+    ``sha256``: the upload it was made of; each member's header is checked again
+    before its offset is trusted. Kept apart from ``UploadedSnapshot`` so that listing
+    uploads never loads it."""
+
+    snapshot = models.OneToOneField(
+        UploadedSnapshot, on_delete=models.CASCADE, related_name="member_index"
+    )
+    sha256 = models.CharField(max_length=64)
+    members = models.BinaryField()  # zlib-compressed JSON: one list per member
+
+    def __str__(self) -> str:
+        return f"member index of {self.snapshot}"
+
+
 class Webhook(models.Model):
     """A receiver of a workspace's events, signed with its secret."""
 
