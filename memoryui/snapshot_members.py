@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from typing import Any
 
 from django.db import connection
-from django.db.models import BinaryField, Case, F, Max, Q, When
+from django.db.models import BinaryField, Case, F, Max, Q, QuerySet, When
 
 from generation.export import Row
 from generation.tree import Entry
@@ -86,15 +86,28 @@ def snapshot_members(
         for p, f in sorted(overlay.items())
         if p not in stored and f.data is not None
     ]
+    rows = _row_query(present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False)))
+    members = _members(rows, overlay, new, now_ns, report, every)
+    return members, latest or now_ns
+
+
+def file_rows(files: QuerySet[WorkspaceFile]) -> Iterator[tuple[Any, ...]]:
+    """(path, kind, mode, mtime_ns, blob id, contents or None) of each of ``files`` in
+    path order, streamed as an export streams them (``snapshot_members``): small files'
+    contents with their rows, a larger file's fetched alone, on PostgreSQL in binary and
+    read ahead by a second thread. Contents may be a memoryview."""
+    for batch in _batches(*_row_query(files), skip=()):
+        yield from batch
+
+
+def _row_query(files: QuerySet[WorkspaceFile]) -> tuple[str, Sequence[Any]]:
     inline = Case(When(size__lte=INLINE_BYTES, then=F("blob__data")), output_field=BinaryField())
     rows = (
-        present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
-        .order_by("path")
+        files.order_by("path")
         .annotate(inline=inline)
         .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "inline")
     )
-    members = _members(rows.query.sql_with_params(), overlay, new, now_ns, report, every)
-    return members, latest or now_ns
+    return rows.query.sql_with_params()
 
 
 def _members(

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 import tempfile
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -53,11 +51,11 @@ from .models import (
     WorkspaceFile,
 )
 from .served_memory import ServedLayout, served_layouts
+from .snapshot_members import file_rows
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
 
 CHUNK = 1024 * 1024
-CHUNK_ROWS = 500
 MAX_PROBLEMS_SHOWN = 5
 
 
@@ -262,16 +260,18 @@ def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveInde
     if not index.plain:
         UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
         return
-    rows = json.dumps([list(row) for row in index.members], separators=(",", ":"))
+    packed = tree.pack_index(index)
+    if packed is None:
+        UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
+        return
     UploadedSnapshotIndex.objects.update_or_create(
-        snapshot=snapshot,
-        defaults={"sha256": digest, "members": zlib.compress(rows.encode(), 1)},
+        snapshot=snapshot, defaults={"sha256": digest, "members": packed}
     )
 
 
-def _index_of(snapshot: UploadedSnapshot) -> list[list[Any]] | None:
-    """The upload's member index (rows laid out as ``tree.IndexedMember``), if it has
-    one made of this very upload."""
+def _index_of(snapshot: UploadedSnapshot) -> tuple[list[tuple[Any, ...]], bool] | None:
+    """The upload's member index (rows laid out as ``tree.IndexedMember``, and whether
+    they may be copied verbatim), if it has one made of this very upload."""
     row = (
         UploadedSnapshotIndex.objects.filter(snapshot=snapshot, sha256=snapshot.sha256)
         .values_list("members", flat=True)
@@ -279,8 +279,7 @@ def _index_of(snapshot: UploadedSnapshot) -> list[list[Any]] | None:
     )
     if row is None:
         return None
-    members: list[list[Any]] = json.loads(zlib.decompress(row))
-    return members
+    return tree.unpack_index(bytes(row))
 
 
 def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:
@@ -379,7 +378,7 @@ def _write_download(
     workspace: Workspace,
     served: list[ServedLayout],
     archive: Path | None,
-    index: list[list[Any]] | None,
+    index: tuple[list[tuple[Any, ...]], bool] | None,
 ) -> export.SnapshotInfo:
     memory_dirs = [s.layout.memories_dir for s in served]
     seen: set[str] = set()
@@ -409,14 +408,24 @@ def _own_members(path: Path, memory_dirs: list[str], seen: set[str]) -> Iterator
 
 
 def _indexed_members(
-    path: Path, index: list[list[Any]], memory_dirs: list[str], seen: set[str]
+    path: Path,
+    index: tuple[list[tuple[Any, ...]], bool],
+    memory_dirs: list[str],
+    seen: set[str],
 ) -> Iterator[export.Member]:
-    """``_own_members``, read by the offsets of the upload's member index."""
+    """``_own_members``, read by the offsets of the upload's member index: copied as
+    they are, headers included, when no global header of the upload applies to them."""
+    members, verbatim = index
     prefixes = tuple(f + "/" for f in memory_dirs)
     folders = set(memory_dirs)
-    rows = [row for row in index if not (row[0].startswith(prefixes) or row[0] in folders)]
+    rows = [row for row in members if not (row[0].startswith(prefixes) or row[0] in folders)]
     with path.open("rb") as fh:
-        for item in tree.read_indexed(fh, rows):
+        items = tree.copy_indexed(fh, rows) if verbatim else tree.read_indexed(fh, rows)
+        for item in items:
+            if isinstance(item, tree.Blocks):
+                seen.update(item.paths)
+                yield item
+                continue
             seen.add(item.path)
             if isinstance(item, tree.Link):
                 yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
@@ -426,36 +435,40 @@ def _indexed_members(
 
 def _memory_members(
     workspace: Workspace, served: list[ServedLayout], seen: set[str]
-) -> Iterator[Entry]:
+) -> Iterator[export.Member]:
     """Each layout's memories folder: the workspace's files (rollout summaries, raw
     memories from every sandbox), with the served documents and skills in place of
-    theirs. Streamed from one query per layout."""
+    theirs. Streamed from one query per layout, as an export streams its members."""
     now_ns = time.time_ns()
+    directory = WorkspaceFile.Kind.DIRECTORY
     for layout in served:
         folder = layout.layout.memories_dir
         curated = [f"{folder}/{name}" for name in DOCUMENT_FILES.values()]
-        rows = (
+        files = (
             WorkspaceFile.objects.present()
             .filter(workspace=workspace, path__startswith=f"{folder}/")
-            .filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+            .filter(Q(kind=directory) | Q(blob__isnull=False))
             .exclude(path__startswith=f"{folder}/skills/")
             .exclude(path__in=[*curated, *layout.files])
-            .order_by("path")
-            .values_list("path", "kind", "mode", "mtime_ns", "blob__data")
         )
         yield from _parents(folder, seen, now_ns)
-        for path, kind, mode, mtime_ns, data in rows.iterator(chunk_size=CHUNK_ROWS):
+        # Plain (path, data, mode, mtime_ns) tuples: the writer's fast case.
+        for path, kind, mode, mtime_ns, _, data in file_rows(files):
             if path in seen:
                 continue
-            yield from _parents(path.rpartition("/")[0], seen, now_ns)
+            parent = path.rpartition("/")[0]
+            if parent not in seen:
+                yield from _parents(parent, seen, now_ns)
             seen.add(path)
-            is_dir = kind == WorkspaceFile.Kind.DIRECTORY
-            yield Entry(path, None if is_dir else bytes(data), mode, mtime_ns)
-        for path, data in sorted(layout.files.items()):
+            if kind == directory:
+                yield (path, None, mode, mtime_ns)
+            else:
+                yield (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
+        for path, contents in sorted(layout.files.items()):
             if path not in seen:
                 yield from _parents(path.rpartition("/")[0], seen, now_ns)
                 seen.add(path)
-                yield Entry(path, data, 0o644, now_ns)
+                yield Entry(path, contents, 0o644, now_ns)
 
 
 def _parents(folder: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:

@@ -5,6 +5,7 @@ session states, and the lint."""
 import io
 import json
 import os
+import random
 import tarfile
 from pathlib import Path
 
@@ -454,3 +455,10 @@ def test_finding_ids_are_stable_across_unrelated_edits_and_distinct_per_occurren
     )
     assert [f.id for f in first] == [f.id for f in moved]
     assert len({f.id for f in twice}) == 2
+
+
+def test_header_checksums_are_plain_byte_sums_for_every_field_size():
+    rng = random.Random(7)
+    samples = [bytes([255]) * 256, b"", bytes(100)]
+    samples += [rng.randbytes(rng.randint(0, 256)) for _ in range(2000)]
+    assert all(export.byte_sum(data) == sum(data) for data in samples)

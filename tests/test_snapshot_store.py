@@ -77,6 +77,24 @@ def raw_memory(rid: str) -> bytes:
     ).encode()
 
 
+def sandbox_files(
+    rid: str,
+    own: dict[str, bytes],
+    *,
+    memory_md: bytes = APPROVED_MD,
+    more: dict[str, bytes] | None = None,
+) -> dict[str, bytes]:
+    return {
+        **own,
+        f"{S}/{rid}.jsonl": rollout(rid, f"task of {rid}"),
+        f"{M}/MEMORY.md": memory_md,
+        f"{M}/memory_summary.md": SUMMARY_MD,
+        f"{M}/raw_memories/{rid}.md": raw_memory(rid),
+        f"{M}/rollout_summaries/{rid}_work.md": f"# {rid}\n\nWorked.\n".encode(),
+        **(more or {}),
+    }
+
+
 def sandbox(
     rid: str,
     own: dict[str, bytes],
@@ -87,15 +105,7 @@ def sandbox(
 ) -> bytes:
     """A sandbox's archive as the SDK persists it: its own files, one rollout, and the
     layout's memory as phase one and two left it."""
-    files = {
-        **own,
-        f"{S}/{rid}.jsonl": rollout(rid, f"task of {rid}"),
-        f"{M}/MEMORY.md": memory_md,
-        f"{M}/memory_summary.md": SUMMARY_MD,
-        f"{M}/raw_memories/{rid}.md": raw_memory(rid),
-        f"{M}/rollout_summaries/{rid}_work.md": f"# {rid}\n\nWorked.\n".encode(),
-        **(more or {}),
-    }
+    files = sandbox_files(rid, own, memory_md=memory_md, more=more)
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
         for path, data in sorted(files.items()):
@@ -505,7 +515,9 @@ def test_a_download_copies_the_uploads_members_by_offset_without_parsing_it(
     )
     accept_all(user)
     snapshot = UploadedSnapshot.objects.get(snapshot_id="x")
-    assert UploadedSnapshotIndex.objects.get(snapshot=snapshot).sha256 == snapshot.sha256
+    index = UploadedSnapshotIndex.objects.get(snapshot=snapshot)
+    assert index.sha256 == snapshot.sha256
+    assert tree.unpack_index(bytes(index.members))[1] is True  # copied as they are
     parsed: list[object] = []
     real_read_archive = tree.read_archive
 
@@ -589,3 +601,28 @@ def test_the_worker_lints_what_an_upload_brought_before_any_sandbox_restores_it(
     scanned.clear()
     served = download(secret, "x")
     assert served[f"{M}/MEMORY.md"] == APPROVED_MD and scanned == []
+
+
+@pytest.mark.django_db
+def test_members_under_a_global_pax_header_are_rewritten_not_copied(
+    store, ops, django_capture_on_commit_callbacks
+):
+    """A global PAX header applies to every member after it; copied alone, a member's
+    blocks would lose it. Such an upload's members are read by offset and written anew."""
+    user, secret = ops
+    out = io.BytesIO()
+    with tarfile.open(
+        fileobj=out, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "sandbox"}
+    ) as archive:
+        for name, data in sandbox_files("rx", {"README.md": b"global\n"}).items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mtime = len(data), 1_790_000_000
+            archive.addfile(info, io.BytesIO(data))
+    upload(secret, "x", out.getvalue(), django_capture_on_commit_callbacks)
+    accept_all(user)
+    row = UploadedSnapshotIndex.objects.get()
+
+    served = download(secret, "x")
+
+    assert tree.unpack_index(bytes(row.members))[1] is False
+    assert served["README.md"] == b"global\n" and f"{S}/rx.jsonl" in served

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from generation import tree
 from generation.tree import (
     SLUG_RE,
     TERMINAL_STATES,
@@ -1094,3 +1095,25 @@ def test_read_archive_reports_a_truncated_gzip_stream(tmp_path):
     assert files_of(entries) == {"a.txt": b"first\n"}
     assert len(problems) == 1
     assert "truncated" in problems[0].error
+
+
+def test_a_member_index_packs_and_unpacks_to_the_same_rows():
+    rows = [
+        tree.IndexedMember(
+            "sessions/a.jsonl", "f", 0o644, 1_790_000_000 * 10**9, 512, 1536, 5, "", "ab" * 20
+        ),
+        tree.IndexedMember(
+            "docs/naïve.md", "l", 0o777, 0, 2048, 2560, 0, "../README.md", "cd" * 20
+        ),
+        tree.IndexedMember("docs", "d", 0o755, 10**9, 3072, 3584, 0, "", "ef" * 20),
+    ]
+    index = tree.ArchiveIndex(rows, plain=True, verbatim=True)
+
+    packed = tree.pack_index(index)
+
+    assert packed is not None
+    assert tree.unpack_index(packed) == ([tuple(row) for row in rows], True)
+    empty = tree.pack_index(tree.ArchiveIndex([], plain=True, verbatim=False))
+    assert empty is not None and tree.unpack_index(empty) == ([], False)
+    # A name a tar cannot hold gets no index at all (its downloads parse the archive).
+    assert tree.pack_index(tree.ArchiveIndex([rows[0]._replace(path="a\0b")], True)) is None
