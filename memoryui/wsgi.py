@@ -1,3 +1,4 @@
+import gc
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -26,3 +27,7 @@ def _load_routes() -> None:
 
 _recover()
 _load_routes()
+# What start-up made (Django, the routes, the API's schemas) lives as long as the process:
+# kept out of the garbage collector's passes, which otherwise walk it all again and again
+# while a request streams tens of thousands of archive members.
+gc.freeze()
