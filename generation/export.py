@@ -457,6 +457,12 @@ class _Sink:
         self.digest = hashlib.sha256()
 
     def write(self, data: bytes) -> None:
+        if len(data) >= self.CHUNK:  # copied blocks, say: written as they are, not joined
+            self.flush()
+            self.fh.write(data)
+            self.digest.update(data)
+            self.size += len(data)
+            return
         self.parts.append(data)
         self.buffered += len(data)
         if self.buffered >= self.CHUNK:

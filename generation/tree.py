@@ -540,12 +540,12 @@ def read_indexed(fh: IO[bytes], index: Iterable[Sequence[Any]]) -> Iterator[Entr
 
 
 def copy_indexed(
-    fh: IO[bytes], index: Iterable[Sequence[Any]], *, run_bytes: int = 4 << 20
+    fh: IO[bytes], index: Iterable[Sequence[Any]], *, run_bytes: int = 1 << 20
 ) -> Iterator[Blocks | Link]:
     """The members ``index`` lists (of a ``verbatim`` index), files and directories as
     their own blocks, read by runs of members that follow each other in the archive (up
-    to ``run_bytes`` each), every member's header checked first as ``read_indexed``
-    does; links as Link (an archive writer puts them last)."""
+    to ``run_bytes`` each, unless one member is larger), every member's header checked
+    first as ``read_indexed`` does; links as Link (an archive writer puts them last)."""
     block_size = tarfile.BLOCKSIZE
     paths: list[str] = []
     spans: list[tuple[int, str]] = []  # (where its own header is in the run, its tag)

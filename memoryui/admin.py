@@ -1,3 +1,5 @@
+from typing import Any
+
 from django import forms
 from django.contrib import admin
 from django.utils import timezone
@@ -309,6 +311,7 @@ from .models import (  # noqa: E402
     ApiToken,
     SnapshotStorePolicy,
     UploadedSnapshot,
+    UploadedSnapshotIndex,
     Webhook,
     WebhookAttempt,
     WebhookDelivery,
@@ -326,6 +329,26 @@ class ApiTokenAdmin(admin.ModelAdmin):
 class UploadedSnapshotAdmin(admin.ModelAdmin):
     list_display = ["workspace", "snapshot_id", "size", "uploaded_at", "uploaded_by"]
     raw_id_fields = ["workspace", "uploaded_by", "import_run"]
+
+
+@admin.register(UploadedSnapshotIndex)
+class UploadedSnapshotIndexAdmin(admin.ModelAdmin):
+    """Made by the upload's check, read by the downloads: shown, never edited (a changed
+    index would only send downloads back to parsing the archive)."""
+
+    list_display = ["snapshot", "sha256", "packed_size"]
+    fields = ["snapshot", "sha256", "packed_size"]
+    readonly_fields = ["snapshot", "sha256", "packed_size"]
+
+    @admin.display(description="packed index")
+    def packed_size(self, obj: UploadedSnapshotIndex) -> str:
+        return f"{len(obj.members):,} bytes"
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Webhook)

@@ -485,13 +485,15 @@ def test_the_workspace_pages_store_section_costs_the_same_queries_for_many_sandb
 
 def members_of(served: dict[str, tarfile.TarInfo | bytes]) -> dict[str, object]:
     """What a restore would write: each file's bytes and mode, each link's target, each
-    directory's mode (the archive root's mtime is the download's own time)."""
+    directory's mode; the upload's files' mtimes too (served memory files are stamped
+    with the download's own time)."""
     shown: dict[str, object] = {}
     for name, value in served.items():
         if isinstance(value, bytes):
             shown[name] = value
         elif name.startswith("mode:"):
-            shown[name] = (value.mode, value.mtime)
+            own = not name.startswith(f"mode:{M}/")
+            shown[name] = (value.mode, value.mtime if own else None)
         else:
             shown[name] = (value.type, value.mode, value.linkname)
     return shown
@@ -626,3 +628,25 @@ def test_members_under_a_global_pax_header_are_rewritten_not_copied(
 
     assert tree.unpack_index(bytes(row.members))[1] is False
     assert served["README.md"] == b"global\n" and f"{S}/rx.jsonl" in served
+
+
+@pytest.mark.django_db
+def test_an_uploads_member_index_shows_in_the_admin_and_cannot_be_edited(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    root = make_user("root", staff=True)
+    root.is_superuser = True
+    root.save()
+    page = Client()
+    page.force_login(root)
+    index = UploadedSnapshotIndex.objects.get()
+    change = reverse("admin:memoryui_uploadedsnapshotindex_change", args=[index.pk])
+
+    shown = page.get(change)
+    posted = page.post(change, {"sha256": "0" * 64})
+
+    assert shown.status_code == 200 and f"{len(index.members):,} bytes" in shown.content.decode()
+    assert posted.status_code == 403
+    assert UploadedSnapshotIndex.objects.get().sha256 == index.sha256
