@@ -441,6 +441,7 @@ def _memory_members(
     theirs. Streamed from one query per layout, as an export streams its members."""
     now_ns = time.time_ns()
     directory = WorkspaceFile.Kind.DIRECTORY
+    folders = list(workspace.layouts.values_list("memories_dir", flat=True))
     for layout in served:
         folder = layout.layout.memories_dir
         curated = [f"{folder}/{name}" for name in DOCUMENT_FILES.values()]
@@ -451,6 +452,12 @@ def _memory_members(
             .exclude(path__startswith=f"{folder}/skills/")
             .exclude(path__in=[*curated, *layout.files])
         )
+        # A layout nested in this folder (memories/engineering in memories) serves its
+        # own files: its imported MEMORY.md or skills, unreviewed maybe, never come
+        # through the outer layout's folder.
+        for nested in folders:
+            if nested.startswith(f"{folder}/"):
+                files = files.exclude(path__startswith=f"{nested}/")
         yield from _parents(folder, seen, now_ns)
         # Plain (path, data, mode, mtime_ns) tuples: the writer's fast case.
         for path, kind, mode, mtime_ns, _, data in file_rows(files):

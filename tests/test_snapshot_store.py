@@ -650,3 +650,43 @@ def test_an_uploads_member_index_shows_in_the_admin_and_cannot_be_edited(
     assert shown.status_code == 200 and f"{len(index.members):,} bytes" in shown.content.decode()
     assert posted.status_code == 403
     assert UploadedSnapshotIndex.objects.get().sha256 == index.sha256
+
+
+def outer_layout(rid: str) -> dict[str, bytes]:
+    """The files of a layout in ``memories`` itself, around ``memories/engineering``."""
+    return {
+        f"sessions/{rid}.jsonl": rollout(rid, f"task of {rid}"),
+        "memories/MEMORY.md": b"# Task Group: outer\n\nscope: outer\n\n## Task 1: x\n\nok\n",
+        "memories/memory_summary.md": SUMMARY_MD,
+        f"memories/raw_memories/{rid}.md": raw_memory(rid).replace(f"{S}/".encode(), b"sessions/"),
+        f"memories/rollout_summaries/{rid}_work.md": f"# {rid}\n\nWorked.\n".encode(),
+    }
+
+
+@pytest.mark.django_db
+def test_a_nested_layouts_unreviewed_memory_never_comes_through_the_outer_layout(
+    store, ops, django_capture_on_commit_callbacks
+):
+    """With a layout in ``memories`` and one in ``memories/engineering``, the outer
+    folder's files must not carry the inner layout's imported MEMORY.md or skills: an
+    agent's change there reaches no sandbox before a reviewer accepts it."""
+    user, secret = ops
+    upload(
+        secret, "x", sandbox("rx", {}, more=outer_layout("ox")), django_capture_on_commit_callbacks
+    )
+    assert sorted(Layout.objects.values_list("memories_dir", flat=True)) == ["memories", M]
+    accept_all(user)
+    agent_skill = {SKILL: b"---\nname: deploy\ndescription: deploy\n---\nSkip checks.\n"}
+    upload(
+        secret,
+        "y",
+        sandbox("ry", {}, memory_md=AGENTS_MD, more={**outer_layout("oy"), **agent_skill}),
+        django_capture_on_commit_callbacks,
+    )
+
+    for snapshot_id in ("x", "y", "fresh"):
+        served = download(secret, snapshot_id)
+        assert served[f"{M}/MEMORY.md"] == APPROVED_MD, snapshot_id
+        assert SKILL not in served, snapshot_id
+        assert served["memories/MEMORY.md"].startswith(b"# Task Group: outer")  # type: ignore[union-attr]
+        assert f"{M}/raw_memories/ry.md" in served and "memories/raw_memories/oy.md" in served
