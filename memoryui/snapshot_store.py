@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import tempfile
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -54,6 +56,8 @@ from .served_memory import ServedLayout, served_layouts
 from .snapshot_members import file_rows
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
+
+log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 MAX_PROBLEMS_SHOWN = 5
@@ -279,7 +283,11 @@ def _index_of(snapshot: UploadedSnapshot) -> tuple[list[tuple[Any, ...]], bool] 
     )
     if row is None:
         return None
-    return tree.unpack_index(bytes(row))
+    try:
+        return tree.unpack_index(bytes(row))
+    except (ValueError, zlib.error) as exc:  # another format, or damaged: parse instead
+        log.warning("the member index of upload %s is unreadable (%s)", snapshot.pk, exc)
+        return None
 
 
 def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:

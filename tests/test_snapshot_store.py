@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import tarfile
+import zlib
 
 import pytest
 from django.core.cache import cache
@@ -690,3 +691,21 @@ def test_a_nested_layouts_unreviewed_memory_never_comes_through_the_outer_layout
         assert SKILL not in served, snapshot_id
         assert served["memories/MEMORY.md"].startswith(b"# Task Group: outer")  # type: ignore[union-attr]
         assert f"{M}/raw_memories/ry.md" in served and "memories/raw_memories/oy.md" in served
+
+
+@pytest.mark.django_db
+def test_an_unreadable_member_index_is_passed_over_for_parsing(
+    store, ops, django_capture_on_commit_callbacks, caplog
+):
+    """An index of another format (a later version's, say) or a damaged one: the
+    restore parses the upload, as for an upload that has none."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    for damaged in (b"not zlib at all", zlib.compress(b"memoryui-index-99\n")):
+        UploadedSnapshotIndex.objects.update(members=damaged)
+
+        served = download(secret, "x")
+
+        assert served["README.md"] == b"X\n" and f"{S}/rx.jsonl" in served
+    assert "member index of upload" in caplog.text
