@@ -420,7 +420,7 @@ class IndexedMember(NamedTuple):
     ``d`` or ``l`` (``target`` is then its link's); ``start`` is where its first header
     block begins (an extended header's, if any), ``offset`` where its data begins,
     right after its own 512-byte header, whose size and checksum fields are ``tag``
-    (what ``read_indexed`` and ``copy_indexed`` check before they trust the offsets)."""
+    (what ``copy_indexed`` checks before it trusts the offsets)."""
 
     path: str
     kind: str
@@ -478,23 +478,22 @@ def pack_index(index: ArchiveIndex) -> bytes | None:
     )
     texts = [paths.encode(), targets.encode(), "".join(m.kind for m in members).encode()]
     texts.append("".join(m.tag for m in members).encode())
-    head = array.array("q", [len(members), int(index.verbatim), *(len(t) for t in texts)])
+    head = array.array("q", [len(members), *(len(t) for t in texts)])
     return zlib.compress(_INDEX_FORMAT + head.tobytes() + numbers.tobytes() + b"".join(texts), 1)
 
 
-def unpack_index(data: bytes) -> tuple[list[tuple[Any, ...]], bool]:
-    """``pack_index``'s rows (plain tuples laid out as IndexedMember) and whether they
-    may be copied verbatim."""
+def unpack_index(data: bytes) -> list[tuple[Any, ...]]:
+    """``pack_index``'s rows, plain tuples laid out as IndexedMember."""
     raw = zlib.decompress(data)
     if not raw.startswith(_INDEX_FORMAT):
         raise ValueError("not a member index of this format")
     at = len(_INDEX_FORMAT)
     head = array.array("q")
-    head.frombytes(raw[at : at + 6 * 8])
-    count, verbatim, *lengths = head
-    at += 6 * 8
+    head.frombytes(raw[at : at + 5 * 8])
+    count, *lengths = head
+    at += 5 * 8
     if count == 0:
-        return [], bool(verbatim)
+        return []
     numbers = array.array("q")
     numbers.frombytes(raw[at : at + count * _INDEX_NUMBERS * 8])
     at += count * _INDEX_NUMBERS * 8
@@ -512,40 +511,22 @@ def unpack_index(data: bytes) -> tuple[list[tuple[Any, ...]], bool]:
         [tags[i : i + TAG_CHARS] for i in range(0, len(tags), TAG_CHARS)],
         strict=True,
     )
-    return list(rows), bool(verbatim)
+    return list(rows)
 
 
 def _header_tag(header: bytes) -> str:
     return (header[124:136] + header[148:156]).hex()
 
 
-def read_indexed(fh: IO[bytes], index: Iterable[Sequence[Any]]) -> Iterator[Entry | Link]:
-    """The members ``index`` lists (rows laid out as IndexedMember), read from the plain
-    tar ``fh`` by offset, each header's size and checksum checked first; raises
-    IndexMismatch (nothing of that member yielded) when ``fh`` is not the archive the
-    index was made of."""
-    block_size = tarfile.BLOCKSIZE
-    for path, kind, mode, mtime_ns, _start, offset, size, target, tag in index:
-        wanted = block_size + size
-        fh.seek(offset - block_size)
-        block = fh.read(wanted)
-        if len(block) != wanted or (block[124:136] + block[148:156]).hex() != tag:
-            raise IndexMismatch(path)
-        if kind == "f":
-            yield Entry(path, block[block_size:], mode, mtime_ns)
-        elif kind == "d":
-            yield Entry(path, None, mode, mtime_ns)
-        else:
-            yield Link(path, target, mode, mtime_ns)
-
-
 def copy_indexed(
     fh: IO[bytes], index: Iterable[Sequence[Any]], *, run_bytes: int = 1 << 20
 ) -> Iterator[Blocks | Link]:
-    """The members ``index`` lists (of a ``verbatim`` index), files and directories as
+    """The members ``index`` lists (of a ``verbatim`` archive), files and directories as
     their own blocks, read by runs of members that follow each other in the archive (up
     to ``run_bytes`` each, unless one member is larger), every member's header checked
-    first as ``read_indexed`` does; links as Link (an archive writer puts them last)."""
+    first for its recorded size and checksum (IndexMismatch, nothing of that run
+    yielded, when ``fh`` is not the archive indexed); links as Link (an archive writer
+    puts them last)."""
     block_size = tarfile.BLOCKSIZE
     paths: list[str] = []
     spans: list[tuple[int, str]] = []  # (where its own header is in the run, its tag)

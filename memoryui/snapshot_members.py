@@ -142,7 +142,7 @@ def _members(
             entry = (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         parent = path.rpartition("/")[0]
         if parent and parent not in seen:
-            for made_up in _made_up_parents(parent, seen, now_ns):
+            for made_up in made_up_parents(parent, seen, now_ns):
                 count += 1
                 yield made_up
         count += 1
@@ -153,7 +153,9 @@ def _members(
         report(count, True)
 
 
-def _made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Row]:
+def made_up_parents(parent: str, seen: set[str], mtime_ns: int) -> Iterator[Row]:
+    """Directory members for ``parent`` and its own parents not in ``seen`` yet (added to
+    it), outermost first."""
     missing = []
     while parent and parent not in seen:
         missing.append(parent)

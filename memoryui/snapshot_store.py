@@ -53,7 +53,7 @@ from .models import (
     WorkspaceFile,
 )
 from .served_memory import ServedLayout, served_layouts
-from .snapshot_members import file_rows
+from .snapshot_members import file_rows, made_up_parents
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
 
@@ -259,12 +259,11 @@ def _check_archive(path: Path) -> tree.ArchiveIndex:
 
 
 def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveIndex) -> None:
-    """Keep the upload's member index (a compressed one has none: its downloads parse
-    it), replacing the index of the id's previous upload."""
-    if not index.plain:
-        UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
-        return
-    packed = tree.pack_index(index)
+    """Keep the upload's member index, replacing the index of the id's previous upload
+    (an upload without one has its downloads parse it)."""
+    # A global PAX header applies to every member after it: copied alone, a member's
+    # blocks would lose it, so such an upload (like a compressed one) is parsed.
+    packed = tree.pack_index(index) if index.plain and index.verbatim else None
     if packed is None:
         UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
         return
@@ -273,9 +272,9 @@ def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveInde
     )
 
 
-def _index_of(snapshot: UploadedSnapshot) -> tuple[list[tuple[Any, ...]], bool] | None:
-    """The upload's member index (rows laid out as ``tree.IndexedMember``, and whether
-    they may be copied verbatim), if it has one made of this very upload."""
+def _index_of(snapshot: UploadedSnapshot) -> list[tuple[Any, ...]] | None:
+    """The upload's member index (rows laid out as ``tree.IndexedMember``), if it has
+    one made of this very upload."""
     row = (
         UploadedSnapshotIndex.objects.filter(snapshot=snapshot, sha256=snapshot.sha256)
         .values_list("members", flat=True)
@@ -386,7 +385,7 @@ def _write_download(
     workspace: Workspace,
     served: list[ServedLayout],
     archive: Path | None,
-    index: tuple[list[tuple[Any, ...]], bool] | None,
+    index: list[tuple[Any, ...]] | None,
 ) -> export.SnapshotInfo:
     memory_dirs = [s.layout.memories_dir for s in served]
     seen: set[str] = set()
@@ -417,28 +416,23 @@ def _own_members(path: Path, memory_dirs: list[str], seen: set[str]) -> Iterator
 
 def _indexed_members(
     path: Path,
-    index: tuple[list[tuple[Any, ...]], bool],
+    index: list[tuple[Any, ...]],
     memory_dirs: list[str],
     seen: set[str],
 ) -> Iterator[export.Member]:
-    """``_own_members``, read by the offsets of the upload's member index: copied as
-    they are, headers included, when no global header of the upload applies to them."""
-    members, verbatim = index
+    """``_own_members``, copied as they are (headers included) by the offsets of the
+    upload's member index."""
     prefixes = tuple(f + "/" for f in memory_dirs)
     folders = set(memory_dirs)
-    rows = [row for row in members if not (row[0].startswith(prefixes) or row[0] in folders)]
+    rows = [row for row in index if not (row[0].startswith(prefixes) or row[0] in folders)]
     with path.open("rb") as fh:
-        items = tree.copy_indexed(fh, rows) if verbatim else tree.read_indexed(fh, rows)
-        for item in items:
+        for item in tree.copy_indexed(fh, rows):
             if isinstance(item, tree.Blocks):
                 seen.update(item.paths)
                 yield item
-                continue
-            seen.add(item.path)
-            if isinstance(item, tree.Link):
-                yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
             else:
-                yield item
+                seen.add(item.path)
+                yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
 
 
 def _memory_members(
@@ -466,14 +460,14 @@ def _memory_members(
         for nested in folders:
             if nested.startswith(f"{folder}/"):
                 files = files.exclude(path__startswith=f"{nested}/")
-        yield from _parents(folder, seen, now_ns)
+        yield from made_up_parents(folder, seen, now_ns)
         # Plain (path, data, mode, mtime_ns) tuples: the writer's fast case.
         for path, kind, mode, mtime_ns, _, data in file_rows(files):
             if path in seen:
                 continue
             parent = path.rpartition("/")[0]
             if parent not in seen:
-                yield from _parents(parent, seen, now_ns)
+                yield from made_up_parents(parent, seen, now_ns)
             seen.add(path)
             if kind == directory:
                 yield (path, None, mode, mtime_ns)
@@ -481,17 +475,6 @@ def _memory_members(
                 yield (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
         for path, contents in sorted(layout.files.items()):
             if path not in seen:
-                yield from _parents(path.rpartition("/")[0], seen, now_ns)
+                yield from made_up_parents(path.rpartition("/")[0], seen, now_ns)
                 seen.add(path)
                 yield Entry(path, contents, 0o644, now_ns)
-
-
-def _parents(folder: str, seen: set[str], mtime_ns: int) -> Iterator[Entry]:
-    """Directory members for ``folder`` and its parents not in the archive yet."""
-    missing = []
-    while folder and folder not in seen:
-        missing.append(folder)
-        folder = folder.rpartition("/")[0]
-    for directory in reversed(missing):
-        seen.add(directory)
-        yield Entry(directory, None, 0o755, mtime_ns)

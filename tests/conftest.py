@@ -7,6 +7,7 @@ import redis
 from django.conf import global_settings
 from django.test.utils import override_settings
 
+from generation import lint
 from generation.local_model import LlamaServerError, run_llama_server
 from memoryui.celery import app
 from memoryui.importer import import_workspace
@@ -158,3 +159,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture
+def secret_scans(monkeypatch):
+    """The paths detect-secrets scans from here on, in order; the in-process lint cache
+    is emptied first, as in a new process (clear both to start over)."""
+    scanned: list[str] = []
+    real_scan = lint.find_secrets
+
+    def counting_scan(path: str, text: str) -> list[lint.Finding]:
+        scanned.append(path)
+        return real_scan(path, text)
+
+    monkeypatch.setattr(lint, "find_secrets", counting_scan)
+    lint._LINT_CACHE.clear()
+    return scanned

@@ -364,18 +364,11 @@ def test_lint_findings_block_until_each_one_is_allowed(layout, ws):
 
 
 def test_a_second_write_back_or_export_scans_nothing_already_scanned(
-    layout, ws, tmp_path, monkeypatch
+    layout, ws, tmp_path, secret_scans
 ):
     """Lint results are kept in the database by content: a write-back or export in a
     new process (the in-process cache forgotten) scans only content never scanned."""
-    scanned: list[str] = []
-    real_scan = lint.find_secrets
-
-    def counting_scan(path: str, text: str) -> list[lint.Finding]:
-        scanned.append(path)
-        return real_scan(path, text)
-
-    monkeypatch.setattr(lint, "find_secrets", counting_scan)
+    scanned = secret_scans
 
     def in_a_new_process() -> list[str]:
         lint._LINT_CACHE.clear()
@@ -406,18 +399,11 @@ def test_a_second_write_back_or_export_scans_nothing_already_scanned(
 
 
 def test_a_saved_version_is_linted_by_a_worker_before_anyone_writes_it_back(
-    layout, ws, eager, monkeypatch, django_capture_on_commit_callbacks
+    layout, ws, eager, secret_scans, django_capture_on_commit_callbacks
 ):
     """Saving a document or a skill file queues its lint: the person who writes it
     back (page or command, another process) waits on no scan of it."""
-    scanned: list[str] = []
-    real_scan = lint.find_secrets
-
-    def counting_scan(path: str, text: str) -> list[lint.Finding]:
-        scanned.append(path)
-        return real_scan(path, text)
-
-    monkeypatch.setattr(lint, "find_secrets", counting_scan)
+    scanned = secret_scans
     with django_capture_on_commit_callbacks(execute=True):
         curate(layout, MD, LINTED_MEMORY)
         skills.save(
