@@ -2,11 +2,29 @@
 import os
 import sys
 
-if __name__ == "__main__":
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import execute_from_command_line
+
+
+def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
     # Commands print their own progress; the key=value INFO lines are for the web server
     # and the workers (LOG_LEVEL=INFO shows them here too).
     os.environ.setdefault("LOG_LEVEL", "WARNING")
-    from django.core.management import execute_from_command_line
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # A setting from the environment is missing or wrong: say which, not a traceback.
+        print(f"manage.py: configuration error: {exc}", file=sys.stderr)
+        if "SECRET_KEY" in str(exc) and os.environ.get("DEBUG", "") == "":
+            print(
+                "  For development on this machine, `export DEBUG=1` first (bin/start does); "
+                "in production set SECRET_KEY and ALLOWED_HOSTS (README, Configuration).",
+                file=sys.stderr,
+            )
+        return 1
+    return 0
 
-    execute_from_command_line(sys.argv)
+
+if __name__ == "__main__":
+    sys.exit(main())

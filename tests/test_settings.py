@@ -38,14 +38,34 @@ def test_production_settings_pass_the_deploy_check(tmp_path):
 
 def test_production_without_secret_key_refuses_to_start():
     result = manage("check", DEBUG="0", ALLOWED_HOSTS="memory.example.com")
-    assert result.returncode != 0
+    assert result.returncode == 1
     assert "SECRET_KEY must be set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_command_run_without_debug_or_a_secret_key_says_what_to_set_without_a_traceback():
+    """The usual slip: a second terminal without ``export DEBUG=1``."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "writeback", "--help"],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "manage.py: configuration error: SECRET_KEY must be set when DEBUG is off.",
+        "  For development on this machine, `export DEBUG=1` first (bin/start does); "
+        "in production set SECRET_KEY and ALLOWED_HOSTS (README, Configuration).",
+    ]
 
 
 def test_bad_boolean_is_explained():
     result = manage("check", DEBUG="maybe")
-    assert result.returncode != 0
+    assert result.returncode == 1
     assert "DEBUG must be a boolean" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_postgres_connections_run_without_jit_unless_the_url_says_otherwise():
