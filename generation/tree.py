@@ -21,9 +21,10 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Literal, NamedTuple, overload
+
+from generation.kinds import FileKind
 
 ROLLOUT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
@@ -50,19 +51,6 @@ MAX_JSON_DEPTH = 64
 
 class TreeError(Exception):
     """The whole source cannot be read (missing, not a directory or archive)."""
-
-
-class FileKind(StrEnum):
-    ROLLOUT = "rollout"
-    RAW_MEMORY = "raw_memory"
-    ROLLOUT_SUMMARY = "rollout_summary"
-    MEMORY_INDEX = "memory_index"
-    MEMORY_SUMMARY = "memory_summary"
-    RAW_MEMORIES_MERGED = "raw_memories_merged"
-    SELECTION = "selection"
-    SKILL = "skill"
-    WORKSPACE_FILE = "workspace_file"
-    DIRECTORY = "directory"
 
 
 @dataclass(frozen=True)

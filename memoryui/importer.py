@@ -37,7 +37,8 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from generation import tree
-from generation.tree import FileKind, LayoutDirs, Problem
+from generation.kinds import FileKind
+from generation.tree import LayoutDirs, Problem
 
 from . import observability, skills
 from .models import (

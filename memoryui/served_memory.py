@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from generation.kinds import FileKind
 from generation.lint import Finding
-from generation.tree import FileKind, LayoutDirs
+from generation.tree import LayoutDirs
 
 from . import documents, lint_allowances
 from .models import (

@@ -40,8 +40,9 @@ from django.utils import timezone
 
 from generation import export, journal, tree
 from generation.export import ExportError, WrittenFile
+from generation.kinds import FileKind
 from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
-from generation.tree import FileKind, LayoutDirs
+from generation.tree import LayoutDirs
 
 from . import diffs, importer, lint_allowances, observability, skills
 from .entry_checks import agent_version_flags

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from generation import tree
+from generation.kinds import FileKind
 from generation.tree import (
     SLUG_RE,
     TERMINAL_STATES,
     Entry,
-    FileKind,
     LayoutDirs,
     Limits,
     Problem,

@@ -13,7 +13,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
-from generation.tree import FileKind
+from generation.kinds import FileKind
 
 
 class Workspace(models.Model):
