@@ -203,6 +203,10 @@ def profile(client, url: str, requests: int) -> None:  # type: ignore[no-untyped
     stats = pstats.Stats(profiler, stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(35)
     stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(r"memoryui|generation", 40)  # the project's own
+    if saved := os.environ.get("BENCH_PROFILE_OUT"):
+        stats.dump_stats(saved)
+        print(f"profile saved to {saved}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
