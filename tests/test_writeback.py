@@ -1055,6 +1055,28 @@ def test_a_bad_snapshot_id_is_a_form_error_not_a_crash(layout, snapshot_dir):
 # --- commands -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["writeback", "nosuch"],
+        ["export_snapshot", "nosuch", "--base-path", "snapshots", "--snapshot-id", "s1"],
+        ["generate", "nosuch"],
+    ],
+)
+def test_a_command_given_an_unknown_workspace_names_the_ones_there_are(argv, db, workspace_copy):
+    with pytest.raises(CommandError) as none_yet:
+        call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO())
+    assert str(none_yet.value) == (
+        "no workspace named 'nosuch'; there is none yet (manage.py import_workspace PATH makes one)"
+    )
+
+    for name in ("b", "a"):
+        import_workspace(workspace_copy("small-a" if name == "a" else "small-b"), name)
+    with pytest.raises(CommandError) as typo:
+        call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO())
+    assert str(typo.value) == "no workspace named 'nosuch'; there are: a, b"
+
+
 def test_writeback_command_dry_run_then_write(layout, ws):
     curate(layout, MD, "# Task Group: curated\n")
     out = io.StringIO()

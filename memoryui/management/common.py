@@ -26,9 +26,15 @@ DATA_COMMAND_CHECKS = [checks.Tags.models]
 
 
 def workspace_named(name: str) -> Workspace:
+    """The workspace called ``name``, or a CommandError naming the ones there are."""
     workspace = Workspace.objects.filter(name=name).first()
     if workspace is None:
-        raise CommandError(f"no workspace named {name!r}")
+        names = list(Workspace.objects.order_by("name").values_list("name", flat=True)[:11])
+        if not names:
+            there = "there is none yet (manage.py import_workspace PATH makes one)"
+        else:
+            there = "there are: " + ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise CommandError(f"no workspace named {name!r}; {there}")
     return workspace
 
 

@@ -6,8 +6,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memoryui import pipeline
-from memoryui.management.common import dashboard_url, progress_bar, quiet_http_logs
-from memoryui.models import GenerationRun, Layout, Workspace
+from memoryui.management.common import (
+    dashboard_url,
+    progress_bar,
+    quiet_http_logs,
+    workspace_named,
+)
+from memoryui.models import GenerationRun, Layout
 from memoryui.tasks import start_generation
 
 PING_TIMEOUT = 1.0  # seconds to wait for a Celery worker to answer
@@ -38,9 +43,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         quiet_http_logs(options["verbosity"])
-        workspace = Workspace.objects.filter(name=options["workspace"]).first()
-        if workspace is None:
-            raise CommandError(f"No workspace named {options['workspace']!r}.")
+        workspace = workspace_named(options["workspace"])
         layouts = Layout.objects.present().filter(workspace=workspace)
         if options["layout"]:
             layouts = layouts.filter(memories_dir=options["layout"].strip("/"))
