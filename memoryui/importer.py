@@ -235,8 +235,19 @@ def import_workspace(
             raise tree.TreeError(
                 f"{source} holds no files: nothing to import, no workspace created "
                 "(a workspace has a memories/ folder, and usually sessions/)."
+                + _problems_in_brief(result.errors)
             )
         return result
+
+
+def _problems_in_brief(errors: list[dict[str, str]], shown: int = 3) -> str:
+    """What stood in the way of an import that found nothing, for its one-line error
+    (a truncated archive, say, says so)."""
+    if not errors:
+        return ""
+    listed = "; ".join(f"{e['path']}: {e['error']}" for e in errors[:shown])
+    more = f"; and {len(errors) - shown} more" if len(errors) > shown else ""
+    return f" Problems found ({len(errors)}): {listed}{more}."
 
 
 def sync_paths(workspace: Workspace, root: Path, paths: Collection[str]) -> None:

@@ -428,6 +428,27 @@ def test_nothing_importable_exits_non_zero_says_why_and_creates_no_workspace(tmp
     assert not Workspace.objects.exists()
 
 
+def test_an_archive_that_yields_nothing_says_what_stood_in_the_way(tmp_path):
+    """A truncated upload is not "an empty workspace": the error says it was cut short."""
+    whole = tmp_path / "whole.tar"
+    with tarfile.open(whole, "w") as tar:
+        _add(tar, "../escape.txt")
+        _add(tar, "memories/MEMORY.md", b"# Task Group: x\n" * 100)
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(whole.read_bytes()[:1500])  # inside the second member's header
+
+    with pytest.raises(CommandError) as error:
+        call_command("import_workspace", str(cut), "--name", "cut")
+
+    assert str(error.value) == (
+        f"{cut} holds no files: nothing to import, no workspace created (a workspace has a "
+        "memories/ folder, and usually sessions/). Problems found (2): ../escape.txt: path "
+        "climbs out of the workspace with '..'; skipped; cut.tar: archive ends inside a "
+        "member header (truncated or damaged); read up to there."
+    )
+    assert not Workspace.objects.exists()
+
+
 def test_a_known_workspace_whose_folder_emptied_says_nothing_was_imported(
     tmp_path, workspace_copy, capsys
 ):
