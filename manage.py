@@ -14,7 +14,10 @@ def main() -> int:
     try:
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as exc:
-        # A setting from the environment is missing or wrong: say which, not a traceback.
+        # A setting from the environment is missing or wrong: say which, not a traceback
+        # (unless asked for one, as Django's --traceback asks for a command's errors).
+        if "--traceback" in sys.argv:
+            raise
         print(f"manage.py: configuration error: {exc}", file=sys.stderr)
         if "SECRET_KEY" in str(exc) and os.environ.get("DEBUG", "") == "":
             print(

@@ -67,6 +67,10 @@ def test_bad_boolean_is_explained():
     assert "DEBUG must be a boolean" in result.stderr
     assert "Traceback" not in result.stderr
 
+    traced = manage("check", "--traceback", DEBUG="maybe")  # for whoever debugs the settings
+    assert traced.returncode == 1
+    assert "Traceback" in traced.stderr and "DEBUG must be a boolean" in traced.stderr
+
 
 def test_postgres_connections_run_without_jit_unless_the_url_says_otherwise():
     show = (
