@@ -480,7 +480,7 @@ def test_generate_command_waits_and_reports(model, layout):
 
 def test_generate_command_rejects_unknown_names(model, layout):
 
-    with pytest.raises(CommandError, match="No workspace"):
+    with pytest.raises(CommandError, match="no workspace named 'nope'; there are: a"):
         call_command("generate", "nope")
     with pytest.raises(CommandError, match="No layout"):
         call_command("generate", "a", "--layout", "memories/nope")
