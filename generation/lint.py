@@ -298,6 +298,18 @@ _LINT_CACHE_SIZE = 50_000
 _LINT_CACHE_LOCK = threading.Lock()
 
 
+def cached_findings(path: str, sha256: str, layouts: Sequence[LayoutDirs]) -> list[Finding] | None:
+    """What ``lint_file`` found in the content of this digest at ``path`` under these
+    layouts, if this process linted it; None if not (then call ``lint_file``)."""
+    key = (path, sha256, tuple(layouts))
+    with _LINT_CACHE_LOCK:
+        cached = _LINT_CACHE.get(key)
+        if cached is None:
+            return None
+        _LINT_CACHE.move_to_end(key)
+        return list(cached)
+
+
 def lint_file(path: str, data: bytes, layouts: Sequence[LayoutDirs]) -> list[Finding]:
     """What must not go into every future prompt, in one memory file (``path`` relative
     to the workspace):
@@ -310,11 +322,9 @@ def lint_file(path: str, data: bytes, layouts: Sequence[LayoutDirs]) -> list[Fin
     Results are cached by content, path and layouts (a large MEMORY.md takes a second).
     """
     key = (path, hashlib.sha256(data).hexdigest(), tuple(layouts))
-    with _LINT_CACHE_LOCK:
-        cached = _LINT_CACHE.get(key)
-        if cached is not None:
-            _LINT_CACHE.move_to_end(key)
-            return list(cached)
+    cached = cached_findings(*key)
+    if cached is not None:
+        return cached
     text = data.decode("utf-8", errors="replace")
     findings = (
         find_secrets(path, text)

@@ -22,6 +22,7 @@ from django.utils import timezone
 from generation import review
 
 from . import (
+    documents,
     entry_checks,
     review_cards,
     skills,
@@ -113,7 +114,11 @@ def latest(layout: Layout, document: str) -> MemoryVersion | None:
 
 
 def text_of(version: MemoryVersion | None) -> str:
-    return (versioning.content(version) or b"").decode("utf-8", "replace")
+    """A version's text ("" for none or a deletion): the same object on every call, so
+    the comparison caches keyed by it answer by identity (``documents.text``)."""
+    if version is None or version.blob_id is None:
+        return ""
+    return documents.text(version.blob_id)
 
 
 def save_document(

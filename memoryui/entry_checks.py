@@ -43,8 +43,12 @@ _OUTPUT_TYPES = {
 
 
 @lru_cache(maxsize=8192)
+@lru_cache(maxsize=8192)
 def sha(text: str) -> str:
-    """The key of an entry text's check (the page asks for each card's several times)."""
+    """The key of an entry text's check (the page asks for each card's several times,
+    and for every entry of the proposal on each request: the entries' texts are the
+    objects the comparison cache holds, so after the first request a lookup is an
+    identity check)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -264,7 +268,7 @@ def proposed_texts(proposal: Proposal) -> list[tuple[str, str, str]]:
             proposal.memory_summary,
         ),
     ):
-        base_text = documents.content(base.blob_id).decode("utf-8", "replace") if base else ""
+        base_text = documents.text(base.blob_id) if base and base.blob_id else ""
         for change in review.compare(base_text, proposed):
             if change.status not in ("unchanged", "removed") and change.proposed:
                 out.append((str(document), change.key, change.proposed))

@@ -474,15 +474,18 @@ def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
 
 
 def _lint(proposal: Proposal) -> list:
-    """What the write-back's lint will say of the proposed files (cached by content)."""
+    """What the write-back's lint will say of the proposed files (cached by content;
+    the texts' digests too, so a page after the first hashes nothing)."""
     base = proposal.layout.memories_dir
-    return lint.lint_files(
-        [
-            (f"{base}/MEMORY.md", proposal.memory_md.encode()),
-            (f"{base}/memory_summary.md", proposal.memory_summary.encode()),
-        ],
-        layout_dirs(proposal.layout.workspace),
-    )
+    dirs = layout_dirs(proposal.layout.workspace)
+    findings = []
+    for path, text in (
+        (f"{base}/MEMORY.md", proposal.memory_md),
+        (f"{base}/memory_summary.md", proposal.memory_summary),
+    ):
+        found = lint.cached_findings(path, documents.text_sha256(text), dirs)
+        findings += lint.lint_file(path, text.encode(), dirs) if found is None else found
+    return findings
 
 
 def _reviewers(workspace: Workspace) -> list:
