@@ -482,5 +482,8 @@ def test_generate_command_rejects_unknown_names(model, layout):
 
     with pytest.raises(CommandError, match="no workspace named 'nope'; there are: a"):
         call_command("generate", "nope")
-    with pytest.raises(CommandError, match="No layout"):
-        call_command("generate", "a", "--layout", "memories/nope")
+    with pytest.raises(CommandError) as no_layout:
+        call_command("generate", "a", "--layout", "memories/nope/")
+    assert str(no_layout.value) == (
+        "no layout memories/nope in a; its layouts are memories, memories/engineering"
+    )

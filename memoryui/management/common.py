@@ -16,7 +16,7 @@ from django.urls import get_script_prefix, reverse
 
 from generation.lint import Finding
 from memoryui.management.progress import ProgressBar
-from memoryui.models import Workspace
+from memoryui.models import Layout, Workspace
 
 # The system checks a data command runs before its work: the models' (9 ms). The URL
 # checks import every route of the site (the API, django-ninja, pydantic, the admin):
@@ -36,6 +36,22 @@ def workspace_named(name: str) -> Workspace:
             there = "there are: " + ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise CommandError(f"no workspace named {name!r}; {there}")
     return workspace
+
+
+def layouts_named(workspace: Workspace, wanted: list[str] | None) -> list[Layout]:
+    """The workspace's layouts by memories dir (every one when ``wanted`` is empty), or a
+    CommandError naming the ones there are."""
+    layouts = list(workspace.layouts.present().order_by("memories_dir"))
+    if not wanted:
+        return layouts
+    known = {layout.memories_dir: layout for layout in layouts}
+    missing = [m for m in wanted if m not in known]
+    if missing:
+        raise CommandError(
+            f"no layout {', '.join(missing)} in {workspace.name}; "
+            f"its layouts are {', '.join(known) or 'none'}"
+        )
+    return [known[m] for m in dict.fromkeys(wanted)]
 
 
 def add_allow_finding(parser: CommandParser) -> None:

@@ -8,11 +8,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from memoryui import pipeline
 from memoryui.management.common import (
     dashboard_url,
+    layouts_named,
     progress_bar,
     quiet_http_logs,
     workspace_named,
 )
-from memoryui.models import GenerationRun, Layout
+from memoryui.models import GenerationRun
 from memoryui.tasks import start_generation
 
 PING_TIMEOUT = 1.0  # seconds to wait for a Celery worker to answer
@@ -44,13 +45,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         quiet_http_logs(options["verbosity"])
         workspace = workspace_named(options["workspace"])
-        layouts = Layout.objects.present().filter(workspace=workspace)
-        if options["layout"]:
-            layouts = layouts.filter(memories_dir=options["layout"].strip("/"))
-            if not layouts.exists():
-                raise CommandError(
-                    f"No layout with memories dir {options['layout']!r} in {workspace.name}."
-                )
+        wanted = [options["layout"].strip("/")] if options["layout"] else None
+        layouts = layouts_named(workspace, wanted)
         failed = False
         queued = False
         for layout in layouts:

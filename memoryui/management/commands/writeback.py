@@ -8,11 +8,11 @@ from memoryui.management.common import (
     add_allow_finding,
     crash_hook,
     dashboard_url,
+    layouts_named,
     progress_bar,
     workspace_named,
     write_findings,
 )
-from memoryui.models import Layout, Workspace
 from memoryui.writeback import Refused, WritebackError, WritebackResult, write_back
 
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         workspace = workspace_named(options["workspace"])
-        layouts = _layouts(workspace, options["layouts"])
+        layouts = layouts_named(workspace, options["layouts"])
         on_step = crash_hook()
         failed = []
         for layout in layouts:
@@ -124,17 +124,3 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  import it first, or pass --overwrite {conflict.path} to replace it knowingly"
             )
-
-
-def _layouts(workspace: Workspace, wanted: list[str] | None) -> list[Layout]:
-    layouts = list(workspace.layouts.present().order_by("memories_dir"))
-    if not wanted:
-        return layouts
-    known = {layout.memories_dir: layout for layout in layouts}
-    missing = [m for m in wanted if m not in known]
-    if missing:
-        raise CommandError(
-            f"no layout {', '.join(missing)} in {workspace.name}; "
-            f"its layouts are {', '.join(known) or 'none'}"
-        )
-    return [known[m] for m in dict.fromkeys(wanted)]
