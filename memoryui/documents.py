@@ -3,7 +3,6 @@ with their citations resolved against the layout's rollout summaries."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,14 +46,6 @@ def same_text(text: str) -> str:
     byte by byte on every lookup (~0.2 ms for a 2.35 MB MEMORY.md, dozens of lookups a
     review page); with the object they hold, identity answers."""
     return text
-
-
-@lru_cache(maxsize=32)
-def text_sha256(text: str) -> str:
-    """The sha256 of ``text`` encoded as UTF-8, computed once per text: for the texts
-    ``same_text`` and ``text`` hand out, a lookup is an identity check (hashing a 2.35 MB
-    MEMORY.md costs ~5 ms on a slow machine, and the review page asks on every request)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @lru_cache(maxsize=16)

@@ -43,12 +43,11 @@ _OUTPUT_TYPES = {
 
 
 @lru_cache(maxsize=8192)
-@lru_cache(maxsize=8192)
 def sha(text: str) -> str:
-    """The key of an entry text's check (the page asks for each card's several times,
-    and for every entry of the proposal on each request: the entries' texts are the
-    objects the comparison cache holds, so after the first request a lookup is an
-    identity check)."""
+    """The key of an entry text's check (the page asks for each card's several times);
+    also the review page's lint key of a whole proposed document. For the texts the
+    caches hand out (``documents.text``, ``documents.same_text``, the comparison's
+    entries) a lookup is an identity check, not a hash of the text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

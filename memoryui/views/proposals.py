@@ -483,7 +483,7 @@ def _lint(proposal: Proposal) -> list:
         (f"{base}/MEMORY.md", proposal.memory_md),
         (f"{base}/memory_summary.md", proposal.memory_summary),
     ):
-        found = lint.cached_findings(path, documents.text_sha256(text), dirs)
+        found = lint.cached_findings(path, entry_checks.sha(text), dirs)
         findings += lint.lint_file(path, text.encode(), dirs) if found is None else found
     return findings
 
