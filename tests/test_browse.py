@@ -1,5 +1,7 @@
 """The pages a reviewer reads after an import: layouts, rollouts, memory files, skills."""
 
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -110,6 +112,26 @@ def test_rollout_search_finds_transcript_words(reviewer, medium, query, expected
     page = reviewer.get(url("rollout_list", medium), {"q": query}).content.decode()
     assert expected in page
     assert "177 rollouts" not in page
+
+
+def test_a_search_reads_its_matches_once_per_page_and_pages_through_them_all(reviewer, medium):
+    pages, scans = [], []
+    number, last = 1, 1
+    while number <= last:
+        with CaptureQueriesContext(connection) as queries:
+            page = reviewer.get(url("rollout_list", medium), {"q": "fix", "page": number})
+        html = page.content.decode()
+        scans.append(sum("searchdocument" in q["sql"].lower() for q in queries))
+        found = re.search(r"(\d+) rollouts.*?page \d+ of (\d+)", html, re.DOTALL)
+        assert found, html
+        total, last = int(found[1]), int(found[2])
+        pages.append(re.findall(r'<tr id="rollout-([^"]+)"', html))
+        number += 1
+
+    assert 50 < total < 177 and last == 2  # more than a page, fewer than every rollout
+    assert scans == [1, 1]  # the text match ran once for the count and the page alike
+    shown = [rollout for rows in pages for rollout in rows]
+    assert len(shown) == len(set(shown)) == total
 
 
 def test_rollout_search_covers_raw_memories_and_summaries(reviewer, workspace_copy):

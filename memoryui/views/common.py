@@ -66,14 +66,23 @@ def cut_chars(text: str, length: int) -> str:
 class KeysThenRows(Sequence[Any]):
     """What a Paginator pages through: a page's primary keys first (the offset walks
     the ordering's index alone, even on page 100), then only that page's rows from
-    ``rows``, joined and annotated, in the same order."""
+    ``rows``, joined and annotated, in the same order.
+
+    ``read_once``: the keys' query is costly whatever the page (a text search scans
+    every document), so it runs once, its keys counted and sliced here, instead of once
+    for the count and again for the page."""
 
     ordered = True
 
-    def __init__(self, keys: QuerySet, rows: QuerySet) -> None:
+    def __init__(self, keys: QuerySet, rows: QuerySet, *, read_once: bool = False) -> None:
         self.keys, self.rows = keys, rows
+        self.all_keys: list[Any] | None = None
+        if read_once:
+            self.all_keys = list(keys.values_list("pk", flat=True))
 
     def __len__(self) -> int:  # what the Paginator counts
+        if self.all_keys is not None:
+            return len(self.all_keys)
         return self.keys.count()
 
     @overload
@@ -83,6 +92,9 @@ class KeysThenRows(Sequence[Any]):
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, int):
             return self[index : index + 1][0]
-        pks = list(self.keys.values_list("pk", flat=True)[index])
+        if self.all_keys is not None:
+            pks = self.all_keys[index]
+        else:
+            pks = list(self.keys.values_list("pk", flat=True)[index])
         found = {row.pk: row for row in self.rows.filter(pk__in=pks)}
         return [found[pk] for pk in pks if pk in found]

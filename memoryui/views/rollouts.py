@@ -231,7 +231,8 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         .order_by("-sort_at", "-rollout_id")
     )
     page = Paginator(
-        KeysThenRows(rollouts.order_by("-sort_at", "-rollout_id"), rows), ROLLOUTS_PER_PAGE
+        KeysThenRows(rollouts.order_by("-sort_at", "-rollout_id"), rows, read_once=bool(query)),
+        ROLLOUTS_PER_PAGE,
     ).get_page(number)
     # One reverse() for the page (rollout ids need no quoting: ROLLOUT_ID_RE).
     detail = reverse("memoryui:rollout_detail", args=[layout.workspace.name, layout.pk, "-"])
