@@ -1,9 +1,27 @@
 #!/usr/bin/env python
-import os
-import sys
+import gc
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management import execute_from_command_line
+gc.disable()  # until the command is loaded: see Utility
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+from django.core.management import BaseCommand, ManagementUtility  # noqa: E402
+
+
+class Utility(ManagementUtility):
+    """Django's own, but for the garbage collector: start-up (Django, the settings, the
+    models, the command's modules) makes hundreds of thousands of objects that live as
+    long as the process, and collecting among them was an eighth of a command's start.
+    The collector is off until the command is loaded, then those objects are frozen out
+    of it (as ``memoryui/wsgi.py`` does for the web process) and it runs as usual."""
+
+    def fetch_command(self, subcommand: str) -> BaseCommand:
+        command = super().fetch_command(subcommand)
+        gc.freeze()
+        gc.enable()
+        return command
 
 
 def main() -> int:
@@ -12,7 +30,7 @@ def main() -> int:
     # and the workers (LOG_LEVEL=INFO shows them here too).
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     try:
-        execute_from_command_line(sys.argv)
+        Utility(sys.argv).execute()
     except ImproperlyConfigured as exc:
         # A setting from the environment is missing or wrong: say which, not a traceback
         # (unless asked for one, as Django's --traceback asks for a command's errors).
