@@ -12,7 +12,6 @@ import array
 import hashlib
 import io
 import json
-import operator
 import os
 import re
 import stat
@@ -200,58 +199,70 @@ def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Pro
         raise TreeError(f"{root} is not a directory.")
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     # The loop runs once per file of trees of tens of thousands: a re-import of an
-    # unchanged tree is mostly this, so it avoids per-entry Python calls it can.
+    # unchanged tree is mostly this, so it avoids per-entry Python calls it can. Names
+    # are listed from an open directory and each is looked up in it (lstat with dir_fd):
+    # sorting plain names and a lookup relative to the directory cost a quarter less
+    # than DirEntry objects sorted by name, each stat'ed by its full path.
     make = tuple.__new__
+    lstat = os.lstat
     is_lnk, is_dir, is_reg, imode = stat.S_ISLNK, stat.S_ISDIR, stat.S_ISREG, stat.S_IMODE
     max_bytes = limits.max_file_bytes
     while stack:
         abs_dir, rel_dir = stack.pop()
         try:
-            with os.scandir(abs_dir) as it:
-                children = sorted(it, key=_ENTRY_NAME)
+            # O_NOFOLLOW: a directory swapped for a link since it was listed is not entered.
+            fd = os.open(abs_dir, _DIRECTORY_FLAGS)
         except OSError as exc:
             yield Problem(rel_dir or ".", f"directory could not be listed ({exc.strerror})")
             continue
-        prefix = rel_dir + "/" if rel_dir else ""
-        subdirs = []
-        for child in children:
-            name = child.name
-            rel = prefix + name
-            if not name.isascii() and not _valid_name(name):
-                yield Problem(_printable(rel), "file name is not valid UTF-8; skipped")
-                continue
+        try:
             try:
-                st = child.stat(follow_symlinks=False)
+                names = os.listdir(fd)
             except OSError as exc:
-                yield Problem(rel, f"could not be read ({exc.strerror})")
+                yield Problem(rel_dir or ".", f"directory could not be listed ({exc.strerror})")
                 continue
-            mode = st.st_mode
-            if is_reg(mode):
-                if st.st_size > max_bytes:
-                    yield Problem(rel, _too_large(st.st_size, limits))
+            names.sort()
+            prefix = rel_dir + "/" if rel_dir else ""
+            subdirs = []
+            for name in names:
+                rel = prefix + name
+                if not name.isascii() and not _valid_name(name):
+                    yield Problem(_printable(rel), "file name is not valid UTF-8; skipped")
+                    continue
+                try:
+                    st = lstat(name, dir_fd=fd)
+                except OSError as exc:
+                    yield Problem(rel, f"could not be read ({exc.strerror})")
+                    continue
+                mode = st.st_mode
+                if is_reg(mode):
+                    if st.st_size > max_bytes:
+                        yield Problem(rel, _too_large(st.st_size, limits))
+                    else:
+                        yield make(
+                            Stat,
+                            (
+                                rel,
+                                False,
+                                st.st_size,
+                                st.st_mtime_ns,
+                                imode(mode),
+                                (st.st_dev, st.st_ino),
+                            ),
+                        )
+                elif is_lnk(mode):
+                    yield Problem(rel, "symbolic link; links are never followed, skipped")
+                elif is_dir(mode):
+                    yield Stat(rel, True, 0, st.st_mtime_ns, imode(mode))
+                    subdirs.append((f"{abs_dir}/{name}", rel))
                 else:
-                    yield make(
-                        Stat,
-                        (
-                            rel,
-                            False,
-                            st.st_size,
-                            st.st_mtime_ns,
-                            imode(mode),
-                            (st.st_dev, st.st_ino),
-                        ),
-                    )
-            elif is_lnk(mode):
-                yield Problem(rel, "symbolic link; links are never followed, skipped")
-            elif is_dir(mode):
-                yield Stat(rel, True, 0, st.st_mtime_ns, imode(mode))
-                subdirs.append((child.path, rel))
-            else:
-                yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")
+                    yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")
+        finally:
+            os.close(fd)
         stack.extend(reversed(subdirs))
 
 
-_ENTRY_NAME = operator.attrgetter("name")
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def read_file(root: Path, rel: str, expected: Stat | None = None) -> bytes:

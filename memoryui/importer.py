@@ -365,13 +365,14 @@ class _Sync:
         previous = self.workspace.imports.order_by("-started_at", "-pk").first()
         racy_from = int((previous.started_at - RACY_WINDOW).timestamp() * 1e9) if previous else 0
         scanned = list(tree.scan_directory(root, self.limits))
-        self.listed = sum(1 for s in scanned if type(s) is tree.Stat)
+        stats = [s for s in scanned if type(s) is tree.Stat]
+        self.listed = len(stats)
         if not self.merge:
-            self.listing = _listing(root, self.limits, scanned)
+            self.listing = _listing(root, self.limits, scanned, stats)
             if (
                 previous is not None
                 and previous.report.get("listing") == self.listing
-                and all(s.is_dir or s.mtime_ns < racy_from for s in scanned if type(s) is tree.Stat)
+                and all(s.is_dir or s.mtime_ns < racy_from for s in stats)
             ):
                 # Every path, size, mtime and mode as the previous import saw them, and
                 # the importer is the only writer of the rows: nothing to read or write.
@@ -948,13 +949,15 @@ class _Sync:
         )
 
 
-def _listing(root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem]) -> str:
+def _listing(
+    root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem], stats: list[tree.Stat]
+) -> str:
     """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
-    and inode, every problem) under these limits: equal digests, same directory."""
+    and inode, every problem) under these limits: equal digests, same directory.
+    ``stats``: the ``Stat`` items of ``scanned``."""
     digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
     # Columns of machine integers rather than a repr per entry: half the CPU, and a
     # re-import of an unchanged tree is mostly the scan and this.
-    stats = [s for s in scanned if type(s) is tree.Stat]
     digest.update("\0".join([s.path for s in stats]).encode("utf-8", "surrogateescape"))
     digest.update(array("b", [s.is_dir for s in stats]))
     try:

@@ -884,6 +884,26 @@ def test_read_directory_stops_with_a_problem_past_max_total_bytes(tmp_path):
     assert len(files_of(entries)) == 4
 
 
+def test_a_directory_swapped_for_a_link_after_it_was_listed_is_not_entered(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(SECRET)
+    ws = make_workspace(tmp_path / "ws")
+    scan = tree.scan_directory(ws)
+    seen = []
+    for item in scan:
+        seen.append(item)
+        if item.path == "sessions" and isinstance(item, tree.Stat):  # listed, not entered
+            (ws / "sessions" / "r1.jsonl").unlink()
+            (ws / "sessions").rmdir()
+            (ws / "sessions").symlink_to(outside, target_is_directory=True)
+
+    assert not [item.path for item in seen if item.path.startswith("sessions/")]
+    problems = [item for item in seen if isinstance(item, Problem)]
+    assert [p.path for p in problems] == ["sessions"]
+    assert "could not be listed" in problems[0].error
+
+
 def test_read_directory_reports_a_file_name_that_is_not_utf8(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     bad = os.path.join(os.fsencode(ws / "memories"), b"bad\xffname.md")
