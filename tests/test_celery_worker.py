@@ -29,6 +29,7 @@ from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationRun, GenerationSettings, Layout, PhaseOneJob, Proposal
 from memoryui.tasks import start_generation
+from tests.scripted_model import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LEASES = os.environ.get("MEMORYUI_TEST_DEFAULT_LEASES") == "1"
@@ -294,7 +295,9 @@ def test_beat_sends_a_dead_workers_jobs_again_once_their_leases_run_out(
 def test_a_live_worker_waiting_longer_than_its_lease_on_the_model_keeps_its_work(
     broker, model, medium, tmp_path
 ):
-    model.delay = 2 * LEASE + 1  # every answer: more than two leases
+    # Both phase-one answers and phase two's first turn take more than two leases (the
+    # later turns answer at once: one slow turn proves phase two keeps its lease).
+    model.script(*[Reply(delay=2 * LEASE + 1)] * 3)
     run = medium(jobs=2, concurrency=2)
     # Beat looks every second, and two of the worker's four threads are free to take
     # over any job (or phase two) whose lease ran out.
@@ -306,3 +309,5 @@ def test_a_live_worker_waiting_longer_than_its_lease_on_the_model_keeps_its_work
     assert len(phase_one_calls(model)) == 2
     turns = GenerationRun.objects.get(pk=run.pk).phase_two_turns
     assert turns >= 1 and len(model.requests) == 2 + turns  # and phase two once
+    # The slow answers went to both phase-one calls and to phase two's first turn.
+    assert ["tools" in request for request in model.requests[:3]] == [False, False, True]
