@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"first download (lint cold): {cpu[0]:.2f} s CPU = {cpu[0] / tar:.1f}x tar")
         verdict = "ok" if worst / tar <= GOAL else "over"
         print(
-            f"later downloads: median {later:.2f} s = {later / tar:.1f}x, worst {worst:.2f} s"
-            f" = {worst / tar:.1f}x tar (goal <= {GOAL}x each: {verdict})"
+            f"later downloads: median {later:.2f} s = {later / tar:.2f}x, worst {worst:.2f} s"
+            f" = {worst / tar:.2f}x tar (goal <= {GOAL}x each: {verdict})"
         )
         bench_load.log(f"load average at the end: {os.getloadavg()[0]:.2f}")
         return 0 if verdict == "ok" else 1

@@ -460,7 +460,7 @@ class Report:
                 if target is None
                 else (f"<= {target:<4} " + ("ok" if ratio <= target else "OVER"))
             )
-            lines.append(f"{label:<34} {seconds:>8.2f} {ratio:>11.2f} {verdict:>8}")
+            lines.append(f"{label:<34} {seconds:>8.2f} {ratio:>11.3f} {verdict:>8}")
         size = ""
         if self.database_bytes is not None:
             size = f"; database {self.database_bytes / 1e6:.0f} MB"

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio = statistics.median(times) / tar
             ok &= ratio <= goal
             print(
-                f"{what}: {statistics.median(times):.2f}s CPU = {ratio:.1f}x tar's "
+                f"{what}: {statistics.median(times):.2f}s CPU = {ratio:.2f}x tar's "
                 f"{tar:.2f}s (goal <= {goal}x: {'ok' if ratio <= goal else 'over'})"
             )
         return 0 if ok else 1
