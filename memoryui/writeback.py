@@ -45,7 +45,6 @@ from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import LayoutDirs
 
 from . import diffs, importer, lint_allowances, observability, skills
-from .entry_checks import agent_version_flags
 from .models import (
     AuditEvent,
     Blob,
@@ -297,6 +296,8 @@ def _quarantined(layout: Layout, name: str, version: MemoryVersion) -> list[Refu
     """An agent's own version that nobody reviewed yet and that adds an entry with a
     poisoning flag: nothing carries it on (write-back, export, download) until a
     reviewer accepts or reverts it on the document's history page."""
+
+    from .entry_checks import agent_version_flags  # noqa: PLC0415 (deferred: the poisoning rules, needed for an agent's version awaiting review only)
 
     found = agent_version_flags(version)
     if not found:

@@ -22,6 +22,9 @@ HTTP_CLIENT = ("httpx2", "httpcore2", "memoryui.outbound")
 # The tree reader (its archive code and dataclasses: ~5 % of a command's start): the
 # models need only the file kinds (generation.kinds).
 TREE_READER = ("generation.tree", "tarfile")
+# The review's stack (curation, the entry checks and their poisoning rules): a write-back
+# or an export of reviewed memory needs none of it (a tenth of the write-back's imports).
+REVIEW_STACK = ("memoryui.curation", "memoryui.entry_checks", "generation.poison")
 
 REPORT = """
 import json, sys
@@ -88,7 +91,7 @@ def test_manage_py_help_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> 
         "assert 'usage' in out.getvalue().lower() or 'subcommands' in out.getvalue().lower()\n"
     )
     # A command's own module loads with its help (the write-back's needs the importer).
-    heavy = HEAVY + HTTP_CLIENT
+    heavy = HEAVY + HTTP_CLIENT + REVIEW_STACK
     heavy += ADMIN_WORK + TREE_READER if argv == ["help"] else ("memoryui.admin",)
     assert heavy_in(loaded(code, tmp_path), heavy) == []
 
