@@ -151,8 +151,8 @@ def test_a_command_starts_without_collecting_garbage_then_collects_as_usual(
     tmp_path: Path,
 ) -> None:
     """Start-up's objects live as long as the command: ``manage.py`` keeps the garbage
-    collector off until the command is loaded (it ran ~130 collections in a write-back's
-    start, a tenth of its CPU), then freezes them out of it and turns it back on."""
+    collector off until the command is loaded (it ran ~140 collections in a write-back's
+    start, an eighth of its CPU), then freezes them out of it and turns it back on."""
     env = {**os.environ, "DEBUG": "1", "MEMORYUI_VAR_DIR": str(tmp_path / "var")}
     code = (
         "import gc, json; print(json.dumps([gc.isenabled(), gc.get_freeze_count(),"
