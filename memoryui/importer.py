@@ -17,6 +17,7 @@ most of the import time (see ``bench/README.md``).
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -1209,14 +1210,8 @@ def _insert_many(
             # Binary: contents go as their bytes and text as UTF-8, where the text format
             # spelled every byte of a blob in hex and escaped every text (a third of the
             # client's CPU for the rows of a large tree, and the server's parsing of it).
-            cursor.execute(
-                "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass "
-                "AND attname = ANY(%s)",
-                [table, columns],
-            )
-            types = dict(cursor.fetchall())
             with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types([types[c] for c in columns])
+                copy.set_types(_column_types(model, tuple(columns)))
                 for row in rows:
                     copy.write_row(row)
             if ignore:
@@ -1231,6 +1226,14 @@ def _insert_many(
             sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
         for chunk in _chunks(rows, CHUNK):
             cursor.executemany(sql, chunk)
+
+
+@functools.cache
+def _column_types(model: type[models.Model], columns: tuple[str, ...]) -> list[str]:
+    """The PostgreSQL type of each of ``model``'s ``columns`` (``varchar(64)`` as
+    ``varchar``), for a binary ``COPY``."""
+    fields = {f.column: f for f in model._meta.concrete_fields}
+    return [re.sub(r"\(.*\)$", "", fields[column].db_type(connection) or "") for column in columns]
 
 
 def _analyze_after(written: int) -> None:
