@@ -864,36 +864,48 @@ def _convention_memories_dir(sessions_dir: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a workspace file belongs: its layout (None outside every layout) and kind."""
+class Placement(NamedTuple):
+    """Where a workspace file belongs: its layout (None outside every layout) and kind.
+    (A tuple: an import makes one per file.)"""
 
     layout: LayoutDirs | None
     kind: FileKind
 
 
+_TOP_LEVEL_KINDS = {
+    "MEMORY.md": FileKind.MEMORY_INDEX,
+    "memory_summary.md": FileKind.MEMORY_SUMMARY,
+    "raw_memories.md": FileKind.RAW_MEMORIES_MERGED,
+    "phase_two_selection.json": FileKind.SELECTION,
+}
+
+
 def classify(path: str, layouts: list[LayoutDirs], *, is_dir: bool = False) -> Placement:
     """Assign a path to the layout with the longest matching directory prefix."""
-    best: tuple[int, LayoutDirs, str, bool] | None = None
+    # Once per file of an import: no string built per layout to compare with.
+    best: LayoutDirs | None = None
+    best_len = -1
+    is_memories = False
     for layout in layouts:
-        for base, is_memories in ((layout.memories_dir, True), (layout.sessions_dir, False)):
-            if path.startswith(base + "/") and (best is None or len(base) > best[0]):
-                best = (len(base), layout, path[len(base) + 1 :], is_memories)
+        base = layout.memories_dir
+        n = len(base)
+        if n > best_len and path.startswith(base) and path[n : n + 1] == "/":
+            best, best_len, is_memories = layout, n, True
+        base = layout.sessions_dir
+        n = len(base)
+        if n > best_len and path.startswith(base) and path[n : n + 1] == "/":
+            best, best_len, is_memories = layout, n, False
     if is_dir:
-        return Placement(best[1] if best else None, FileKind.DIRECTORY)
+        return Placement(best, FileKind.DIRECTORY)
     if best is None:
         return Placement(None, FileKind.WORKSPACE_FILE)
-    _, layout, rel, is_memories = best
+    layout = best
+    rel = path[best_len + 1 :]
     parts = rel.split("/")
     if not is_memories:
         kind = FileKind.ROLLOUT if len(parts) == 1 and rel.endswith(".jsonl") else None
     elif len(parts) == 1:
-        kind = {
-            "MEMORY.md": FileKind.MEMORY_INDEX,
-            "memory_summary.md": FileKind.MEMORY_SUMMARY,
-            "raw_memories.md": FileKind.RAW_MEMORIES_MERGED,
-            "phase_two_selection.json": FileKind.SELECTION,
-        }.get(rel)
+        kind = _TOP_LEVEL_KINDS.get(rel)
     elif parts[0] == "skills":
         kind = FileKind.SKILL
     elif len(parts) == 2 and rel.endswith(".md") and parts[0] == "raw_memories":
