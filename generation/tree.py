@@ -1204,6 +1204,47 @@ def parse_rollout(data: bytes) -> ParsedRollout:
     return result
 
 
+# JSON escapes of UTF-16 surrogates: a high one with the low one after it (group 1), or
+# one alone (group 1 empty). An escaped backslash before "u" only costs a look at the line.
+# One pass of one pattern that starts with a literal: ~1.5 ms per 1,000 rollouts.
+_SURROGATE_ESCAPES = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` (parsed JSON) with each lone surrogate in its strings, keys included,
+    replaced by U+FFFD (level by level, no recursion: the depth is checked already)."""
+
+    def fixed(text: str) -> str:
+        if text.isascii():
+            return text
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+    if isinstance(value, str):
+        return fixed(value)
+    root = [value]
+    level: list[Any] = [root]
+    while level:
+        below: list[Any] = []
+        for node in level:
+            items = node.items() if type(node) is dict else enumerate(node)
+            updates = []
+            for key, child in items:
+                if type(child) is str:
+                    updates.append((key, fixed(child)))
+                elif type(child) is dict or type(child) is list:
+                    below.append(child)
+            for key, child in updates:
+                node[key] = child
+            if type(node) is dict and any(type(k) is str and not k.isascii() for k in node):
+                renamed = {fixed(k): v for k, v in node.items()}
+                node.clear()
+                node.update(renamed)
+        level = below
+    return root[0]
+
+
 def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
     """The numbered lines of ``data``, one copied at a time (``split`` would copy the
     whole file at once)."""
@@ -1254,6 +1295,14 @@ def iter_segments(data: bytes) -> Iterator[Segment | str]:
                 "segment skipped"
             )
             continue
+        if any(m[1] is None for m in _SURROGATE_ESCAPES.finditer(raw)):
+            # Valid JSON, but "\ud800" alone is no character: no UTF-8 holds it, so the
+            # database and the page could not take the text. Each becomes U+FFFD.
+            value = _without_lone_surrogates(value)
+            yield (
+                f"line {number}: a \\u escape for half a character (a lone UTF-16 "
+                "surrogate); shown as U+FFFD"
+            )
         del raw
         terminal = value.get("terminal_metadata")
         interruptions = value.get("interruptions")
@@ -1384,6 +1433,8 @@ def parse_selection(data: bytes) -> Selection:
         return Selection([], "", f"not valid JSON ({getattr(exc, 'msg', exc)})" + invalid)
     if not isinstance(payload, dict):
         return Selection([], "", "not a JSON object" + invalid)
+    if any(m[1] is None for m in _SURROGATE_ESCAPES.finditer(data)):
+        payload = _without_lone_surrogates(payload)  # no UTF-8 (nor jsonb) holds one
     selected = payload.get("selected")
     if not isinstance(selected, list):
         return Selection([], "", 'no "selected" list' + invalid)

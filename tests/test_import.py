@@ -12,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from generation import tree
 from memoryui import importer
@@ -28,6 +29,7 @@ from memoryui.models import (
     Workspace,
     WorkspaceFile,
 )
+from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -263,6 +265,39 @@ def test_bad_rollout_file_is_reported_and_the_rest_imports(workspace_copy, conte
     assert Rollout.objects.filter(layout__memories_dir="memories").count() == 4
     assert Rollout.objects.get(rollout_id="broken-1").segment_count == 0
     assert WorkspaceFile.objects.get(path="sessions/broken-1.jsonl").size == len(content)
+
+
+def test_a_rollout_with_half_a_character_imports_shows_and_is_found(workspace_copy, client):
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"): valid JSON, but no UTF-8
+    holds it, and the import used to stop on it with a traceback."""
+    ws = workspace_copy("small-a")
+    line = {
+        "updated_at": "2026-06-14T13:52:59+00:00",
+        "rollout_id": "halves-1",
+        "input": [{"role": "user", "content": "zyxwords \ud800 alone, \ud83d\ude80 paired"}],
+        "generated_items": [{"type": "message", "content": "done \udfff", "\udc00key": 1}],
+        "final_output": "ok",
+    }
+    data = json.dumps(line).encode()  # ensure_ascii: the surrogates as \u escapes
+    assert b"\\ud800" in data
+    (ws / "sessions" / "halves-1.jsonl").write_bytes(data + b"\n")
+
+    result = import_workspace(ws, "a")
+
+    assert "lone UTF-16 surrogate" in errors_by_path(result)["sessions/halves-1.jsonl"]
+    rollout = Rollout.objects.get(rollout_id="halves-1")
+    assert rollout.segment_count == 1
+    assert WorkspaceFile.objects.get(path="sessions/halves-1.jsonl").size == len(data) + 1
+    client.force_login(make_user())
+    page = client.get(reverse("memoryui:rollout_detail", args=["a", rollout.layout_id, "halves-1"]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "zyxwords \ufffd alone, \U0001f680 paired" in html
+    assert "done \ufffd" in html
+    found = client.get(
+        reverse("memoryui:rollout_list", args=["a", rollout.layout_id]), {"q": "zyxwords"}
+    )
+    assert "halves-1" in found.content.decode()
 
 
 def test_non_utf8_memory_file_is_stored_exactly_and_reported(workspace_copy):

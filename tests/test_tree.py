@@ -429,6 +429,36 @@ def test_parse_rollout_gives_each_fixture_rollout_its_segments_and_last_state(fi
         assert {s.rollout_id for s in parsed.segments} == {rollout_id}
 
 
+def test_a_selection_with_half_a_character_parses_to_text_utf8_can_hold():
+    data = json.dumps(
+        {"selected": [{"rollout_id": "r-\ud800", "rollout_summary_file": "s.md"}]}
+    ).encode()
+
+    (item,) = tree.parse_selection(data).items
+
+    assert item.rollout_id == "r-\ufffd"
+    item.rollout_id.encode("utf-8")  # what the database and the pages need
+
+
+def test_lone_surrogates_become_replacement_characters_and_everything_else_stays():
+    segment = {
+        "rollout_id": "r",
+        "input": [{"role": "user", "content": "a\ud800b, a pair \U0001f680, low \udfff"}],
+        "generated_items": [{"\udc00key": "v", "text": "a literal \\ud800 stays"}],
+    }
+    data = json.dumps(segment).encode()  # the surrogates as \u escapes, as the SDK writes
+
+    parsed = parse_rollout(data + b"\n" + json.dumps({"rollout_id": "r", "x": "\u00e9"}).encode())
+
+    first, second = parsed.segments
+    assert first.input[0]["content"] == "a\ufffdb, a pair \U0001f680, low \ufffd"
+    assert first.generated_items == [{"\ufffdkey": "v", "text": "a literal \\ud800 stays"}]
+    assert [p for p in parsed.problems if "surrogate" in p] == [
+        "line 1: a \\u escape for half a character (a lone UTF-16 surrogate); shown as U+FFFD"
+    ]
+    assert second.rollout_id == "r"  # a line without one: untouched, no problem
+
+
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_parse_rollout_last_segment_agrees_with_the_sdks_raw_memory_headers(fixtures_dir, name):
     m = manifest(fixtures_dir, name)
