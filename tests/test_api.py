@@ -695,3 +695,33 @@ def test_a_body_over_the_limit_gets_a_clear_413_even_with_debug_on(layout, setti
 
     assert response.status_code == 413
     assert "larger than the 2,621,440 bytes" in response.json()["detail"]
+
+
+def test_json_with_half_a_character_is_refused_with_a_clear_error(model, layout):
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"): valid JSON, but no UTF-8
+    holds it, so no text with one can be stored: the API refuses it naming the field (422),
+    never a 500 from the database."""
+    reviewer = make_user("rev")
+    Membership.objects.create(workspace=layout.workspace, user=reviewer, role=Role.REVIEWER)
+    proposal = proposal_for(layout)
+    secret = token_for(reviewer)
+    detail = Client().get(api(layout, f"/proposals/{proposal.pk}"), **bearer(secret)).json()
+    change = next(c for c in detail["changes"] if c["document"] == MD and c["proposed"])
+    body = {"document": MD, "keys": [change["key"]], "decision": "accept"}
+
+    refused = Client().post(
+        api(layout, f"/proposals/{proposal.pk}/decisions"),
+        json.dumps({**body, "edited_text": "half \ud800 a character"}),
+        content_type="application/json",
+        **bearer(secret),
+    )
+
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["detail"].startswith("Invalid input: edited_text:")
+    paired = Client().post(
+        api(layout, f"/proposals/{proposal.pk}/decisions"),
+        json.dumps({**body, "edited_text": "a whole one \U0001f680"}),
+        content_type="application/json",
+        **bearer(secret),
+    )
+    assert paired.status_code == 200, paired.content
