@@ -1212,17 +1212,22 @@ _SURROGATE_ESCAPES = re.compile(
 )
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def _without_lone_surrogates(value: Any) -> tuple[Any, bool]:
     """``value`` (parsed JSON) with each lone surrogate in its strings, keys included,
-    replaced by U+FFFD (level by level, no recursion: the depth is checked already)."""
+    replaced by U+FFFD (level by level, no recursion: the depth is checked already), and
+    whether there was one (an escaped backslash before "ud800" is text, not one)."""
+    changed = False
 
     def fixed(text: str) -> str:
+        nonlocal changed
         if text.isascii():
             return text
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        clean = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        changed = changed or clean != text
+        return clean
 
     if isinstance(value, str):
-        return fixed(value)
+        return fixed(value), changed
     root = [value]
     level: list[Any] = [root]
     while level:
@@ -1242,7 +1247,7 @@ def _without_lone_surrogates(value: Any) -> Any:
                 node.clear()
                 node.update(renamed)
         level = below
-    return root[0]
+    return root[0], changed
 
 
 def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -1298,11 +1303,12 @@ def iter_segments(data: bytes) -> Iterator[Segment | str]:
         if any(m[1] is None for m in _SURROGATE_ESCAPES.finditer(raw)):
             # Valid JSON, but "\ud800" alone is no character: no UTF-8 holds it, so the
             # database and the page could not take the text. Each becomes U+FFFD.
-            value = _without_lone_surrogates(value)
-            yield (
-                f"line {number}: a \\u escape for half a character (a lone UTF-16 "
-                "surrogate); shown as U+FFFD"
-            )
+            value, changed = _without_lone_surrogates(value)
+            if changed:
+                yield (
+                    f"line {number}: a \\u escape for half a character (a lone UTF-16 "
+                    "surrogate); shown as U+FFFD"
+                )
         del raw
         terminal = value.get("terminal_metadata")
         interruptions = value.get("interruptions")
@@ -1434,7 +1440,7 @@ def parse_selection(data: bytes) -> Selection:
     if not isinstance(payload, dict):
         return Selection([], "", "not a JSON object" + invalid)
     if any(m[1] is None for m in _SURROGATE_ESCAPES.finditer(data)):
-        payload = _without_lone_surrogates(payload)  # no UTF-8 (nor jsonb) holds one
+        payload = _without_lone_surrogates(payload)[0]  # no UTF-8 (nor jsonb) holds one
     selected = payload.get("selected")
     if not isinstance(selected, list):
         return Selection([], "", 'no "selected" list' + invalid)

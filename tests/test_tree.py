@@ -448,7 +448,8 @@ def test_lone_surrogates_become_replacement_characters_and_everything_else_stays
     }
     data = json.dumps(segment).encode()  # the surrogates as \u escapes, as the SDK writes
 
-    parsed = parse_rollout(data + b"\n" + json.dumps({"rollout_id": "r", "x": "\u00e9"}).encode())
+    literal = {"rollout_id": "r", "x": "caf\u00e9 and a literal \\ud800, no surrogate"}
+    parsed = parse_rollout(data + b"\n" + json.dumps(literal).encode())
 
     first, second = parsed.segments
     assert first.input[0]["content"] == "a\ufffdb, a pair \U0001f680, low \ufffd"
@@ -456,7 +457,8 @@ def test_lone_surrogates_become_replacement_characters_and_everything_else_stays
     assert [p for p in parsed.problems if "surrogate" in p] == [
         "line 1: a \\u escape for half a character (a lone UTF-16 surrogate); shown as U+FFFD"
     ]
-    assert second.rollout_id == "r"  # a line without one: untouched, no problem
+    # A line with only an escaped backslash before "ud800": untouched, no problem.
+    assert second.rollout_id == "r" and len(parsed.problems) == 1
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
