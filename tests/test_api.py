@@ -465,15 +465,22 @@ def test_bad_bodies_and_unknown_things_get_4xx_never_500(model, layout):
     assert "No version 999" in no_version.json()["detail"]
 
 
-def test_a_reviewer_decides_and_approves_through_the_api_with_the_pages_rules(model, layout):
+def reviewer_and_change(layout) -> tuple[str, Proposal, dict]:
+    """A reviewer's token, a pending proposal, and one of its MEMORY.md changes with a
+    proposed text, as the API describes it."""
     reviewer = make_user("rev")
     Membership.objects.create(workspace=layout.workspace, user=reviewer, role=Role.REVIEWER)
-    other = make_user("other")
-    Membership.objects.create(workspace=layout.workspace, user=other, role=Role.REVIEWER)
     secret = token_for(reviewer)
     proposal = proposal_for(layout)
     detail = Client().get(api(layout, f"/proposals/{proposal.pk}"), **bearer(secret)).json()
     change = next(c for c in detail["changes"] if c["document"] == MD and c["proposed"])
+    return secret, proposal, change
+
+
+def test_a_reviewer_decides_and_approves_through_the_api_with_the_pages_rules(model, layout):
+    secret, proposal, change = reviewer_and_change(layout)
+    other = make_user("other")
+    Membership.objects.create(workspace=layout.workspace, user=other, role=Role.REVIEWER)
     assert change["diff"].startswith("--- current\n+++ proposed\n") or change["status"] == "added"
 
     curation.reserve(proposal, other)  # someone else has the review page open
@@ -701,12 +708,7 @@ def test_json_with_half_a_character_is_refused_with_a_clear_error(model, layout)
     """JSON may escape a lone UTF-16 surrogate ("\\ud800"): valid JSON, but no UTF-8
     holds it, so no text with one can be stored: the API refuses it naming the field (422),
     never a 500 from the database."""
-    reviewer = make_user("rev")
-    Membership.objects.create(workspace=layout.workspace, user=reviewer, role=Role.REVIEWER)
-    proposal = proposal_for(layout)
-    secret = token_for(reviewer)
-    detail = Client().get(api(layout, f"/proposals/{proposal.pk}"), **bearer(secret)).json()
-    change = next(c for c in detail["changes"] if c["document"] == MD and c["proposed"])
+    secret, proposal, change = reviewer_and_change(layout)
     body = {"document": MD, "keys": [change["key"]], "decision": "accept"}
 
     refused = Client().post(

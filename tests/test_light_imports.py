@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,12 +35,12 @@ print("\\n" + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
 """
 
 
-def loaded(code: str, tmp_path: Path, **more_env: str) -> set[str]:
-    """The modules of interest in ``sys.modules`` after ``code`` ran in a new process."""
+def last_json_line(argv: list[str], tmp_path: Path, **more_env: str) -> Any:
+    """What a new Python process running ``argv`` printed last, as JSON."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryui.settings", **more_env}
     env["MEMORYUI_VAR_DIR"] = str(tmp_path / "var")
     done = subprocess.run(
-        [sys.executable, "-c", code + REPORT],
+        [sys.executable, *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -47,7 +48,12 @@ def loaded(code: str, tmp_path: Path, **more_env: str) -> set[str]:
         timeout=120,
         check=True,
     )
-    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loaded(code: str, tmp_path: Path, **more_env: str) -> set[str]:
+    """The modules of interest in ``sys.modules`` after ``code`` ran in a new process."""
+    return set(last_json_line(["-c", code + REPORT], tmp_path, **more_env))
 
 
 def heavy_in(modules: set[str], heavy: tuple[str, ...] = HEAVY + ADMIN_WORK) -> list[str]:
@@ -153,21 +159,13 @@ def test_a_command_starts_without_collecting_garbage_then_collects_as_usual(
     """Start-up's objects live as long as the command: ``manage.py`` keeps the garbage
     collector off until the command is loaded (it ran ~140 collections in a write-back's
     start, an eighth of its CPU), then freezes them out of it and turns it back on."""
-    env = {**os.environ, "DEBUG": "1", "MEMORYUI_VAR_DIR": str(tmp_path / "var")}
     code = (
         "import gc, json; print(json.dumps([gc.isenabled(), gc.get_freeze_count(),"
         " [s['collections'] for s in gc.get_stats()]]))"
     )
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-v0", "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+    enabled, frozen, collections = last_json_line(
+        ["manage.py", "shell", "-v0", "-c", code], tmp_path, DEBUG="1"
     )
-    enabled, frozen, collections = json.loads(done.stdout.strip().splitlines()[-1])
     assert enabled  # the command itself runs with the collector
     assert frozen > 50_000  # Django, the settings, the models and the command's modules
     assert collections[1:] == [0, 0]  # no older generation was walked during the start
