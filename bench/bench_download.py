@@ -17,8 +17,12 @@ body is checked against its ``Content-Length`` and ``X-Memoryui-Sha256``.
 
 The first download lints the served memory (two 2.35 MB ``MEMORY.md`` never linted);
 lint results are kept in the database, so every later one, in any worker, scans nothing.
-Goal: every download after the first <= 1.5x tar's CPU. Only 127.0.0.1 is contacted; the
-database is created for the run and dropped after it (its name must contain ``bench``).
+A download of a state already sent is the archive kept then (``download_cache``); so
+``--changed`` more downloads follow, each after a change to the workspace (a raw
+memory's modification time, as a re-import that saw it touched records it), which
+builds the archive again. Goal: every download after the first <= 1.5x tar's CPU. Only
+127.0.0.1 is contacted; the database is created for the run and dropped after it (its
+name must contain ``bench``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,19 @@ def prepare(tree: Path, env: dict[str, str]) -> str:
     secret = tokens.create_token(user, "download bench", [WORKSPACE]).secret
     connections.close_all()
     return secret
+
+
+def change_workspace(round_: int) -> None:
+    """What a re-import that found a raw memory touched records: its new mtime."""
+    from django.db import connections
+
+    from memoryui.models import WorkspaceFile
+
+    raw = WorkspaceFile.objects.filter(
+        workspace__name=WORKSPACE, kind=WorkspaceFile.Kind.RAW_MEMORY
+    ).order_by("path")[:1]
+    WorkspaceFile.objects.filter(pk__in=raw).update(mtime_ns=1_800_000_000 * 10**9 + round_)
+    connections.close_all()
 
 
 def group_cpu(pgid: int) -> float:
@@ -159,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (compose: 3)")
     parser.add_argument("--downloads", type=int, default=7)
+    parser.add_argument(
+        "--changed", type=int, default=3, help="downloads after a change to the workspace"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database and temp dir")
     args = parser.parse_args(argv)
 
@@ -191,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         upload(port, secret, archive)
         bench_load.log(f"load average at the start: {os.getloadavg()[0]:.2f}")
         cpu: list[float] = []
-        for number in range(1, args.downloads + 1):
+        rounds = args.downloads + args.changed
+        for number in range(1, rounds + 1):
+            changed = number > args.downloads
+            if changed:
+                change_workspace(number)
             # tar again each round: its CPU moves by a fifth from run to run here.
             tar_times.append(tar_cpu(tree, workdir / "again.tar"))
             before = group_cpu(server.pid)
@@ -202,19 +226,28 @@ def main(argv: list[str] | None = None) -> int:
             cpu.append(group_cpu(server.pid) - before)
             tar_cpu_ = statistics.median(tar_times)
             print(
-                f"download {number}: {size:,} bytes, {wall:.2f} s, {cpu[-1]:.2f} s CPU"
-                f" = {cpu[-1] / tar_cpu_:.1f}x tar"
+                f"download {number}{' (after a change)' if changed else ''}: {size:,} bytes,"
+                f" {wall:.2f} s, {cpu[-1]:.2f} s CPU = {cpu[-1] / tar_cpu_:.1f}x tar"
             )
         tar = statistics.median(tar_times)
-        later = statistics.median(cpu[1:]) if len(cpu) > 1 else cpu[0]
-        worst = max(cpu[1:]) if len(cpu) > 1 else cpu[0]
         print(f"tar -cf of the tree: {tar:.2f} s CPU (median of {len(tar_times)} runs)")
         print(f"first download (lint cold): {cpu[0]:.2f} s CPU = {cpu[0] / tar:.1f}x tar")
-        verdict = "ok" if worst / tar <= GOAL else "over"
-        print(
-            f"later downloads: median {later:.2f} s = {later / tar:.2f}x, worst {worst:.2f} s"
-            f" = {worst / tar:.2f}x tar (goal <= {GOAL}x each: {verdict})"
-        )
+        verdicts = []
+        for label, group in (
+            ("later downloads, nothing changed", cpu[1 : args.downloads]),
+            ("downloads after a change (built again)", cpu[args.downloads :]),
+        ):
+            if not group:
+                continue
+            worst = max(group)
+            verdicts.append(worst / tar <= GOAL)
+            print(
+                f"{label}: median {statistics.median(group):.2f} s ="
+                f" {statistics.median(group) / tar:.2f}x, worst {worst:.2f} s"
+                f" = {worst / tar:.2f}x tar (goal <= {GOAL}x each:"
+                f" {'ok' if verdicts[-1] else 'over'})"
+            )
+        verdict = "ok" if all(verdicts) else "over"
         bench_load.log(f"load average at the end: {os.getloadavg()[0]:.2f}")
         return 0 if verdict == "ok" else 1
     finally:

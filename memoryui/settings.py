@@ -385,6 +385,13 @@ MEMORYUI_REMOTE_STORE_DIR = Path(
     env_str("MEMORYUI_REMOTE_STORE_DIR", str(VAR_DIR / "remote-store"))
 )
 MEMORYUI_REMOTE_MAX_UPLOAD_BYTES = env_int("MEMORYUI_REMOTE_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
+# Sandbox downloads, kept on this host once built and sent again while nothing they are
+# made of has changed (memoryui/download_cache.py): where, and how many bytes of them at
+# most (the least recently sent go first; 0 keeps none and builds every download).
+MEMORYUI_DOWNLOAD_CACHE_DIR = Path(
+    env_str("MEMORYUI_DOWNLOAD_CACHE_DIR", str(VAR_DIR / "download-cache"))
+)
+MEMORYUI_DOWNLOAD_CACHE_BYTES = env_int("MEMORYUI_DOWNLOAD_CACHE_BYTES", 2 * 1024 * 1024 * 1024)
 # Uploads (and their import's progress), the remote store's archives and server exports:
 # the directories above ("local", the embedded default; web and workers must then share
 # them), or objects in an S3-compatible bucket ("s3": no shared directory), one prefix each.

@@ -20,7 +20,6 @@ import hashlib
 import itertools
 import logging
 import os
-import tempfile
 import time
 import uuid
 import zlib
@@ -32,14 +31,14 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from generation import export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
-from . import object_storage, pipeline
+from . import download_cache, object_storage, pipeline
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
@@ -324,41 +323,41 @@ def store_status(workspace: Workspace) -> dict[str, Any]:
     }
 
 
-@dataclass
-class SandboxArchive:
-    """A download, written: the rewound temporary file, its sha256 (hex) and size."""
-
-    fileobj: IO[bytes]
-    sha256: str
-    size: int
-
-
-def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> SandboxArchive:
+def sandbox_archive(
+    workspace: Workspace, snapshot_id: str, *, user: Any
+) -> download_cache.Download:
     """What ``download(snapshot_id)`` answers: the files of that id's last upload outside
     the memory layouts, byte for byte (modes and in-tree links included), and each
     layout's memories folder as the workspace serves it (``served_memory``). An id never
     uploaded gets the served memory alone: how a fresh sandbox starts from the
     workspace's memory. The upload's members are read by their offsets when it has a
-    member index, else (or when the index turns out not to match) by parsing it."""
+    member index, else (or when the index turns out not to match) by parsing it.
+
+    The served memory is worked out anew every time; the archive is built only when
+    what it is made of differs from the one kept for this id (``download_cache``)."""
     snapshot = uploaded(workspace, snapshot_id)
     served = served_layouts(workspace, user=user)
     memory_dirs = [s.layout.memories_dir for s in served]
-    index = _index_of(snapshot) if snapshot else None
-    fileobj = tempfile.TemporaryFile()
-    try:
+    has_index = (
+        snapshot is not None
+        and UploadedSnapshotIndex.objects.filter(snapshot=snapshot, sha256=snapshot.sha256).exists()
+    )
+    key = _download_key(workspace, snapshot, has_index, served)
+
+    def write(fileobj: IO[bytes]) -> export.SnapshotInfo:
+        index = _index_of(snapshot) if snapshot and has_index else None
         with ExitStack() as stack:
             archive = (
                 stack.enter_context(object_storage.local_copy(snapshot.path)) if snapshot else None
             )
             try:
-                info = _write_download(fileobj, workspace, served, archive, index)
+                return _write_download(fileobj, workspace, served, archive, index)
             except tree.IndexMismatch:
                 fileobj.seek(0)
                 fileobj.truncate()
-                info = _write_download(fileobj, workspace, served, archive, None)
-    except BaseException:
-        fileobj.close()
-        raise
+                return _write_download(fileobj, workspace, served, archive, None)
+
+    download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
     AuditEvent.record(
         workspace,
         EXPORT_DOWNLOAD_ACTION,
@@ -366,9 +365,10 @@ def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> San
         target=f"{snapshot_id}.tar (sandbox download)",
         snapshot_id=snapshot_id,
         uploaded=snapshot is not None,
-        sha256=info.sha256,
-        size=info.size,
-        members=info.members,
+        sha256=download.sha256,
+        size=download.size,
+        members=download.members,
+        built=download.built,
         layouts=memory_dirs,
         held_back=[
             {"path": h.path, "latest": h.latest, "served": h.served, "reason": h.reason}
@@ -376,8 +376,30 @@ def sandbox_archive(workspace: Workspace, snapshot_id: str, *, user: Any) -> San
             for h in s.held
         ],
     )
-    fileobj.seek(0)
-    return SandboxArchive(fileobj, info.sha256, info.size)
+    return download
+
+
+def _download_key(
+    workspace: Workspace,
+    snapshot: UploadedSnapshot | None,
+    has_index: bool,
+    served: list[ServedLayout],
+) -> str:
+    """The digest of everything a download is made of (``download_cache``)."""
+    key = download_cache.Key()
+    key.text(snapshot.sha256 if snapshot else "", has_index)
+    folders = _memory_folders(workspace)
+    for layout in served:
+        key.text("layout", layout.layout.memories_dir)
+        for path, contents in sorted(layout.files.items()):
+            key.data(path, contents)
+        key.text("files")
+        key.rows(
+            _layout_files(workspace, layout, folders)
+            .order_by("path")
+            .values_list("path", "kind", "mode", "mtime_ns", "blob_id")
+        )
+    return key.hexdigest()
 
 
 def _write_download(
@@ -435,6 +457,33 @@ def _indexed_members(
                 yield export.Symlink(item.path, item.target, item.mode, item.mtime_ns)
 
 
+def _memory_folders(workspace: Workspace) -> list[str]:
+    return list(workspace.layouts.values_list("memories_dir", flat=True))
+
+
+def _layout_files(
+    workspace: Workspace, layout: ServedLayout, folders: list[str]
+) -> QuerySet[WorkspaceFile]:
+    """The workspace's files a layout's memories folder serves besides its documents and
+    skills: rollout summaries, raw memories from every sandbox, ``raw_memories.md``."""
+    folder = layout.layout.memories_dir
+    curated = [f"{folder}/{name}" for name in DOCUMENT_FILES.values()]
+    files = (
+        WorkspaceFile.objects.present()
+        .filter(workspace=workspace, path__startswith=f"{folder}/")
+        .filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+        .exclude(path__startswith=f"{folder}/skills/")
+        .exclude(path__in=[*curated, *layout.files])
+    )
+    # A layout nested in this folder (memories/engineering in memories) serves its
+    # own files: its imported MEMORY.md or skills, unreviewed maybe, never come
+    # through the outer layout's folder.
+    for nested in folders:
+        if nested.startswith(f"{folder}/"):
+            files = files.exclude(path__startswith=f"{nested}/")
+    return files
+
+
 def _memory_members(
     workspace: Workspace, served: list[ServedLayout], seen: set[str]
 ) -> Iterator[export.Member]:
@@ -443,26 +492,14 @@ def _memory_members(
     theirs. Streamed from one query per layout, as an export streams its members."""
     now_ns = time.time_ns()
     directory = WorkspaceFile.Kind.DIRECTORY
-    folders = list(workspace.layouts.values_list("memories_dir", flat=True))
+    folders = _memory_folders(workspace)
     for layout in served:
         folder = layout.layout.memories_dir
-        curated = [f"{folder}/{name}" for name in DOCUMENT_FILES.values()]
-        files = (
-            WorkspaceFile.objects.present()
-            .filter(workspace=workspace, path__startswith=f"{folder}/")
-            .filter(Q(kind=directory) | Q(blob__isnull=False))
-            .exclude(path__startswith=f"{folder}/skills/")
-            .exclude(path__in=[*curated, *layout.files])
-        )
-        # A layout nested in this folder (memories/engineering in memories) serves its
-        # own files: its imported MEMORY.md or skills, unreviewed maybe, never come
-        # through the outer layout's folder.
-        for nested in folders:
-            if nested.startswith(f"{folder}/"):
-                files = files.exclude(path__startswith=f"{nested}/")
         yield from made_up_parents(folder, seen, now_ns)
         # Plain (path, data, mode, mtime_ns) tuples: the writer's fast case.
-        for path, kind, mode, mtime_ns, _, data in file_rows(files):
+        for path, kind, mode, mtime_ns, _, data in file_rows(
+            _layout_files(workspace, layout, folders)
+        ):
             if path in seen:
                 continue
             parent = path.rpartition("/")[0]

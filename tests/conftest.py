@@ -33,6 +33,16 @@ def fast_password_hasher():
         yield
 
 
+@pytest.fixture(autouse=True)
+def own_download_cache(tmp_path_factory):
+    """Each test keeps its sandbox downloads apart: one test's kept archive is never
+    another's (a kept archive is only ever served for the same inputs, but a test that
+    counts what a download builds must find nothing built before it)."""
+    folder = tmp_path_factory.mktemp("download-cache")
+    with override_settings(MEMORYUI_DOWNLOAD_CACHE_DIR=folder):
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The SDK-written fixture trees (read-only); the suite cannot run without them."""

@@ -690,11 +690,12 @@ def test_a_nested_layouts_unreviewed_memory_never_comes_through_the_outer_layout
 
 @pytest.mark.django_db
 def test_an_unreadable_member_index_is_passed_over_for_parsing(
-    store, ops, django_capture_on_commit_callbacks, caplog
+    store, ops, django_capture_on_commit_callbacks, caplog, settings
 ):
     """An index of another format (a later version's, say) or a damaged one: the
     restore parses the upload, as for an upload that has none."""
     user, secret = ops
+    settings.MEMORYUI_DOWNLOAD_CACHE_BYTES = 0  # each restore built: each index read
     upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
     accept_all(user)
     for damaged in (b"not zlib at all", zlib.compress(b"memoryui-index-99\n")):

@@ -1,0 +1,238 @@
+"""Sandbox restores are built once and sent again while nothing they are made of has
+changed; any change to the served memory, the upload or the workspace's memory files
+builds the archive again, so a kept archive never serves memory a reviewer withdrew."""
+
+import hashlib
+import os
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from generation import export
+from memoryui import curation
+from memoryui.models import AuditEvent, MemoryVersion, WorkspaceFile
+from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
+from tests.test_snapshot_store import (
+    AGENTS_MD,
+    APPROVED_MD,
+    MEMORY_MD,
+    M,
+    accept_all,
+    layout,
+    raw_memory,
+    sandbox,
+    upload,
+)
+from tests.test_snapshot_store import download as restore
+from tests.test_snapshot_store import ops as ops_fixture
+from tests.test_snapshot_store import store as store_fixture
+
+store, ops = store_fixture, ops_fixture  # the snapshot store's fixtures, by their names
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list[int]:
+    """One entry per archive written (``write_snapshot_to``): what a restore built."""
+    built: list[int] = []
+    real = export.write_snapshot_to
+
+    def counting(*args, **kwargs):
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(export, "write_snapshot_to", counting)
+    return built
+
+
+def raw(secret: str, snapshot_id: str) -> tuple[bytes, str]:
+    answer = Client().get(
+        f"/api/workspaces/w/snapshots/{snapshot_id}", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert answer.status_code == 200, answer.content
+    body = b"".join(answer.streaming_content)
+    assert int(answer["Content-Length"]) == len(body)
+    assert answer["X-Memoryui-Sha256"] == hashlib.sha256(body).hexdigest()
+    return body, answer["X-Memoryui-Sha256"]
+
+
+@pytest.mark.django_db
+def test_a_second_restore_of_an_unchanged_workspace_is_sent_without_being_built(
+    store, ops, django_capture_on_commit_callbacks, builds
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+
+    first, first_sha = raw(secret, "x")
+    second, second_sha = raw(secret, "x")
+
+    assert len(builds) == 1
+    assert second == first and second_sha == first_sha
+    # Each restore is audited, with whether it was built for it.
+    events = AuditEvent.objects.filter(action=EXPORT_DOWNLOAD_ACTION).order_by("pk")
+    assert [e.detail["built"] for e in events] == [True, False]
+    assert {e.detail["sha256"] for e in events} == {first_sha}
+
+
+@pytest.mark.django_db
+def test_a_withdrawn_memory_is_never_sent_from_a_kept_archive(
+    store, ops, django_capture_on_commit_callbacks, builds
+):
+    """The agent's MEMORY.md, accepted, reaches a restore; once the reviewer restores
+    the version before it, the next restore is built again and holds that version's
+    text, not the kept archive's."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    approved = curation.latest(layout(), MEMORY_MD).number
+    upload(secret, "y", sandbox("ry", {}, memory_md=AGENTS_MD), django_capture_on_commit_callbacks)
+    pending = curation.latest(layout(), MEMORY_MD)
+    assert pending.needs_review
+    assert restore(secret, "x")[f"{M}/MEMORY.md"] == APPROVED_MD
+    curation.accept_agent_change(pending, user=user)
+    assert restore(secret, "x")[f"{M}/MEMORY.md"] == AGENTS_MD
+
+    page = Client()
+    page.force_login(user)
+    answer = page.post(
+        reverse("memoryui:version_restore", args=["w", layout().pk, "memory_md", approved])
+    )
+
+    assert answer.status_code == 302
+    assert restore(secret, "x")[f"{M}/MEMORY.md"] == APPROVED_MD
+    assert len(builds) == 3
+
+
+@pytest.mark.django_db
+def test_a_version_awaiting_review_changes_no_kept_archive(
+    store, ops, django_capture_on_commit_callbacks, builds
+):
+    """An agent's upload records a version to review: what sandboxes get is the same,
+    so the kept archive of another id is sent as it is, unless files it holds changed
+    (that upload's raw memory joins the layout, so x's archive is built again)."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    before, _ = raw(secret, "x")
+    MemoryVersion.objects.create(
+        layout=layout(),
+        document=MEMORY_MD,
+        number=curation.latest(layout(), MEMORY_MD).number + 1,
+        blob_id=curation.latest(layout(), MEMORY_MD).blob_id,
+        author_kind=MemoryVersion.Author.AGENT,
+        needs_review=True,
+    )
+
+    after, _ = raw(secret, "x")
+
+    assert after == before and len(builds) == 1
+    upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
+    assert restore(secret, "x")[f"{M}/raw_memories/ry.md"] == raw_memory("ry")
+    assert len(builds) == 2
+
+
+@pytest.mark.django_db
+def test_a_new_upload_of_the_same_id_is_restored_as_uploaded(
+    store, ops, django_capture_on_commit_callbacks
+):
+    user, secret = ops
+    upload(
+        secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
+    )
+    accept_all(user)
+    assert restore(secret, "x")["README.md"] == b"first\n"
+
+    upload(
+        secret, "x", sandbox("rx", {"README.md": b"second\n"}), django_capture_on_commit_callbacks
+    )
+
+    assert restore(secret, "x")["README.md"] == b"second\n"
+
+
+@pytest.mark.django_db
+def test_a_changed_mode_or_time_alone_builds_the_archive_again(
+    store, ops, django_capture_on_commit_callbacks
+):
+    """A re-import that finds a file's mode or modification time changed (its bytes the
+    same) updates them alone: the restore's headers follow."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    path = f"{M}/raw_memories/rx.md"
+    assert restore(secret, "x")[f"mode:{path}"].mode == 0o644  # type: ignore[union-attr]
+
+    WorkspaceFile.objects.filter(path=path).update(mode=0o600, mtime_ns=1_800_000_000 * 10**9)
+
+    served = restore(secret, "x")[f"mode:{path}"]
+    assert served.mode == 0o600 and served.mtime == 1_800_000_000  # type: ignore[union-attr]
+
+
+@pytest.mark.django_db
+def test_one_archive_is_kept_per_id_and_the_least_recently_sent_go_past_the_limit(
+    store, ops, django_capture_on_commit_callbacks, settings, own_download_cache
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    size = len(raw(secret, "a")[0])
+    settings.MEMORYUI_DOWNLOAD_CACHE_BYTES = 2 * size + size // 2  # room for two
+    raw(secret, "b")
+    assert len(list(own_download_cache.rglob("*.tar"))) == 2
+    raw(secret, "a")  # a is now the more recently sent
+
+    raw(secret, "c")
+
+    folders = sorted(p.parent.name for p in own_download_cache.rglob("*.tar"))
+    assert folders == ["a", "c"]
+    upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
+    raw(secret, "a")  # the layout gained ry's files: a new archive replaces a's old one
+    assert sorted(p.parent.name for p in own_download_cache.rglob("*.tar")) == ["a", "c"]
+
+
+@pytest.mark.django_db
+def test_a_damaged_kept_archive_is_built_again(
+    store, ops, django_capture_on_commit_callbacks, builds, own_download_cache
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    whole, _ = raw(secret, "x")
+    [archive] = own_download_cache.rglob("*.tar")
+    os.truncate(archive, len(whole) // 2)
+
+    again, _ = raw(secret, "x")  # checked against its length and sha256 there
+
+    assert len(builds) == 2 and len(again) == len(whole)
+    assert restore(secret, "x")["README.md"] == b"X\n"
+
+
+@pytest.mark.django_db
+def test_with_no_room_every_restore_is_built_and_nothing_is_kept(
+    store, ops, django_capture_on_commit_callbacks, builds, settings, own_download_cache
+):
+    user, secret = ops
+    settings.MEMORYUI_DOWNLOAD_CACHE_BYTES = 0
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+
+    first, _ = raw(secret, "x")
+    second, _ = raw(secret, "x")
+
+    assert len(builds) == 2 and len(first) == len(second)
+    assert list(own_download_cache.rglob("*")) == []
+
+
+@pytest.mark.django_db
+def test_a_cache_folder_that_cannot_be_written_still_restores(
+    store, ops, django_capture_on_commit_callbacks, settings, tmp_path, caplog
+):
+    user, secret = ops
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be\n")
+    settings.MEMORYUI_DOWNLOAD_CACHE_DIR = blocker
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+
+    assert restore(secret, "x")["README.md"] == b"X\n"
+    assert "sandbox download not kept" in caplog.text
