@@ -38,6 +38,7 @@ import re
 import secrets as _random
 import stat
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -321,8 +322,22 @@ class Symlink:
 # for a caller that streams tens of thousands of them (building each Entry cost more
 # than writing its header).
 Row = tuple[str, bytes | None, int, int]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Consecutive members copied as they are from an archive written before (an earlier
+    build's, ``generation.archive_map``): bytes ``start`` to ``end`` of the open file
+    ``fd``, which hold ``paths``."""
+
+    fd: int
+    start: int
+    end: int
+    paths: tuple[str, ...]
+
+
 # Blocks: members copied as they are from another archive (``tree.copy_indexed``).
-Member = Entry | Symlink | Row | Blocks
+Member = Entry | Symlink | Row | Blocks | Copy
 
 
 @dataclass(frozen=True)
@@ -483,12 +498,19 @@ class _Sink:
 
 
 def write_snapshot_to(
-    fh: IO[bytes], members: Iterable[Member], *, root_mode: int = 0o755, root_mtime_ns: int = 0
+    fh: IO[bytes],
+    members: Iterable[Member],
+    *,
+    root_mode: int = 0o755,
+    root_mtime_ns: int = 0,
+    placed: list[int] | None = None,
 ) -> SnapshotInfo:
     """Write the archive of ``members`` (directories before their contents) to ``fh``.
-    Symbolic links are written last, as the SDK does."""
+    Symbolic links are written last, as the SDK does. ``placed``, when given, gets the
+    offset where each member taken from ``members`` begins (a link's: where it would
+    have), as it is taken, then the offset after the last, before the links."""
     sink = _Sink(fh)
-    count = _write_members(sink, members, root_mode, root_mtime_ns)
+    count = _write_members(sink, members, root_mode, root_mtime_ns, placed)
     sink.write(_NUL * (2 * _BLOCK))
     sink.write(_NUL * (-(sink.size + sink.buffered) % _RECORD))
     sink.flush()
@@ -496,7 +518,11 @@ def write_snapshot_to(
 
 
 def _write_members(
-    sink: _Sink, members: Iterable[Member], root_mode: int, root_mtime_ns: int
+    sink: _Sink,
+    members: Iterable[Member],
+    root_mode: int,
+    root_mtime_ns: int,
+    placed: list[int] | None = None,
 ) -> int:
     sink.write(_member_header("./", root_mode, 0, root_mtime_ns, _DIRECTORY))
     seen: set[str] = set()
@@ -504,6 +530,8 @@ def _write_members(
     count = 1
     adler32 = zlib.adler32  # byte_sum, inline: this loop runs once per member
     for member in members:
+        if placed is not None:
+            placed.append(sink.size + sink.buffered)
         if type(member) is tuple:
             path, data, mode, mtime_ns = member
         elif isinstance(member, Symlink):
@@ -522,6 +550,18 @@ def _write_members(
                     raise ExportError(f"{copied} appears twice in the snapshot")
                 seen.add(copied)
             sink.write(member.data)
+            count += len(member.paths)
+            continue
+        elif isinstance(member, Copy):
+            # Paths this writer wrote before (checked then): only their uniqueness here.
+            paths = set(member.paths)
+            if len(paths) != len(member.paths) or not seen.isdisjoint(paths):
+                twice = next((p for p in member.paths if p in seen), None) or next(
+                    p for p, n in Counter(member.paths).items() if n > 1
+                )
+                raise ExportError(f"{twice} appears twice in the snapshot")
+            seen |= paths
+            _copy_range(sink, member)
             count += len(member.paths)
             continue
         else:
@@ -548,12 +588,25 @@ def _write_members(
             header = _member_header(name, mode, size, mtime_ns, _REGULAR)
         sink.write_file(header, data, _PADDING[-size % _BLOCK])
         count += 1
+    if placed is not None:
+        placed.append(sink.size + sink.buffered)
     for link in links:
         sink.write(
             _member_header(f"./{link.path}", link.mode, 0, link.mtime_ns, _SYMLINK, link.target)
         )
         count += 1
     return count
+
+
+def _copy_range(sink: _Sink, member: Copy) -> None:
+    """Bytes ``start`` to ``end`` of ``member.fd`` into the archive, a chunk at a time."""
+    at = member.start
+    while at < member.end:
+        chunk = os.pread(member.fd, min(_Sink.CHUNK, member.end - at), at)
+        if not chunk:
+            raise ExportError("the archive copied from ends before the members it should hold")
+        sink.write(chunk)
+        at += len(chunk)
 
 
 def write_snapshot(

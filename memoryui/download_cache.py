@@ -15,14 +15,21 @@ from. The times inside an archive served again are those it was built with.
 One archive is kept per workspace and snapshot id (a new key replaces the old), the
 least recently served go first once the kept archives pass
 ``MEMORYUI_DOWNLOAD_CACHE_BYTES`` (0: nothing kept), and an archive whose size is not
-the one recorded is built again. Each archive is written to a temporary file, fsync'd,
-then given its name, and its record (digest, size, members) is written after it, so a
-record always describes a whole archive.
+the one its name records is built again. Each archive is written to a temporary file,
+fsync'd, then given a name that records its sha256, size and member count: a name
+always describes a whole archive.
+
+A build after a change starts from the archive built last for the workspace (any id's:
+the memory folders are the same for all): beside each archive is its map
+(``generation.archive_map``), where each memory file sits in it, so the memory files
+that did not change are copied from it as they are, and only the others are read from
+the database and written anew.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -37,6 +44,7 @@ from typing import IO, Any
 
 from django.conf import settings
 
+from generation.archive_map import ArchiveMap
 from generation.export import SnapshotInfo
 
 log = logging.getLogger(__name__)
@@ -83,24 +91,42 @@ class Key:
         self.text(path, hashlib.sha256(data).hexdigest())
 
     def rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Rows of short values, joined once (a call per row costs more than hashing)."""
-        self._digest.update(
-            "".join(f"{v}\0" for row in rows for v in row).encode("utf-8", "surrogatepass")
-        )
+        """Rows of short values, all of one width, joined once (a call per row costs
+        more than the hashing)."""
+        joined = "\0".join(map(str, itertools.chain.from_iterable(rows)))
+        self._digest.update(f"{joined}\0\0".encode("utf-8", "surrogatepass"))
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
 
 
-def fetch(
-    workspace_pk: int,
-    snapshot_id: str,
-    key: str,
-    write: Callable[[IO[bytes]], SnapshotInfo],
-) -> Download:
+@dataclass
+class Previous:
+    """The archive built last for the workspace (any snapshot id: the memory folders
+    are the same for all), open, with its map: what a new build may copy from."""
+
+    fd: int
+    map: ArchiveMap
+
+
+@dataclass
+class Built:
+    """What ``write`` wrote: the archive's figures, its map, and whether it is what the
+    key says (False: the workspace changed while it was written; sent, never kept)."""
+
+    info: SnapshotInfo
+    map: ArchiveMap | None
+    keep: bool = True
+
+
+Writer = Callable[[IO[bytes], Previous | None], Built]
+
+
+def fetch(workspace_pk: int, snapshot_id: str, key: str, write: Writer) -> Download:
     """The archive kept under ``key`` for this workspace and snapshot id, or the one
-    ``write`` writes now, kept under it (unless the cache is off or cannot be written:
-    then a temporary file that goes when closed)."""
+    ``write`` writes now (given the workspace's previous archive to copy from), kept
+    under it (unless the cache is off or cannot be written: then a temporary file that
+    goes when closed)."""
     folder = cache_dir() / str(workspace_pk) / snapshot_id
     kept = _open_kept(folder, key)
     if kept is not None:
@@ -114,17 +140,20 @@ def fetch(
             log.warning("sandbox download not kept (%s): %s", folder, exc)
     fileobj = tempfile.TemporaryFile()
     try:
-        info = write(fileobj)
+        built = write(fileobj, None)
     except BaseException:
         fileobj.close()
         raise
     fileobj.seek(0)
+    info = built.info
     return Download(fileobj, info.sha256, info.size, info.members, built=True)
 
 
 # A kept archive's name says what it is: <key>.<sha256>.<size>.<members>.tar, given in
 # one rename once its bytes are on disk, so a name always describes a whole archive.
+# Its map is <that name>.map, in place before the archive is.
 _NAME = re.compile(r"^([0-9a-f]{64})\.([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.tar$")
+MAP_SUFFIX = ".map"
 
 
 def _kept_names(folder: Path) -> list[tuple[str, re.Match[str]]]:
@@ -135,41 +164,75 @@ def _kept_names(folder: Path) -> list[tuple[str, re.Match[str]]]:
     return [(name, match) for name in names if (match := _NAME.match(name))]
 
 
-def _open_kept(folder: Path, key: str) -> Download | None:
-    """The kept archive of ``key``, opened, if its size is the one its name records;
-    else None (and a damaged one goes)."""
-    for name, match in _kept_names(folder):
-        if match[1] != key:
-            continue
-        try:
-            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        fileobj = os.fdopen(fd, "rb")
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != int(match[3]):
-            fileobj.close()
-            log.warning("kept sandbox download %s/%s is damaged; built again", folder, name)
-            with suppress(OSError):
-                os.unlink(folder / name)
-            continue
-        with suppress(OSError):
-            os.utime(fd)  # the least recently served go first
-        return Download(fileobj, match[2], st.st_size, int(match[4]), built=False)
+def _open_archive(path: Path, size: int) -> IO[bytes] | None:
+    """``path`` opened if it is a regular file of ``size`` bytes; a damaged one goes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    fileobj = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_size == size:
+        return fileobj
+    fileobj.close()
+    log.warning("kept sandbox download %s is damaged; built again", path)
+    _remove(path)
     return None
 
 
-def _build_and_keep(
-    folder: Path, key: str, write: Callable[[IO[bytes]], SnapshotInfo], limit: int
-) -> Download:
+def _open_kept(folder: Path, key: str) -> Download | None:
+    """The kept archive of ``key``, opened, if its size is the one its name records."""
+    for name, match in _kept_names(folder):
+        if match[1] != key:
+            continue
+        fileobj = _open_archive(folder / name, int(match[3]))
+        if fileobj is None:
+            continue
+        with suppress(OSError):
+            os.utime(fileobj.fileno())  # the least recently served go first
+        return Download(fileobj, match[2], int(match[3]), int(match[4]), built=False)
+    return None
+
+
+def _previous(workspace_folder: Path) -> tuple[IO[bytes], ArchiveMap] | None:
+    """The workspace's most recently built archive that has a readable map, open."""
+    kept = []
+    for folder in _subdirectories(workspace_folder):
+        for name, match in _kept_names(folder):
+            with suppress(OSError):
+                kept.append((os.stat(folder / name).st_ctime_ns, folder / name, match))
+    for _, path, match in sorted(kept, key=lambda k: k[0], reverse=True):
+        try:
+            archive_map = ArchiveMap.unpack(Path(f"{path}{MAP_SUFFIX}").read_bytes())
+        except (OSError, ValueError) as exc:
+            log.info("kept sandbox download %s has no usable map (%s)", path, exc)
+            continue
+        fileobj = _open_archive(path, int(match[3]))
+        if fileobj is not None:
+            return fileobj, archive_map
+    return None
+
+
+def _build_and_keep(folder: Path, key: str, write: Writer, limit: int) -> Download:
     temp = folder / f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
     fileobj = open(temp, "xb+")  # noqa: SIM115 (returned open, for the response)
     try:
-        info = write(fileobj)
+        previous = _previous(folder.parent)
+        try:
+            built = write(
+                fileobj, Previous(previous[0].fileno(), previous[1]) if previous else None
+            )
+        finally:
+            if previous is not None:
+                previous[0].close()
+        info = built.info
         fileobj.flush()
-        if info.size <= limit:
+        if built.keep and info.size <= limit:
             os.fsync(fileobj.fileno())
             name = f"{key}.{info.sha256}.{info.size}.{info.members}.tar"
+            packed = built.map.pack() if built.map is not None else None
+            if packed is not None:
+                _write_new(folder / f"{name}{MAP_SUFFIX}", packed)
             os.replace(temp, folder / name)
             _forget_others(folder, name)
             _evict(limit)
@@ -179,34 +242,61 @@ def _build_and_keep(
             temp.unlink()
         raise
     with suppress(FileNotFoundError):
-        temp.unlink()  # still here: too large to keep, sent from the open file alone
+        temp.unlink()  # still here: not kept, sent from the open file alone
     fileobj.seek(0)
     return Download(fileobj, info.sha256, info.size, info.members, built=True)
 
 
+def _write_new(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+    try:
+        with open(temp, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def _remove(path: Path) -> None:
+    """A kept archive, then its map."""
+    for each in (path, Path(f"{path}{MAP_SUFFIX}")):
+        with suppress(FileNotFoundError):
+            each.unlink()
+
+
 def _forget_others(folder: Path, name: str) -> None:
-    """One archive per snapshot id: the one just built replaces the others."""
-    for other, _ in _kept_names(folder):
-        if other != name:
+    """One archive per snapshot id: the one just built replaces the others (and maps
+    left by an archive that never got its name)."""
+    for other in os.listdir(folder):
+        if other.startswith("."):
+            continue
+        if other not in (name, f"{name}{MAP_SUFFIX}"):
             with suppress(FileNotFoundError):
                 os.unlink(folder / other)
 
 
 def _evict(limit: int) -> None:
-    """Remove the least recently served archives until those kept fit in ``limit``."""
+    """Remove the least recently served archives (with their maps) until those kept fit
+    in ``limit``."""
     kept: list[tuple[float, int, Path]] = []
     for workspace in _subdirectories(cache_dir()):
         for snapshot in _subdirectories(workspace):
             for name, _ in _kept_names(snapshot):
                 with suppress(FileNotFoundError):
                     st = os.stat(snapshot / name, follow_symlinks=False)
-                    kept.append((st.st_mtime, st.st_size, snapshot / name))
+                    size = st.st_size
+                    with suppress(FileNotFoundError):
+                        size += os.stat(snapshot / f"{name}{MAP_SUFFIX}").st_size
+                    kept.append((st.st_mtime, size, snapshot / name))
     total = sum(size for _, size, _ in kept)
     for _, size, path in sorted(kept):
         if total <= limit:
             break
-        with suppress(FileNotFoundError):
-            path.unlink()
+        _remove(path)
         total -= size
 
 

@@ -35,7 +35,13 @@ from .models import (
     SnapshotStorePolicy,
     Workspace,
 )
-from .writeback import DOCUMENT_FILES, PlannedFile, _skill_path_problem, lint_planned, plan_layout
+from .writeback import (
+    DOCUMENT_FILES,
+    PlannedFile,
+    _skill_path_problem,
+    lint_planned,
+    proposal_memory_files,
+)
 
 HELD_BACK_ACTION = "snapshot_store.held_back"
 AWAITS_REVIEW = "awaits review"
@@ -91,8 +97,7 @@ def _serve_layout(layout: Layout, dirs: list[LayoutDirs], unreviewed: bool) -> S
     result = ServedLayout(layout)
     # An approved proposal not yet written back brings raw memories and rollout
     # summaries the approved documents cite: they come with it.
-    plan = plan_layout(layout, dirs=dirs)
-    for planned in plan.files:
+    for planned in proposal_memory_files(layout, dirs):
         if planned.kind not in CURATED_KINDS and planned.data is not None:
             result.files[planned.path] = planned.data
     histories = list(_curated_histories(layout))

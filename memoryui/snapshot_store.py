@@ -23,18 +23,18 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from generation import export, tree
+from generation import archive_map, export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
@@ -42,6 +42,7 @@ from . import download_cache, object_storage, pipeline
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
+    Blob,
     GenerationRun,
     ImportJob,
     ImportRun,
@@ -342,20 +343,41 @@ def sandbox_archive(
         snapshot is not None
         and UploadedSnapshotIndex.objects.filter(snapshot=snapshot, sha256=snapshot.sha256).exists()
     )
-    key = _download_key(workspace, snapshot, has_index, served)
+    key, rows = _download_key(workspace, snapshot, has_index, served)
 
-    def write(fileobj: IO[bytes]) -> export.SnapshotInfo:
-        index = _index_of(snapshot) if snapshot and has_index else None
+    def write(fileobj: IO[bytes], previous: download_cache.Previous | None) -> download_cache.Built:
+        own_key = _own_key(snapshot, has_index, memory_dirs)
+        region = previous.map.region if previous is not None else None
+        if previous is not None and region is not None and own_key and region.key == own_key:
+            fd = previous.fd  # the upload's part as the previous archive holds it
+
+            def copied(seen: set[str]) -> Iterator[export.Member]:
+                return _copied_region(fd, region, seen)
+
+            return _write_download(fileobj, workspace, served, copied, own_key, rows, previous)
         with ExitStack() as stack:
             archive = (
                 stack.enter_context(object_storage.local_copy(snapshot.path)) if snapshot else None
             )
+            index = _index_of(snapshot) if snapshot and has_index else None
+
+            def own(seen: set[str], by_offset: bool = True) -> Iterator[export.Member]:
+                if archive is None:
+                    return iter(())
+                if index is not None and by_offset:
+                    return _indexed_members(archive, index, memory_dirs, seen)
+                return _own_members(archive, memory_dirs, seen)
+
             try:
-                return _write_download(fileobj, workspace, served, archive, index)
+                return _write_download(fileobj, workspace, served, own, own_key, rows, previous)
             except tree.IndexMismatch:
                 fileobj.seek(0)
                 fileobj.truncate()
-                return _write_download(fileobj, workspace, served, archive, None)
+
+                def parsed(seen: set[str]) -> Iterator[export.Member]:
+                    return own(seen, by_offset=False)
+
+                return _write_download(fileobj, workspace, served, parsed, own_key, rows, previous)
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
     AuditEvent.record(
@@ -379,45 +401,197 @@ def sandbox_archive(
     return download
 
 
+# A memory file's row as the key sees it: path, kind, mode, mtime_ns, blob id, size.
+FileRow = tuple[str, str, int, int, str | None, int]
+# A build copies the memory files that did not change from the workspace's previous
+# archive when the others weigh at most this much; more changed, and all are read.
+REUSE_FETCH_BYTES = 16 * 1024 * 1024
+
+
 def _download_key(
     workspace: Workspace,
     snapshot: UploadedSnapshot | None,
     has_index: bool,
     served: list[ServedLayout],
-) -> str:
-    """The digest of everything a download is made of (``download_cache``)."""
+) -> tuple[str, dict[str, list[FileRow]]]:
+    """The digest of everything a download is made of (``download_cache``), and the
+    rows of each layout's memory files it was made of."""
     key = download_cache.Key()
     key.text(snapshot.sha256 if snapshot else "", has_index)
     folders = _memory_folders(workspace)
+    rows: dict[str, list[FileRow]] = {}
     for layout in served:
-        key.text("layout", layout.layout.memories_dir)
+        folder = layout.layout.memories_dir
+        key.text("layout", folder)
         for path, contents in sorted(layout.files.items()):
             key.data(path, contents)
         key.text("files")
-        key.rows(
+        query = (
             _layout_files(workspace, layout, folders)
             .order_by("path")
-            .values_list("path", "kind", "mode", "mtime_ns", "blob_id")
+            .values_list("path", "kind", "mode", "mtime_ns", "blob_id", "size")
         )
-    return key.hexdigest()
+        with connection.cursor() as cursor:  # plain tuples: tens of thousands of them
+            cursor.execute(*query.query.sql_with_params())
+            rows[folder] = cursor.fetchall()
+        key.rows(rows[folder])
+    return key.hexdigest(), rows
+
+
+def _own_key(snapshot: UploadedSnapshot | None, has_index: bool, memory_dirs: list[str]) -> str:
+    """What settles the upload's part of a download ("" for none): the upload, how it is
+    read, and the memory folders left out of it."""
+    if snapshot is None:
+        return ""
+    parts = [snapshot.sha256, str(has_index), *memory_dirs]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _write_download(
     fileobj: IO[bytes],
     workspace: Workspace,
     served: list[ServedLayout],
-    archive: Path | None,
-    index: list[tuple[Any, ...]] | None,
-) -> export.SnapshotInfo:
-    memory_dirs = [s.layout.memories_dir for s in served]
+    own_members: Callable[[set[str]], Iterator[export.Member]],
+    own_key: str,
+    rows: dict[str, list[FileRow]],
+    previous: download_cache.Previous | None,
+) -> download_cache.Built:
+    """The archive of the download into ``fileobj``: the upload's part from
+    ``own_members`` (which notes each path it yields), settled by ``own_key``, then
+    the memory folders."""
     seen: set[str] = set()
-    own: Iterator[export.Member] = iter(())
-    if archive is not None and index is not None:
-        own = _indexed_members(archive, index, memory_dirs, seen)
-    elif archive is not None:
-        own = _own_members(archive, memory_dirs, seen)
-    members = itertools.chain(own, _memory_members(workspace, served, seen))
-    return export.write_snapshot_to(fileobj, members, root_mtime_ns=time.time_ns())
+    recorded = _Recorded(own_members(seen))
+    sources = _memory_sources(workspace, served, rows, previous)
+    reuser = sources.reuser
+    memory = reuser.members(_memory_members(served, seen, sources.rows, sources.contents))
+    info = export.write_snapshot_to(
+        fileobj,
+        itertools.chain(recorded, memory),
+        root_mtime_ns=time.time_ns(),
+        placed=reuser.placed,
+    )
+    mapped = reuser.archive_map()
+    if own_key:
+        placed = reuser.placed
+        mapped.region = archive_map.Region(
+            own_key,
+            placed[0],
+            placed[recorded.items],
+            tuple(recorded.paths),
+            tuple(recorded.links),
+        )
+    return download_cache.Built(info, mapped, keep=sources.consistent())
+
+
+class _Recorded:
+    """The upload's members as they pass to the writer, counted, with their paths and
+    links: the region of the archive they fill, for the next build to copy whole."""
+
+    def __init__(self, members: Iterator[export.Member]) -> None:
+        self.members = members
+        self.items = 0
+        self.paths: list[str] = []
+        self.links: list[tuple[str, str, int, int]] = []
+
+    def __iter__(self) -> Iterator[export.Member]:
+        for member in self.members:
+            self.items += 1
+            if isinstance(member, tree.Blocks | export.Copy):
+                self.paths.extend(member.paths)
+            elif isinstance(member, export.Symlink):
+                self.links.append((member.path, member.target, member.mode, member.mtime_ns))
+            elif isinstance(member, Entry):
+                self.paths.append(member.path)
+            yield member
+
+
+def _copied_region(fd: int, region: archive_map.Region, seen: set[str]) -> Iterator[export.Member]:
+    """The upload's members as the previous archive holds them, copied whole."""
+    seen.update(region.paths)
+    seen.update(link[0] for link in region.links)
+    if region.end > region.start:
+        yield export.Copy(fd, region.start, region.end, region.paths)
+    for path, target, mode, mtime_ns in region.links:
+        yield export.Symlink(path, target, mode, mtime_ns)
+
+
+class _Sources(NamedTuple):
+    """Where each layout's memory files come from (``_memory_sources``)."""
+
+    reuser: archive_map.Reuser
+    rows: Mapping[str, Iterable[tuple[Any, ...]]]  # per memories folder, in path order
+    contents: dict[str, bytes] | None  # None: each row holds its contents, last
+    consistent: Callable[[], bool]
+
+
+def _memory_sources(
+    workspace: Workspace,
+    served: list[ServedLayout],
+    rows: dict[str, list[FileRow]],
+    previous: download_cache.Previous | None,
+) -> _Sources:
+    """Where each layout's memory files come from: the rows the key was made of, with
+    the contents of those that changed since ``previous`` fetched by their blob (the
+    rest are copied from it); or, with no previous archive or too much changed, read
+    with their contents as an export reads them, and checked against those rows
+    (``consistent`` False: the workspace changed meanwhile; the archive is not the
+    key's)."""
+    directory = WorkspaceFile.Kind.DIRECTORY
+    if previous is not None:
+        mapped = previous.map.members
+        changed: dict[str, int] = {}
+        for found in rows.values():
+            for path, kind, mode, mtime_ns, blob, size in found:
+                if kind == directory or blob is None:
+                    continue
+                old = mapped.get(path)
+                if (
+                    old is None
+                    or old[0] != blob
+                    or old[1] != mode & 0o7777
+                    or old[2] != mtime_ns // 1_000_000_000
+                ):
+                    changed[blob] = size
+        if sum(changed.values()) <= REUSE_FETCH_BYTES:
+            reuser = archive_map.Reuser(previous.map, previous.fd)
+            return _Sources(reuser, rows, _contents(set(changed)), lambda: True)
+    same = [True]
+    folders = _memory_folders(workspace)
+    sources = {
+        layout.layout.memories_dir: _checked(
+            file_rows(_layout_files(workspace, layout, folders)),
+            rows[layout.layout.memories_dir],
+            same,
+        )
+        for layout in served
+    }
+    return _Sources(archive_map.Reuser(), sources, None, lambda: same[0])
+
+
+def _contents(blob_ids: set[str]) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    ordered = sorted(blob_ids)
+    for start in range(0, len(ordered), 256):
+        chunk = ordered[start : start + 256]
+        found.update(
+            (pk, bytes(data))
+            for pk, data in Blob.objects.filter(pk__in=chunk).values_list("pk", "data")
+        )
+    return found
+
+
+def _checked(
+    found: Iterator[tuple[Any, ...]], expected: list[FileRow], same: list[bool]
+) -> Iterator[tuple[Any, ...]]:
+    """``found`` as it comes; ``same[0]`` False unless it is ``expected`` row for row
+    (path, kind, mode, mtime_ns, blob id)."""
+    expecting = iter(expected)
+    for row in found:
+        if tuple(row[:5]) != next(expecting, (None,))[:5]:
+            same[0] = False
+        yield row
+    if next(expecting, None) is not None:
+        same[0] = False
 
 
 def _inside(path: str, folders: list[str]) -> bool:
@@ -485,33 +659,46 @@ def _layout_files(
 
 
 def _memory_members(
-    workspace: Workspace, served: list[ServedLayout], seen: set[str]
-) -> Iterator[export.Member]:
+    served: list[ServedLayout],
+    seen: set[str],
+    sources: Mapping[str, Iterable[tuple[Any, ...]]],
+    contents: dict[str, bytes] | None,
+) -> Iterator[archive_map.Keyed]:
     """Each layout's memories folder: the workspace's files (rollout summaries, raw
-    memories from every sandbox), with the served documents and skills in place of
-    theirs. Streamed from one query per layout, as an export streams its members."""
+    memories from every sandbox) from ``sources`` (path, kind, mode, mtime_ns, blob id,
+    then the contents, or with ``contents`` their size: the contents are there, and a
+    file not there is one the previous archive holds), with the served documents and
+    skills in place of theirs, as rows with what settles their bytes."""
     now_ns = time.time_ns()
     directory = WorkspaceFile.Kind.DIRECTORY
-    folders = _memory_folders(workspace)
     for layout in served:
         folder = layout.layout.memories_dir
-        yield from made_up_parents(folder, seen, now_ns)
-        # Plain (path, data, mode, mtime_ns) tuples: the writer's fast case.
-        for path, kind, mode, mtime_ns, _, data in file_rows(
-            _layout_files(workspace, layout, folders)
-        ):
+        yield from _keyed(made_up_parents(folder, seen, now_ns))
+        for path, kind, mode, mtime_ns, blob_id, last in sources[folder]:
             if path in seen:
                 continue
             parent = path.rpartition("/")[0]
             if parent not in seen:
-                yield from made_up_parents(parent, seen, now_ns)
+                yield from _keyed(made_up_parents(parent, seen, now_ns))
             seen.add(path)
             if kind == directory:
-                yield (path, None, mode, mtime_ns)
-            else:
-                yield (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
-        for path, contents in sorted(layout.files.items()):
+                yield (path, None, mode, mtime_ns, "")
+                continue
+            data = last if contents is None else contents.get(blob_id)
+            yield (
+                path,
+                data if data is None or type(data) is bytes else bytes(data),
+                mode,
+                mtime_ns,
+                blob_id,
+            )
+        for path, data in sorted(layout.files.items()):
             if path not in seen:
-                yield from made_up_parents(path.rpartition("/")[0], seen, now_ns)
+                yield from _keyed(made_up_parents(path.rpartition("/")[0], seen, now_ns))
                 seen.add(path)
-                yield Entry(path, contents, 0o644, now_ns)
+                yield (path, data, 0o644, now_ns, hashlib.sha256(data).hexdigest())
+
+
+def _keyed(directories: Iterator[export.Row]) -> Iterator[archive_map.Keyed]:
+    for path, _, mode, mtime_ns in directories:
+        yield (path, None, mode, mtime_ns, "")

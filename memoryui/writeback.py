@@ -283,13 +283,32 @@ def plan_layout(
         candidates.extend(more)
     refused = held + refused
     candidates.extend(_skill_files(layout))
+    files = _planned(layout, candidates)
+    return Plan(layout, files, proposal, refused, lint_planned(files, dirs))
+
+
+def proposal_memory_files(layout: Layout, dirs: list[LayoutDirs]) -> list[PlannedFile]:
+    """The files an approved proposal not yet written back brings (the selection,
+    ``raw_memories.md``, phase one's raw memories and rollout summaries), planned as
+    ``plan_layout`` plans them, without the layout's documents and skills; the
+    selection dated when the proposal was approved, so that the same proposal always
+    plans the same bytes."""
+    proposal = proposal_to_write(layout)
+    if proposal is None:
+        return []
+    when = proposal.decided_at or proposal.created_at
+    candidates, _ = _proposal_files(layout, proposal, dirs, when)
+    return _planned(layout, candidates)
+
+
+def _planned(
+    layout: Layout, candidates: list[tuple[str, bytes | None, str, FileKind]]
+) -> list[PlannedFile]:
     imported = _imported(layout, [path for path, *_ in candidates])
-    files = [
-        PlannedFile(path, data, source, imported.get(path), kind)
+    return [
+        _keep_equivalent_selection(PlannedFile(path, data, source, imported.get(path), kind))
         for path, data, source, kind in candidates
     ]
-    files = [_keep_equivalent_selection(f) for f in files]
-    return Plan(layout, files, proposal, refused, lint_planned(files, dirs))
 
 
 def _quarantined(layout: Layout, name: str, version: MemoryVersion) -> list[Refusal]:

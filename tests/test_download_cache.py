@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import export
-from memoryui import curation
+from memoryui import curation, snapshot_store
 from memoryui.models import AuditEvent, MemoryVersion, WorkspaceFile
 from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
 from tests.test_snapshot_store import (
@@ -236,3 +236,141 @@ def test_a_cache_folder_that_cannot_be_written_still_restores(
 
     assert restore(secret, "x")["README.md"] == b"X\n"
     assert "sandbox download not kept" in caplog.text
+
+
+@pytest.fixture
+def frozen(monkeypatch):
+    """One clock for every build: archives of the same state are then byte for byte
+    the same, however they were built."""
+    monkeypatch.setattr(snapshot_store.time, "time_ns", lambda: 1_790_000_000 * 10**9)
+
+
+@pytest.fixture
+def fetched(monkeypatch) -> list[set[str]]:
+    """The blobs each build read from the database to write anew, having a previous
+    archive to copy the rest from."""
+    calls: list[set[str]] = []
+    real = snapshot_store._contents
+
+    def counting(blob_ids):
+        calls.append(set(blob_ids))
+        return real(blob_ids)
+
+    monkeypatch.setattr(snapshot_store, "_contents", counting)
+    return calls
+
+
+def blob_of(path: str) -> str:
+    return WorkspaceFile.objects.get(path=path).blob_id
+
+
+@pytest.mark.django_db
+def test_a_restore_after_a_change_copies_the_unchanged_memory_from_the_previous_archive(
+    store, ops, django_capture_on_commit_callbacks, frozen, fetched, own_download_cache, monkeypatch
+):
+    """Another sandbox's upload merges its raw memory and summary into the layout: the
+    next restore of x reads those two from the database, copies every other memory
+    file and x's own files (its upload unchanged) from the archive kept before, and is
+    the archive a build from nothing makes."""
+    user, secret = ops
+    own = {"README.md": b"X\n", "bin/run.sh": b"#!/bin/sh\n", "d/" + "long-name/" * 12 + "f": b"f"}
+    upload(
+        secret,
+        "x",
+        sandbox("rx", own, links={"docs/readme.md": "../README.md"}),
+        django_capture_on_commit_callbacks,
+    )
+    accept_all(user)
+    raw(secret, "x")
+    assert fetched == []  # nothing kept yet: built from nothing
+    upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
+    offsets: list[str] = []
+    real = snapshot_store._indexed_members
+    monkeypatch.setattr(
+        snapshot_store,
+        "_indexed_members",
+        lambda *args: offsets.append("read") or real(*args),  # type: ignore[func-returns-value]
+    )
+
+    reused, _ = raw(secret, "x")
+
+    new = {f"{M}/raw_memories/ry.md", f"{M}/rollout_summaries/ry_work.md"}
+    assert fetched == [{blob_of(path) for path in new}] and offsets == []
+    for path in own_download_cache.rglob("*.tar*"):
+        path.unlink()  # nothing kept: built from nothing
+    from_nothing, _ = raw(secret, "x")
+    assert reused == from_nothing and len(fetched) == 1 and offsets == ["read"]
+    link = restore(secret, "x")["docs/readme.md"]
+    assert link.issym() and link.linkname == "../README.md"  # type: ignore[union-attr]
+
+
+@pytest.mark.django_db
+def test_a_fresh_sandboxs_first_restore_copies_the_memory_another_id_was_sent(
+    store, ops, django_capture_on_commit_callbacks, frozen, fetched
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    raw(secret, "x")
+
+    fresh = restore(secret, "fresh")
+
+    assert fetched == [set()]  # every memory file copied, none read
+    assert fresh[f"{M}/raw_memories/rx.md"] == raw_memory("rx") and "README.md" not in fresh
+    assert fresh[f"{M}/MEMORY.md"] == APPROVED_MD
+
+
+@pytest.mark.django_db
+def test_a_previous_archive_without_a_usable_map_is_not_copied_from(
+    store, ops, django_capture_on_commit_callbacks, fetched, own_download_cache
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    raw(secret, "x")
+    [mapped] = own_download_cache.rglob("*.map")
+    mapped.write_bytes(b"memoryui-archive-map-1\n" + b"\0" * 7)  # cut short
+
+    served = restore(secret, "fresh")
+
+    assert fetched == [] and served[f"{M}/raw_memories/rx.md"] == raw_memory("rx")
+
+
+@pytest.mark.django_db
+def test_when_much_changed_the_memory_is_read_whole_rather_than_blob_by_blob(
+    store, ops, django_capture_on_commit_callbacks, fetched, monkeypatch
+):
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    raw(secret, "x")
+    upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
+    monkeypatch.setattr(snapshot_store, "REUSE_FETCH_BYTES", 10)  # ry's files weigh more
+
+    served = restore(secret, "x")
+
+    assert fetched == [] and served[f"{M}/raw_memories/ry.md"] == raw_memory("ry")
+
+
+@pytest.mark.django_db
+def test_an_archive_built_while_the_workspace_changed_is_sent_but_not_kept(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch, own_download_cache
+):
+    """The key is made of the rows read first; a build from nothing reads them again
+    with their contents. If they differ (an import landed between the two), the
+    archive is not what the key says: it is sent, and not kept under that key."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    real = snapshot_store.file_rows
+
+    def moved(files):
+        for path, kind, mode, mtime_ns, blob, data in real(files):
+            yield (path, kind, mode, mtime_ns + 10**9, blob, data)  # touched meanwhile
+
+    monkeypatch.setattr(snapshot_store, "file_rows", moved)
+
+    served = restore(secret, "x")
+
+    assert served[f"{M}/raw_memories/rx.md"] == raw_memory("rx")
+    assert list(own_download_cache.rglob("*.tar")) == []
