@@ -194,14 +194,15 @@ def test_with_object_storage_an_upload_leaves_no_file_on_the_web_machine(
     sent = upload(client, "small-a.tar", data, "dash")
     assert sent.status_code == 302, sent.content[:500]
     job = ImportJob.objects.get()
-    assert job.source_path == "storage://uploads/dash-1.tar"
-    assert objects(s3) == {"uploads/dash-1.tar": len(data)}
+    # Named after the job (its id: on PostgreSQL, whatever the sequence is at).
+    assert job.source_path == f"storage://uploads/dash-{job.pk}.tar"
+    assert objects(s3) == {f"uploads/dash-{job.pk}.tar": len(data)}
     assert [p for p in (tmp_path / "uploads").rglob("*") if p.is_file()] == []
 
     done = workspaces.run_import_job(job.pk)
     assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
     workspace = Workspace.objects.get(name="dash")
-    assert workspace.source_path == "storage://uploads/dash-1.tar"
+    assert workspace.source_path == f"storage://uploads/dash-{job.pk}.tar"
     assert workspace.files.filter(path__endswith="MEMORY.md").exists()
     assert object_storage.read_small("uploads", workspaces.progress_name(job.pk)) is None
 
