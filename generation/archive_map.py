@@ -20,6 +20,7 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .export import Copy, ExportError, Member, Row
 
@@ -31,8 +32,6 @@ WRITER = 1
 # content the digest of data ("" for a directory). data None with a content: the caller
 # saw the member in the previous archive and fetched no bytes for it.
 Keyed = tuple[str, bytes | None, int, int, str]
-# A member as the map keeps it: path, content, mode, mtime (s), start, end.
-_Entry = tuple[str, str, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -109,56 +108,58 @@ class Reuser:
         self.placed: list[int] = []  # the writer: where each item it took begins
         self.copied = 0  # members copied from the previous archive
         self.built = 0
-        # (the item's index among all the writer took, its members as (path, content,
-        # mode, mtime, start and end in the previous archive), whether it is a run)
-        self._items: list[tuple[int, list[_Entry], bool]] = []
+        # Each item the writer took from here, by its index among all it took: a member
+        # written anew (its path, and what settles its bytes), or a run copied (its
+        # members' paths and places in the previous archive, and None).
+        self._items: list[tuple[int, Any, tuple[str, int, int, int, int] | None]] = []
 
     def members(self, rows: Iterable[Keyed]) -> Iterator[Member]:
-        previous = self.previous
-        run: list[_Entry] = []
+        members: dict[str, tuple[str, int, int, int, int]] = (
+            self.previous.members if self.previous is not None else {}
+        )
+        get = members.get
+        run: list[tuple[str, tuple[str, int, int, int, int]]] = []
         run_end = 0
         for path, data, mode, mtime_ns, content in rows:
             mode &= 0o7777
             mtime = mtime_ns // 1_000_000_000
-            old = previous.members.get(path) if previous is not None else None
+            old = get(path)
             if old is not None and old[0] == content and old[1] == mode and old[2] == mtime:
-                if run and old[3] == run_end:
-                    run.append((path, content, mode, mtime, old[3], old[4]))
-                    run_end = old[4]
-                    continue
-                if run:
+                if old[3] != run_end and run:
                     yield self._copy(run)
-                run, run_end = [(path, content, mode, mtime, old[3], old[4])], old[4]
+                    run = []
+                run.append((path, old))
+                run_end = old[4]
                 continue
             if data is None and content:
                 raise ExportError(f"{path} was to come from the previous archive, which lacks it")
             if run:
                 yield self._copy(run)
                 run = []
-            self._items.append((len(self.placed), [(path, content, mode, mtime, 0, 0)], False))
+            self._items.append((len(self.placed), path, (content, mode, mtime, 0, 0)))
             self.built += 1
             row: Row = (path, data, mode, mtime_ns)
             yield row
         if run:
             yield self._copy(run)
 
-    def _copy(self, run: list[_Entry]) -> Copy:
+    def _copy(self, run: list[tuple[str, tuple[str, int, int, int, int]]]) -> Copy:
         assert self.fd is not None
-        self._items.append((len(self.placed), run, True))
+        self._items.append((len(self.placed), run, None))
         self.copied += len(run)
-        return Copy(self.fd, run[0][4], run[-1][5], tuple(m[0] for m in run))
+        return Copy(self.fd, run[0][1][3], run[-1][1][4], tuple(path for path, _ in run))
 
     def archive_map(self) -> ArchiveMap:
         """Where the writer put each of the rows (after it wrote them all)."""
         placed = self.placed
         members: dict[str, tuple[str, int, int, int, int]] = {}
-        for index, entries, is_run in self._items:
+        for index, what, settled in self._items:
             begin = placed[index]
-            if not is_run:
-                path, content, mode, mtime, _, _ = entries[0]
-                members[path] = (content, mode, mtime, begin, placed[index + 1])
+            if settled is not None:  # a member written anew: ``what`` is its path
+                content, mode, mtime, _, _ = settled
+                members[what] = (content, mode, mtime, begin, placed[index + 1])
                 continue
-            shift = begin - entries[0][4]
-            for path, content, mode, mtime, start, end in entries:
+            shift = begin - what[0][1][3]  # a run: ``what`` is its (path, old place)
+            for path, (content, mode, mtime, start, end) in what:
                 members[path] = (content, mode, mtime, start + shift, end + shift)
         return ArchiveMap(members)

@@ -36,8 +36,8 @@ import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -135,7 +135,7 @@ def fetch(workspace_pk: int, snapshot_id: str, key: str, write: Writer) -> Downl
     if limit > 0:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            return _build_and_keep(folder, key, write, limit)
+            return _build_and_keep(workspace_pk, folder, key, write, limit)
         except OSError as exc:
             log.warning("sandbox download not kept (%s): %s", folder, exc)
     fileobj = tempfile.TemporaryFile()
@@ -189,50 +189,99 @@ def _open_kept(folder: Path, key: str) -> Download | None:
         if fileobj is None:
             continue
         with suppress(OSError):
-            os.utime(fileobj.fileno())  # the least recently served go first
+            os.utime(folder / f"{name}{MAP_SUFFIX}")  # the least recently served go first
         return Download(fileobj, match[2], int(match[3]), int(match[4]), built=False)
     return None
 
 
+@contextmanager
+def previous_archive(workspace_pk: int) -> Iterator[Previous | None]:
+    """The workspace's most recently built archive (a download's or an export's) with a
+    map that is its own, open while the block runs; None if there is none."""
+    found = _previous(cache_dir() / str(workspace_pk))
+    if found is None:
+        yield None
+        return
+    try:
+        yield Previous(found[0].fileno(), found[1])
+    finally:
+        found[0].close()
+
+
 def _previous(workspace_folder: Path) -> tuple[IO[bytes], ArchiveMap] | None:
-    """The workspace's most recently built archive that has a readable map, open."""
     kept = []
     for folder in _subdirectories(workspace_folder):
         for name, match in _kept_names(folder):
             with suppress(OSError):
                 kept.append((os.stat(folder / name).st_ctime_ns, folder / name, match))
     for _, path, match in sorted(kept, key=lambda k: k[0], reverse=True):
-        try:
-            archive_map = ArchiveMap.unpack(Path(f"{path}{MAP_SUFFIX}").read_bytes())
-        except (OSError, ValueError) as exc:
-            log.info("kept sandbox download %s has no usable map (%s)", path, exc)
-            continue
         fileobj = _open_archive(path, int(match[3]))
-        if fileobj is not None:
-            return fileobj, archive_map
+        if fileobj is None:
+            continue
+        try:
+            archive_map = _read_map(path, os.fstat(fileobj.fileno()))
+        except (OSError, ValueError) as exc:
+            fileobj.close()
+            log.info("kept archive %s has no usable map (%s)", path, exc)
+            continue
+        return fileobj, archive_map
     return None
 
 
-def _build_and_keep(folder: Path, key: str, write: Writer, limit: int) -> Download:
+def _map_bytes(archive: os.stat_result, archive_map: ArchiveMap) -> bytes:
+    """A map file: the archive's size and modification time when it was mapped (an
+    export is kept as a link to the file it wrote: should that file be rewritten in
+    place, its time moves and the map is no longer its own), then the map."""
+    return b"%d %d\n" % (archive.st_size, archive.st_mtime_ns) + archive_map.pack()
+
+
+# The map this process wrote last, by the archive it maps (inode, size, time): the
+# next archive a running process builds (the dashboard's, the API's, a worker's) most
+# often starts from the one it built before, and need not read that map back.
+_last_written: tuple[tuple[int, int, int], ArchiveMap] | None = None
+
+
+def forget_last_map() -> None:
+    """As in a new process: the next map needed is read from its file."""
+    global _last_written
+    _last_written = None
+
+
+def _stat_key(archive: os.stat_result) -> tuple[int, int, int]:
+    return (archive.st_ino, archive.st_size, archive.st_mtime_ns)
+
+
+def _read_map(path: Path, archive: os.stat_result) -> ArchiveMap:
+    if _last_written is not None and _last_written[0] == _stat_key(archive):
+        return _last_written[1]
+    data = Path(f"{path}{MAP_SUFFIX}").read_bytes()
+    first, _, rest = data.partition(b"\n")
+    if first != b"%d %d" % (archive.st_size, archive.st_mtime_ns):
+        raise ValueError("the archive changed since it was mapped")
+    return ArchiveMap.unpack(rest)
+
+
+def _write_map(path: Path, archive: os.stat_result, archive_map: ArchiveMap) -> None:
+    global _last_written
+    _write_new(path, _map_bytes(archive, archive_map))
+    _last_written = (_stat_key(archive), archive_map)
+
+
+def _build_and_keep(
+    workspace_pk: int, folder: Path, key: str, write: Writer, limit: int
+) -> Download:
     temp = folder / f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
     fileobj = open(temp, "xb+")  # noqa: SIM115 (returned open, for the response)
     try:
-        previous = _previous(folder.parent)
-        try:
-            built = write(
-                fileobj, Previous(previous[0].fileno(), previous[1]) if previous else None
-            )
-        finally:
-            if previous is not None:
-                previous[0].close()
+        with previous_archive(workspace_pk) as previous:
+            built = write(fileobj, previous)
         info = built.info
         fileobj.flush()
         if built.keep and info.size <= limit:
             os.fsync(fileobj.fileno())
             name = f"{key}.{info.sha256}.{info.size}.{info.members}.tar"
-            packed = built.map.pack() if built.map is not None else None
-            if packed is not None:
-                _write_new(folder / f"{name}{MAP_SUFFIX}", packed)
+            if built.map is not None:
+                _write_map(folder / f"{name}{MAP_SUFFIX}", os.fstat(fileobj.fileno()), built.map)
             os.replace(temp, folder / name)
             _forget_others(folder, name)
             _evict(limit)
@@ -245,6 +294,32 @@ def _build_and_keep(folder: Path, key: str, write: Writer, limit: int) -> Downlo
         temp.unlink()  # still here: not kept, sent from the open file alone
     fileobj.seek(0)
     return Download(fileobj, info.sha256, info.size, info.members, built=True)
+
+
+# Exports are kept in a folder of their own beside the snapshot ids' (which never start
+# with a dot), one at a time, named like a download with the archive's digest as key.
+EXPORTS = ".exports"
+
+
+def keep_export(workspace_pk: int, archive: Path, info: SnapshotInfo, mapped: ArchiveMap) -> None:
+    """Keep the archive an export just wrote (a hard link to it, so nothing is copied)
+    and its map, for the workspace's next archive to copy from. Best effort: an export
+    whose file cannot be linked here (another file system) is simply not kept."""
+    limit = cache_limit()
+    if limit <= 0 or info.size > limit:
+        return
+    folder = cache_dir() / str(workspace_pk) / EXPORTS
+    name = f"{info.sha256}.{info.sha256}.{info.size}.{info.members}.tar"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with suppress(FileExistsError):
+            os.link(archive, folder / name)
+        _write_map(folder / f"{name}{MAP_SUFFIX}", os.stat(folder / name), mapped)
+        _forget_others(folder, name)
+        _evict(limit)
+    except OSError as exc:
+        log.info("export %s not kept to build the next archive from: %s", archive, exc)
+        _remove(folder / name)
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -280,18 +355,19 @@ def _forget_others(folder: Path, name: str) -> None:
 
 
 def _evict(limit: int) -> None:
-    """Remove the least recently served archives (with their maps) until those kept fit
-    in ``limit``."""
+    """Remove the least recently used archives (with their maps: a map's time is when
+    its archive was last sent or built) until those kept fit in ``limit``."""
     kept: list[tuple[float, int, Path]] = []
     for workspace in _subdirectories(cache_dir()):
         for snapshot in _subdirectories(workspace):
             for name, _ in _kept_names(snapshot):
+                size, used = 0, 0.0
                 with suppress(FileNotFoundError):
-                    st = os.stat(snapshot / name, follow_symlinks=False)
-                    size = st.st_size
-                    with suppress(FileNotFoundError):
-                        size += os.stat(snapshot / f"{name}{MAP_SUFFIX}").st_size
-                    kept.append((st.st_mtime, size, snapshot / name))
+                    size = os.stat(snapshot / name, follow_symlinks=False).st_size
+                with suppress(FileNotFoundError):
+                    mapped = os.stat(snapshot / f"{name}{MAP_SUFFIX}")
+                    size, used = size + mapped.st_size, mapped.st_mtime
+                kept.append((used, size, snapshot / name))
     total = sum(size for _, size, _ in kept)
     for _, size, path in sorted(kept):
         if total <= limit:

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import BinaryField, Case, F, Max, Q, QuerySet, When
 
+from generation.archive_map import ArchiveMap, Keyed
 from generation.export import Row
 from generation.tree import Entry
 
@@ -26,6 +27,9 @@ from .writeback import PlannedFile
 # Rows per fetch, files up to INLINE_BYTES coming with their contents: a batch holds
 # at most 4 MiB (a larger file is fetched alone).
 CHUNK = 256
+# An archive built beside an earlier one fetches the files that changed since by their
+# blob when they weigh at most this much; more changed, and all are read as usual.
+REUSE_FETCH_BYTES = 16 * 1024 * 1024
 INLINE_BYTES = 16 * 1024
 REPORT_EVERY = 1024  # members between two progress reports, at most
 BLOB_TABLE = Blob._meta.db_table
@@ -66,17 +70,24 @@ def snapshot_members(
     overlay: dict[str, PlannedFile],
     report: Callable[[int, bool], None] | None = None,
     every: int = REPORT_EVERY,
-) -> tuple[Generator[Row, None, None], int]:
-    """The archive's members as (path, data, mode, mtime_ns) rows, streamed from one
-    query, and the modification time for its root. Close the generator when done with
-    it. ``report`` is called with the number of members yielded so far, after the first
-    and every ``every`` members, and whether it is the last report (at the end).
+    previous: ArchiveMap | None = None,
+) -> tuple[Generator[Keyed, None, None], int]:
+    """The archive's members as rows with what settles their bytes (``Keyed``:
+    path, data, mode, mtime_ns, content digest), streamed, and the modification time
+    for its root. Close the generator when done with it. ``report`` is called with the
+    number of members yielded so far, after the first and every ``every`` members, and
+    whether it is the last report (at the end).
 
     Members come in path order (the unique index's order, so the database does not
     sort): a directory before its contents, which is all a restore needs. Files the
     workspace never had (a proposal's new raw memories) come last. Contents up to
     ``INLINE_BYTES`` come with their row; a larger file's are fetched alone, when its
-    turn comes, so memory holds a few MiB however large the workspace."""
+    turn comes, so memory holds a few MiB however large the workspace.
+
+    With ``previous``, the map of an archive to copy from (``archive_map.Reuser``):
+    the rows are read without their contents, and only the files ``previous`` does not
+    hold as they are now are fetched, by their blob (unless they weigh more than
+    ``REUSE_FETCH_BYTES``: then as without it); the others come without their data."""
     now_ns = time.time_ns()
     present = WorkspaceFile.objects.present().filter(workspace=workspace)
     latest = present.aggregate(latest=Max("mtime_ns"))["latest"]
@@ -86,9 +97,59 @@ def snapshot_members(
         for p, f in sorted(overlay.items())
         if p not in stored and f.data is not None
     ]
-    rows = _row_query(present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False)))
-    members = _members(rows, overlay, new, now_ns, report, every)
+    files = present.filter(Q(kind=WorkspaceFile.Kind.DIRECTORY) | Q(blob__isnull=False))
+    beside = _rows_beside(files, overlay, previous) if previous is not None else None
+    if beside is not None:
+        rows, contents = beside
+        members = _members(iter(rows), overlay, new, now_ns, report, every, contents)
+    else:
+        query = _row_query(files)
+        streamed = (row for batch in _batches(*query, skip=overlay.keys()) for row in batch)
+        members = _members(streamed, overlay, new, now_ns, report, every)
     return members, latest or now_ns
+
+
+def _rows_beside(
+    files: QuerySet[WorkspaceFile], overlay: Collection[str], previous: ArchiveMap
+) -> tuple[list[tuple[Any, ...]], dict[str, bytes]] | None:
+    """``files`` in path order as (path, kind, mode, mtime_ns, blob id, size), and the
+    contents of those ``previous`` lacks as they are now, by their blob (the others
+    are copied from it); None if those weigh more than REUSE_FETCH_BYTES."""
+    query = files.order_by("path").values_list(
+        "path", "kind", "mode", "mtime_ns", "blob_id", "size"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(*query.query.sql_with_params())
+        found = cursor.fetchall()
+    mapped = previous.members
+    directory = WorkspaceFile.Kind.DIRECTORY
+    changed: dict[str, int] = {}
+    for path, kind, mode, mtime_ns, blob, size in found:
+        if kind == directory or blob is None or path in overlay:
+            continue
+        old = mapped.get(path)
+        if (
+            old is None
+            or old[0] != blob
+            or old[1] != mode & 0o7777
+            or old[2] != mtime_ns // 1_000_000_000
+        ):
+            changed[blob] = size
+    if sum(changed.values()) > REUSE_FETCH_BYTES:
+        return None
+    return found, blob_contents(set(changed))
+
+
+def blob_contents(blob_ids: Collection[str]) -> dict[str, bytes]:
+    """The contents of these blobs, 256 at a time (a few files that changed since an
+    archive to copy the rest from: at most REUSE_FETCH_BYTES of them)."""
+    found: dict[str, bytes] = {}
+    ordered = sorted(blob_ids)
+    for start in range(0, len(ordered), 256):
+        chunk = ordered[start : start + 256]
+        rows = Blob.objects.filter(pk__in=chunk).values_list("pk", "data")
+        found.update((pk, bytes(data)) for pk, data in rows)
+    return found
 
 
 def file_rows(files: QuerySet[WorkspaceFile]) -> Iterator[tuple[Any, ...]]:
@@ -111,40 +172,50 @@ def _row_query(files: QuerySet[WorkspaceFile]) -> tuple[str, Sequence[Any]]:
 
 
 def _members(
-    query: tuple[str, Sequence[Any]],
+    rows: Iterator[tuple[Any, ...]],
     overlay: dict[str, PlannedFile],
     new: list[Entry],
     now_ns: int,
     report: Callable[[int, bool], None] | None,
     every: int,
-) -> Generator[Row, None, None]:
+    contents: dict[str, bytes] | None = None,
+) -> Generator[Keyed, None, None]:
     """The stored rows as members (curated bytes in place of the imported ones), then
     ``new``; a directory member is made up before any file whose parent has none yet
     (an archive imported without directory members, a new ``raw_memories/``). One
-    generator, not a chain of them: this loop runs once per file of the workspace."""
+    generator, not a chain of them: this loop runs once per file of the workspace.
+    With ``contents``, a row's last value is its size and its contents are there (a
+    file not there is one the archive to copy from holds)."""
     directory = WorkspaceFile.Kind.DIRECTORY
     seen: set[str] = set()
-    stored = (row for batch in _batches(*query, skip=overlay.keys()) for row in batch)
     added = ((e.path, "", e.mode, e.mtime_ns, None, e.data) for e in new)
     count = 0
-    for path, kind, mode, mtime_ns, _, data in itertools.chain(stored, added):
+    for path, kind, mode, mtime_ns, blob, data in itertools.chain(rows, added):
+        if contents is not None and blob is not None:
+            data = contents.get(blob)
         if kind == directory:
             if path in seen:
                 continue  # already made up for a file that came first
             seen.add(path)
-            entry: Row = (path, None, mode, mtime_ns)
+            entry: Keyed = (path, None, mode, mtime_ns, "")
         elif path in overlay:
-            data = overlay[path].data
-            if data is None:
+            planned = overlay[path]
+            if planned.data is None:
                 continue  # a deleted skill file: not in the archive
-            entry = (path, data, mode, now_ns)
+            entry = (path, planned.data, mode, now_ns, planned.sha256 or "")
         else:
-            entry = (path, data if type(data) is bytes else bytes(data), mode, mtime_ns)
+            entry = (
+                path,
+                data if data is None or type(data) is bytes else bytes(data),
+                mode,
+                mtime_ns,
+                blob,
+            )
         parent = path.rpartition("/")[0]
         if parent and parent not in seen:
-            for made_up in made_up_parents(parent, seen, now_ns):
+            for made_up, _, made_mode, made_mtime in made_up_parents(parent, seen, now_ns):
                 count += 1
-                yield made_up
+                yield (made_up, None, made_mode, made_mtime, "")
         count += 1
         if report is not None and (not count % every or count == 1):
             report(count, False)

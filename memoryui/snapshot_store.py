@@ -38,11 +38,10 @@ from generation import archive_map, export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
-from . import download_cache, object_storage, pipeline
+from . import download_cache, object_storage, pipeline, snapshot_members
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
-    Blob,
     GenerationRun,
     ImportJob,
     ImportRun,
@@ -403,9 +402,6 @@ def sandbox_archive(
 
 # A memory file's row as the key sees it: path, kind, mode, mtime_ns, blob id, size.
 FileRow = tuple[str, str, int, int, str | None, int]
-# A build copies the memory files that did not change from the workspace's previous
-# archive when the others weigh at most this much; more changed, and all are read.
-REUSE_FETCH_BYTES = 16 * 1024 * 1024
 
 
 def _download_key(
@@ -552,9 +548,10 @@ def _memory_sources(
                     or old[2] != mtime_ns // 1_000_000_000
                 ):
                     changed[blob] = size
-        if sum(changed.values()) <= REUSE_FETCH_BYTES:
+        if sum(changed.values()) <= snapshot_members.REUSE_FETCH_BYTES:
             reuser = archive_map.Reuser(previous.map, previous.fd)
-            return _Sources(reuser, rows, _contents(set(changed)), lambda: True)
+            contents = snapshot_members.blob_contents(set(changed))
+            return _Sources(reuser, rows, contents, lambda: True)
     same = [True]
     folders = _memory_folders(workspace)
     sources = {
@@ -566,18 +563,6 @@ def _memory_sources(
         for layout in served
     }
     return _Sources(archive_map.Reuser(), sources, None, lambda: same[0])
-
-
-def _contents(blob_ids: set[str]) -> dict[str, bytes]:
-    found: dict[str, bytes] = {}
-    ordered = sorted(blob_ids)
-    for start in range(0, len(ordered), 256):
-        chunk = ordered[start : start + 256]
-        found.update(
-            (pk, bytes(data))
-            for pk, data in Blob.objects.filter(pk__in=chunk).values_list("pk", "data")
-        )
-    return found
 
 
 def _checked(

@@ -23,11 +23,12 @@ from django.conf import settings
 from django.db import transaction
 
 from generation import export, journal
+from generation.archive_map import ArchiveMap, Reuser
 from generation.export import ExportError, SnapshotInfo
 from generation.lint import Finding
 from generation.tree import LayoutDirs
 
-from . import lint_allowances, object_storage, observability
+from . import download_cache, lint_allowances, object_storage, observability
 from .models import AuditEvent, Layout, Workspace
 from .snapshot_members import progress_reporter, snapshot_members
 from .writeback import PlannedFile, Refusal, Refused, journal_base, plan_layout
@@ -266,11 +267,12 @@ def export_to_object_store(
     if object_storage.stored_exists(object_storage.EXPORTS, name):
         raise ExportError(exists)  # early, before the work; the upload itself decides
     result = _cleared(workspace, memories_dirs, allow_findings)
-    with tempfile.TemporaryDirectory(prefix="memoryui-export-") as folder:
+    mapped: list[ArchiveMap] = []
+    with tempfile.TemporaryDirectory(prefix="memoryui-export-", dir=_scratch()) as folder:
         archive = Path(folder) / name
         try:
             with archive.open("xb") as fh:
-                result.snapshot = _write_archive(workspace, result.plan, fh, progress)
+                result.snapshot = _write_archive(workspace, result.plan, fh, progress, mapped)
         except OSError as exc:
             raise ExportError(f"{name} could not be written ({exc.strerror or exc})") from exc
         step("staged")
@@ -280,15 +282,28 @@ def export_to_object_store(
             raise ExportError(exists) from exc
         except object_storage.StoreError as exc:
             raise ExportError(f"{name} could not be stored ({exc}); nothing was kept") from exc
-    step("published")
-    try:
-        with transaction.atomic():
-            result.event = _audit(workspace, snapshot_id, result, user)
-            step("committed")
-    except BaseException:
-        object_storage.delete(result.stored_as)  # not audited, so not kept
-        raise
+        step("published")
+        try:
+            with transaction.atomic():
+                result.event = _audit(workspace, snapshot_id, result, user)
+                step("committed")
+        except BaseException:
+            object_storage.delete(result.stored_as)  # not audited, so not kept
+            raise
+        download_cache.keep_export(workspace.pk, archive, result.snapshot, mapped[0])
     return result
+
+
+def _scratch() -> Path | None:
+    """Where an export to object storage writes its archive first: beside the kept
+    archives (one file system: the archive is then kept by a link, not copied), or the
+    system's temporary folder if that folder cannot be made."""
+    folder = download_cache.cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
 
 
 def _cleared(
@@ -315,11 +330,24 @@ def _write_archive(
     plan: ExportPlan,
     fh: IO[bytes],
     progress: Callable[[str, int, int], None] | None,
+    mapped: list[ArchiveMap] | None = None,
 ) -> SnapshotInfo:
+    """The export's archive into ``fh``, its unchanged files copied from the archive
+    built last for the workspace (``download_cache.previous_archive``); with
+    ``mapped``, the new archive's map is appended to it (to keep the archive by)."""
     report, every = progress_reporter(workspace, plan.overlay, progress)
-    members, root_mtime_ns = snapshot_members(workspace, plan.overlay, report, every)
-    with closing(members):  # stops the reader thread, even when writing fails
-        return export.write_snapshot_to(fh, members, root_mtime_ns=root_mtime_ns)
+    with download_cache.previous_archive(workspace.pk) as previous:
+        reuser = Reuser(previous.map, previous.fd) if previous else Reuser()
+        members, root_mtime_ns = snapshot_members(
+            workspace, plan.overlay, report, every, previous.map if previous else None
+        )
+        with closing(members):  # stops the reader thread, even when writing fails
+            info = export.write_snapshot_to(
+                fh, reuser.members(members), root_mtime_ns=root_mtime_ns, placed=reuser.placed
+            )
+    if mapped is not None:
+        mapped.append(reuser.archive_map())
+    return info
 
 
 def stored_export(workspace: Workspace, snapshot_id: str) -> tuple[str, AuditEvent] | None:
@@ -372,9 +400,12 @@ def _publish(
         )
         return True
 
+    mapped: list[ArchiveMap] = []
+
     def stage() -> None:
         export.write_temp(
-            files[0][0], lambda fh: holder.append(_write_archive(workspace, plan, fh, progress))
+            files[0][0],
+            lambda fh: holder.append(_write_archive(workspace, plan, fh, progress, mapped)),
         )
         step("staged")
         if state:
@@ -404,6 +435,7 @@ def _publish(
 
     def finish(failure: Exception | None) -> None:
         if failure is None:
+            download_cache.keep_export(workspace.pk, files[0][1], holder[0], mapped[0])
             for temp, _ in files:
                 with suppress(FileNotFoundError):
                     temp.unlink()

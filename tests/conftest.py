@@ -9,6 +9,7 @@ from django.test.utils import override_settings
 
 from generation import lint
 from generation.local_model import LlamaServerError, run_llama_server
+from memoryui import download_cache
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationSettings, Layout
@@ -39,6 +40,7 @@ def own_download_cache(tmp_path_factory):
     another's (a kept archive is only ever served for the same inputs, but a test that
     counts what a download builds must find nothing built before it)."""
     folder = tmp_path_factory.mktemp("download-cache")
+    download_cache.forget_last_map()
     with override_settings(MEMORYUI_DOWNLOAD_CACHE_DIR=folder):
         yield folder
 

@@ -262,3 +262,32 @@ def test_a_write_back_is_what_the_sdk_reads_in_that_workspace(sdk_tree):
         .audit_events.filter(action="writeback.write")
         .exists()
     )
+
+
+def test_an_export_built_from_the_previous_one_restores_as_one_built_from_nothing(
+    sdk_tree, tmp_path, monkeypatch, own_download_cache
+):
+    """The second export copies the files unchanged since the first from it (a curated
+    MEMORY.md between them); the SDK restores it to the files an export built from
+    nothing restores to."""
+    from memoryui import snapshot_members  # noqa: PLC0415 (the module whose clock is frozen)
+
+    monkeypatch.setattr(snapshot_members.time, "time_ns", lambda: 1_790_000_000 * 10**9)
+    tree = sdk_tree()
+    workspace = import_workspace(tree / "workspace", "a").workspace
+    layout = Layout.objects.get(workspace=workspace, memories_dir="memories/engineering")
+    out = tmp_path / "out"
+    snapshots.export_snapshot(workspace, snapshot_id="first", base_path=out)
+    curate(layout, MemoryVersion.Document.MEMORY_MD, "## Curated\n- keep the canary\n")
+
+    second = snapshots.export_snapshot(workspace, snapshot_id="second", base_path=out)
+    for kept in own_download_cache.rglob("*.tar*"):
+        kept.unlink()  # nothing to copy from: the third is built from nothing
+    third = snapshots.export_snapshot(workspace, snapshot_id="third", base_path=out)
+
+    assert second.snapshot.sha256 == third.snapshot.sha256
+    run(restore_into(out / "second.tar", tmp_path / "second"))
+    run(restore_into(out / "third.tar", tmp_path / "third"))
+    restored = files_of(tmp_path / "second")
+    assert restored == files_of(tmp_path / "third")
+    assert restored["memories/engineering/MEMORY.md"][0] == b"## Curated\n- keep the canary\n"
