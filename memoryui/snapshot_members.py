@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from django.db import connection
@@ -121,11 +121,21 @@ def _rows_beside(
     with connection.cursor() as cursor:
         cursor.execute(*query.query.sql_with_params())
         found = cursor.fetchall()
+    contents = contents_beside(found, previous, skip=overlay)
+    return None if contents is None else (found, contents)
+
+
+def contents_beside(
+    rows: Iterable[tuple[Any, ...]], previous: ArchiveMap, skip: Collection[str] = ()
+) -> dict[str, bytes] | None:
+    """The contents, by blob, of the files among ``rows`` (path, kind, mode, mtime_ns,
+    blob id, size) that ``previous`` does not hold as they are now (but those in
+    ``skip``); None when they weigh more than REUSE_FETCH_BYTES."""
     mapped = previous.members
     directory = WorkspaceFile.Kind.DIRECTORY
     changed: dict[str, int] = {}
-    for path, kind, mode, mtime_ns, blob, size in found:
-        if kind == directory or blob is None or path in overlay:
+    for path, kind, mode, mtime_ns, blob, size in rows:
+        if kind == directory or blob is None or path in skip:
             continue
         old = mapped.get(path)
         if (
@@ -137,7 +147,7 @@ def _rows_beside(
             changed[blob] = size
     if sum(changed.values()) > REUSE_FETCH_BYTES:
         return None
-    return found, blob_contents(set(changed))
+    return blob_contents(set(changed))
 
 
 def blob_contents(blob_ids: Collection[str]) -> dict[str, bytes]:

@@ -532,25 +532,11 @@ def _memory_sources(
     with their contents as an export reads them, and checked against those rows
     (``consistent`` False: the workspace changed meanwhile; the archive is not the
     key's)."""
-    directory = WorkspaceFile.Kind.DIRECTORY
     if previous is not None:
-        mapped = previous.map.members
-        changed: dict[str, int] = {}
-        for found in rows.values():
-            for path, kind, mode, mtime_ns, blob, size in found:
-                if kind == directory or blob is None:
-                    continue
-                old = mapped.get(path)
-                if (
-                    old is None
-                    or old[0] != blob
-                    or old[1] != mode & 0o7777
-                    or old[2] != mtime_ns // 1_000_000_000
-                ):
-                    changed[blob] = size
-        if sum(changed.values()) <= snapshot_members.REUSE_FETCH_BYTES:
+        every = itertools.chain.from_iterable(rows.values())
+        contents = snapshot_members.contents_beside(every, previous.map)
+        if contents is not None:
             reuser = archive_map.Reuser(previous.map, previous.fd)
-            contents = snapshot_members.blob_contents(set(changed))
             return _Sources(reuser, rows, contents, lambda: True)
     same = [True]
     folders = _memory_folders(workspace)

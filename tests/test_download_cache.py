@@ -45,6 +45,14 @@ def builds(monkeypatch) -> list[int]:
     return built
 
 
+def accepted(ops, capture, own: dict[str, bytes] | None = None) -> str:
+    """Sandbox x's upload, its memory accepted: the token to restore with."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", own or {}), capture)
+    accept_all(user)
+    return secret
+
+
 def raw(secret: str, snapshot_id: str) -> tuple[bytes, str]:
     answer = Client().get(
         f"/api/workspaces/w/snapshots/{snapshot_id}", HTTP_AUTHORIZATION=f"Bearer {secret}"
@@ -60,9 +68,7 @@ def raw(secret: str, snapshot_id: str) -> tuple[bytes, str]:
 def test_a_second_restore_of_an_unchanged_workspace_is_sent_without_being_built(
     store, ops, django_capture_on_commit_callbacks, builds
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks, {"README.md": b"X\n"})
 
     first, first_sha = raw(secret, "x")
     second, second_sha = raw(secret, "x")
@@ -82,9 +88,7 @@ def test_a_withdrawn_memory_is_never_sent_from_a_kept_archive(
     """The agent's MEMORY.md, accepted, reaches a restore; once the reviewer restores
     the version before it, the next restore is built again and holds that version's
     text, not the kept archive's."""
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    user, secret = ops[0], accepted(ops, django_capture_on_commit_callbacks)
     approved = curation.latest(layout(), MEMORY_MD).number
     upload(secret, "y", sandbox("ry", {}, memory_md=AGENTS_MD), django_capture_on_commit_callbacks)
     pending = curation.latest(layout(), MEMORY_MD)
@@ -111,9 +115,7 @@ def test_a_version_awaiting_review_changes_no_kept_archive(
     """An agent's upload records a version to review: what sandboxes get is the same,
     so the kept archive of another id is sent as it is, unless files it holds changed
     (that upload's raw memory joins the layout, so x's archive is built again)."""
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     before, _ = raw(secret, "x")
     MemoryVersion.objects.create(
         layout=layout(),
@@ -156,9 +158,7 @@ def test_a_changed_mode_or_time_alone_builds_the_archive_again(
 ):
     """A re-import that finds a file's mode or modification time changed (its bytes the
     same) updates them alone: the restore's headers follow."""
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     path = f"{M}/raw_memories/rx.md"
     assert restore(secret, "x")[f"mode:{path}"].mode == 0o644  # type: ignore[union-attr]
 
@@ -172,9 +172,7 @@ def test_a_changed_mode_or_time_alone_builds_the_archive_again(
 def test_one_archive_is_kept_per_id_and_the_least_recently_sent_go_past_the_limit(
     store, ops, django_capture_on_commit_callbacks, settings, own_download_cache
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     size = len(raw(secret, "a")[0])
     settings.MEMORYUI_DOWNLOAD_CACHE_BYTES = 2 * size + size // 2  # room for two
     raw(secret, "b")
@@ -194,9 +192,7 @@ def test_one_archive_is_kept_per_id_and_the_least_recently_sent_go_past_the_limi
 def test_a_damaged_kept_archive_is_built_again(
     store, ops, django_capture_on_commit_callbacks, builds, own_download_cache
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks, {"README.md": b"X\n"})
     whole, _ = raw(secret, "x")
     [archive] = own_download_cache.rglob("*.tar")
     os.truncate(archive, len(whole) // 2)
@@ -308,9 +304,7 @@ def test_a_restore_after_a_change_copies_the_unchanged_memory_from_the_previous_
 def test_a_fresh_sandboxs_first_restore_copies_the_memory_another_id_was_sent(
     store, ops, django_capture_on_commit_callbacks, frozen, fetched
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {"README.md": b"X\n"}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks, {"README.md": b"X\n"})
     raw(secret, "x")
 
     fresh = restore(secret, "fresh")
@@ -324,9 +318,7 @@ def test_a_fresh_sandboxs_first_restore_copies_the_memory_another_id_was_sent(
 def test_a_previous_archive_without_a_usable_map_is_not_copied_from(
     store, ops, django_capture_on_commit_callbacks, fetched, own_download_cache
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     raw(secret, "x")
     [mapped] = own_download_cache.rglob("*.map")
     mapped.write_bytes(mapped.read_bytes()[:-7])  # cut short
@@ -341,9 +333,7 @@ def test_a_previous_archive_without_a_usable_map_is_not_copied_from(
 def test_when_much_changed_the_memory_is_read_whole_rather_than_blob_by_blob(
     store, ops, django_capture_on_commit_callbacks, fetched, monkeypatch
 ):
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     raw(secret, "x")
     upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
     monkeypatch.setattr(snapshot_members, "REUSE_FETCH_BYTES", 10)  # ry's files weigh more
@@ -360,9 +350,7 @@ def test_an_archive_built_while_the_workspace_changed_is_sent_but_not_kept(
     """The key is made of the rows read first; a build from nothing reads them again
     with their contents. If they differ (an import landed between the two), the
     archive is not what the key says: it is sent, and not kept under that key."""
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
-    accept_all(user)
+    secret = accepted(ops, django_capture_on_commit_callbacks)
     real = snapshot_store.file_rows
 
     def moved(files):
