@@ -34,8 +34,10 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -354,12 +356,24 @@ def _forget_others(folder: Path, name: str) -> None:
                 os.unlink(folder / other)
 
 
+# A temporary file or folder this old was left by a process that died while writing it.
+STALE_SECONDS = 3600
+SCRATCH_PREFIX = "memoryui-export-"  # an export to object storage writes its archive here
+
+
 def _evict(limit: int) -> None:
     """Remove the least recently used archives (with their maps: a map's time is when
-    its archive was last sent or built) until those kept fit in ``limit``."""
+    its archive was last sent or built) until those kept fit in ``limit``, and what
+    processes that died while writing left behind."""
     kept: list[tuple[float, int, Path]] = []
+    stale = time.time() - STALE_SECONDS
     for workspace in _subdirectories(cache_dir()):
+        if workspace.name.startswith(SCRATCH_PREFIX):
+            if _older(workspace, stale):
+                shutil.rmtree(workspace, ignore_errors=True)
+            continue
         for snapshot in _subdirectories(workspace):
+            _remove_stale_temp_files(snapshot, stale)
             for name, _ in _kept_names(snapshot):
                 size, used = 0, 0.0
                 with suppress(FileNotFoundError):
@@ -374,6 +388,21 @@ def _evict(limit: int) -> None:
             break
         _remove(path)
         total -= size
+
+
+def _older(path: Path, than: float) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime < than
+    except FileNotFoundError:
+        return False
+
+
+def _remove_stale_temp_files(folder: Path, than: float) -> None:
+    for entry in os.scandir(folder):
+        if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX):
+            with suppress(FileNotFoundError):
+                if entry.stat(follow_symlinks=False).st_mtime < than:
+                    os.unlink(entry.path)
 
 
 def _subdirectories(path: Path) -> list[Path]:

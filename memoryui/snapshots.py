@@ -268,7 +268,8 @@ def export_to_object_store(
         raise ExportError(exists)  # early, before the work; the upload itself decides
     result = _cleared(workspace, memories_dirs, allow_findings)
     mapped: list[ArchiveMap] = []
-    with tempfile.TemporaryDirectory(prefix="memoryui-export-", dir=_scratch()) as folder:
+    scratch = _scratch()
+    with tempfile.TemporaryDirectory(prefix=download_cache.SCRATCH_PREFIX, dir=scratch) as folder:
         archive = Path(folder) / name
         try:
             with archive.open("xb") as fh:

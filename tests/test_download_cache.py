@@ -4,6 +4,7 @@ builds the archive again, so a kept archive never serves memory a reviewer withd
 
 import hashlib
 import os
+import time
 
 import pytest
 from django.test import Client
@@ -363,3 +364,35 @@ def test_an_archive_built_while_the_workspace_changed_is_sent_but_not_kept(
 
     assert served[f"{M}/raw_memories/rx.md"] == raw_memory("rx")
     assert list(own_download_cache.rglob("*.tar")) == []
+
+
+@pytest.mark.django_db
+def test_what_a_process_that_died_mid_write_left_goes_once_it_is_an_hour_old(
+    store, ops, django_capture_on_commit_callbacks, own_download_cache
+):
+    """A restore or export killed while writing leaves its temporary file (or an export
+    to object storage its folder): the next build removes those an hour old, and leaves
+    those another process may be writing now."""
+    secret = accepted(ops, django_capture_on_commit_callbacks)
+    raw(secret, "x")
+    [folder] = {p.parent for p in own_download_cache.rglob("*.tar")}
+    hour_ago = time.time() - download_cache.STALE_SECONDS - 60
+    left = {
+        "dead": folder / f".{'0' * 64}.abcdef.tmp",
+        "writing": folder / f".{'1' * 64}.abcdef.tmp",
+        "dead export": own_download_cache / f"{download_cache.SCRATCH_PREFIX}dead",
+        "export writing": own_download_cache / f"{download_cache.SCRATCH_PREFIX}now",
+    }
+    for name, path in left.items():
+        if "export" in name:
+            path.mkdir()
+            (path / "x.tar").write_bytes(b"half an archive")
+        else:
+            path.write_bytes(b"half an archive")
+        if "dead" in name:
+            os.utime(path, (hour_ago, hour_ago))
+    upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
+
+    raw(secret, "x")  # built again: the cache is tidied
+
+    assert {name for name, path in left.items() if path.exists()} == {"writing", "export writing"}
