@@ -122,7 +122,9 @@ class WorkspaceFile(models.Model):
     )
     path = models.CharField(max_length=1024)
     kind = models.CharField(max_length=32, choices=Kind.choices)
-    blob = models.ForeignKey(Blob, null=True, blank=True, on_delete=models.PROTECT)
+    # No index: nothing looks files up by their content (a blob is never deleted while a
+    # file holds it), and an import writes every index once per file.
+    blob = models.ForeignKey(Blob, null=True, blank=True, on_delete=models.PROTECT, db_index=False)
     size = models.BigIntegerField(default=0)
     mode = models.IntegerField(default=0o644)
     mtime_ns = models.BigIntegerField(default=0)
