@@ -28,8 +28,9 @@ from .writeback import PlannedFile
 # at most 4 MiB (a larger file is fetched alone).
 CHUNK = 256
 # An archive built beside an earlier one fetches the files that changed since by their
-# blob when they weigh at most this much; more changed, and all are read as usual.
-REUSE_FETCH_BYTES = 16 * 1024 * 1024
+# blob, all at once, when they weigh at most this much (the memory an export may hold,
+# as a batch above); more changed, and all are read as usual.
+REUSE_FETCH_BYTES = 4 * 1024 * 1024
 INLINE_BYTES = 16 * 1024
 REPORT_EVERY = 1024  # members between two progress reports, at most
 BLOB_TABLE = Blob._meta.db_table

@@ -1,11 +1,14 @@
 """An export copies the files unchanged since the workspace's previous archive from it,
 kept as a link to the file that export wrote; never from a file rewritten since."""
 
+import os
 import tarfile
+import tracemalloc
 
 import pytest
 
 from memoryui import snapshot_members, snapshots
+from memoryui.importer import import_workspace
 from memoryui.models import MemoryVersion
 from tests.factories import curate
 
@@ -83,3 +86,45 @@ def test_an_export_with_no_room_to_keep_it_builds_the_next_from_nothing(
     export(layout, "second", out)
 
     assert [c[0] for c in copies] == [0, 0] and list(own_download_cache.rglob("*")) == []
+
+
+@pytest.mark.parametrize("changed", [12, 40])
+def test_an_export_built_from_the_previous_one_holds_a_few_mib_in_memory(
+    db, tmp_path, workspace_copy, copies, changed, monkeypatch
+):
+    """24 MiB of files, then ``changed`` of them rewritten (3 MiB: fetched by their blob;
+    10 MiB: more than the bound, so read in batches as without a previous archive): the
+    second export holds a few MiB either way."""
+    source = workspace_copy()
+    (source / "bulk").mkdir()
+    for i in range(96):
+        (source / "bulk" / f"blob-{i:03}.bin").write_bytes(os.urandom(256 * 1024))
+    workspace = import_workspace(source, "big").workspace
+    snapshots.export_snapshot(workspace, snapshot_id="first", base_path=tmp_path / "out")
+    for i in range(changed):
+        (source / "bulk" / f"blob-{i:03}.bin").write_bytes(os.urandom(256 * 1024))
+    import_workspace(source, "big")
+    fetched: list[int] = []
+    real = snapshot_members.blob_contents
+    monkeypatch.setattr(
+        snapshot_members, "blob_contents", lambda ids: fetched.append(len(ids)) or real(ids)
+    )
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        second = snapshots.export_snapshot(
+            workspace, snapshot_id="second", base_path=tmp_path / "out"
+        )
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+    assert peak < 16 * 1024 * 1024, f"the export held {peak / 2**20:.1f} MiB"
+    assert fetched == ([changed] if changed == 12 else [])  # by blob, or streamed
+    copied, built = copies[1]
+    assert copied > 50 and built >= changed  # the unchanged copied either way
+    with tarfile.open(tmp_path / "out" / "second.tar") as archive:
+        name = "./bulk/blob-000.bin"
+        assert archive.extractfile(name).read() == (source / "bulk" / "blob-000.bin").read_bytes()  # type: ignore[union-attr]
+    assert second.snapshot.size > 24 * 1024 * 1024
