@@ -23,7 +23,9 @@ A build after a change starts from the archive built last for the workspace (any
 the memory folders are the same for all): beside each archive is its map
 (``generation.archive_map``), where each memory file sits in it, so the memory files
 that did not change are copied from it as they are, and only the others are read from
-the database and written anew.
+the database and written anew. Exports are built the same way, and the last one is
+kept too (``keep_export``: a hard link to the file it wrote, whose size and time its map
+records, so that a file rewritten in place since is never copied from).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def _open_archive(path: Path, size: int) -> IO[bytes] | None:
     if stat.S_ISREG(st.st_mode) and st.st_size == size:
         return fileobj
     fileobj.close()
-    log.warning("kept sandbox download %s is damaged; built again", path)
+    log.warning("kept archive %s is not the size its name records; removed", path)
     _remove(path)
     return None
 
