@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from django.conf import settings
 
@@ -112,6 +112,15 @@ class Previous:
     fd: int
     map: ArchiveMap
 
+    def unchanged(self) -> bool:
+        """Whether the archive is still as it was mapped: a kept export is a link to a
+        file someone may rewrite in place, even while a build copies from it (which is
+        then built again from nothing, ``copying_from``)."""
+        return _stat_key(os.fstat(self.fd)) == self._mapped
+
+    def __post_init__(self) -> None:
+        self._mapped = _stat_key(os.fstat(self.fd))
+
 
 @dataclass
 class Built:
@@ -124,6 +133,7 @@ class Built:
 
 
 Writer = Callable[[IO[bytes], Previous | None], Built]
+_Built = TypeVar("_Built")
 
 
 def fetch(workspace_pk: int, snapshot_id: str, key: str, write: Writer) -> Download:
@@ -196,6 +206,21 @@ def _open_kept(folder: Path, key: str) -> Download | None:
             os.utime(folder / f"{name}{MAP_SUFFIX}")  # the least recently served go first
         return Download(fileobj, match[2], int(match[3]), int(match[4]), built=False)
     return None
+
+
+def copying_from(
+    workspace_pk: int, build: Callable[[Previous | None], _Built], rewind: Callable[[], None]
+) -> _Built:
+    """``build`` given the workspace's previous archive (``previous_archive``); built
+    again with none (after ``rewind``) if that archive changed while it was copied from,
+    so that no bytes but those it was mapped with are ever copied."""
+    with previous_archive(workspace_pk) as previous:
+        built = build(previous)
+        if previous is None or previous.unchanged():
+            return built
+    log.warning("the archive copied from changed meanwhile; built again from nothing")
+    rewind()
+    return build(None)
 
 
 @contextmanager
@@ -277,8 +302,12 @@ def _build_and_keep(
     temp = folder / f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
     fileobj = open(temp, "xb+")  # noqa: SIM115 (returned open, for the response)
     try:
-        with previous_archive(workspace_pk) as previous:
-            built = write(fileobj, previous)
+
+        def rewind() -> None:
+            fileobj.seek(0)
+            fileobj.truncate()
+
+        built = copying_from(workspace_pk, lambda previous: write(fileobj, previous), rewind)
         info = built.info
         fileobj.flush()
         if built.keep and info.size <= limit:

@@ -337,7 +337,8 @@ def _write_archive(
     built last for the workspace (``download_cache.previous_archive``); with
     ``mapped``, the new archive's map is appended to it (to keep the archive by)."""
     report, every = progress_reporter(workspace, plan.overlay, progress)
-    with download_cache.previous_archive(workspace.pk) as previous:
+
+    def build(previous: download_cache.Previous | None) -> tuple[SnapshotInfo, Reuser]:
         reuser = Reuser(previous.map, previous.fd) if previous else Reuser()
         members, root_mtime_ns = snapshot_members(
             workspace, plan.overlay, report, every, previous.map if previous else None
@@ -346,6 +347,15 @@ def _write_archive(
             info = export.write_snapshot_to(
                 fh, reuser.members(members), root_mtime_ns=root_mtime_ns, placed=reuser.placed
             )
+        return info, reuser
+
+    def rewind() -> None:
+        if not fh.seekable():
+            raise ExportError("the archive this export copied from changed meanwhile; export again")
+        fh.seek(0)
+        fh.truncate()
+
+    info, reuser = download_cache.copying_from(workspace.pk, build, rewind)
     if mapped is not None:
         mapped.append(reuser.archive_map())
     return info

@@ -128,3 +128,33 @@ def test_an_export_built_from_the_previous_one_holds_a_few_mib_in_memory(
         name = "./bulk/blob-000.bin"
         assert archive.extractfile(name).read() == (source / "bulk" / "blob-000.bin").read_bytes()  # type: ignore[union-attr]
     assert second.snapshot.size > 24 * 1024 * 1024
+
+
+def test_a_file_rewritten_while_an_export_copies_from_it_is_built_again_from_nothing(
+    layout, tmp_path, frozen, copies, monkeypatch, own_download_cache, caplog
+):
+    """The kept export is checked once more after the copy: rewritten in place meanwhile
+    (its time moved), the archive is built again with nothing copied."""
+    out = tmp_path / "out"
+    export(layout, "first", out)
+    curate(layout, MD, "## Curated\n- keep the canary\n")
+    [kept] = own_download_cache.rglob("*.tar")
+    real = snapshots.Reuser.members
+
+    def rewriting(self, rows):
+        if self.previous is not None:
+            with kept.open("r+b") as fh:  # a sandbox persisting over the exported file
+                fh.seek(2048)
+                fh.write(b"\0" * 512)
+        return real(self, rows)
+
+    monkeypatch.setattr(snapshots.Reuser, "members", rewriting)
+
+    second = export(layout, "second", out)
+
+    assert "changed meanwhile" in caplog.text  # it copied, then saw the file had changed
+    assert [copied for copied, _ in copies] == [0, 0]  # the export that stands: from nothing
+    for left in own_download_cache.rglob("*.tar*"):
+        left.unlink()
+    third = export(layout, "third", out)
+    assert second.snapshot.sha256 == third.snapshot.sha256
