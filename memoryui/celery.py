@@ -42,3 +42,12 @@ def _recover_at_start(**kwargs: Any) -> None:
     from .recovery import recover_at_start  # noqa: PLC0415 (deferred: the app registry is not ready when the Celery app is made)
 
     recover_at_start(**kwargs)
+
+
+@worker_ready.connect(weak=False, dispatch_uid="memoryui-ready-file")
+def _say_ready(**kwargs: Any) -> None:
+    """With MEMORYUI_WORKER_READY_FILE (bin/start sets it), write that file once the
+    worker is up: bin/start prints the login after the worker's own start-up lines."""
+    ready = os.environ.get("MEMORYUI_WORKER_READY_FILE")
+    if ready:
+        Path(ready).write_text(f"{os.getpid()}\n")

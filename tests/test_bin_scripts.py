@@ -121,3 +121,6 @@ def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
     assert f"memoryui is at http://127.0.0.1:{port}/" in lines[-3], printed
     assert '"GET /accounts/login/ HTTP/1.1" 200' in printed  # it answered before
     assert (project / "var" / "base-url").read_text().strip() == f"http://127.0.0.1:{port}"
+    # The login waited for the worker too: its start-up lines (a warning when run as
+    # root, say) come before it.
+    assert (project / "var" / "worker-ready").read_text().strip().isdigit()
