@@ -1,5 +1,6 @@
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,32 @@ from memoryui.importer import import_workspace
 from memoryui.models import GenerationSettings, Layout
 from tests.scripted_model import FakeOpenAI
 
-FIXTURES = Path(
-    os.environ.get(
-        "MEMORYUI_FIXTURES", Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
-    )
-)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fixtures_of(repo: Path) -> Path:
+    """The SDK-written fixtures: ``shared/fixtures`` beside the checkout, or, for a clone
+    made elsewhere (``git clone /work/main /tmp/x``, a clone of that clone), beside the
+    checkout it was cloned from (its ``origin``, followed while it is a folder here)."""
+    checkout = repo
+    for _ in range(5):
+        beside = checkout.parent / "shared" / "fixtures"
+        if beside.is_dir():
+            return beside
+        origin = subprocess.run(
+            ["git", "-C", str(checkout), "config", "--get", "remote.origin.url"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        origin = origin.removeprefix("file://")
+        if not origin or not Path(origin).is_dir():
+            break
+        checkout = Path(origin).resolve()
+    return repo.parent / "shared" / "fixtures"
+
+
+FIXTURES = Path(os.environ.get("MEMORYUI_FIXTURES") or fixtures_of(ROOT))
 FIXTURE_NAMES = ["small-a", "small-b", "medium-300"]
 
 

@@ -53,3 +53,15 @@ def test_the_postgresql_run_keeps_every_database_test_and_drops_only_the_others(
     # (a live server on the test database) runs on PostgreSQL too.
     assert {t for t in everything if t.startswith("tests/test_writeback.py")} <= database
     assert {t for t in everything if t.startswith("tests/test_browser.py")} <= database
+
+
+def test_a_clone_made_elsewhere_finds_the_fixtures_beside_the_checkout_it_came_from(tmp_path):
+    """CI clones the repository anywhere (``git clone . /tmp/x``): the fixtures it reads
+    are the ones beside the checkout it was cloned from."""
+    from tests.conftest import FIXTURES, fixtures_of  # noqa: PLC0415 (the suite's own lookup)
+
+    clone = tmp_path / "x"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+
+    assert fixtures_of(clone) == fixtures_of(ROOT) == FIXTURES.resolve()
+    assert (fixtures_of(clone) / "small-a" / "workspace").is_dir()
