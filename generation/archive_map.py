@@ -51,15 +51,12 @@ class Region:
 @dataclass
 class ArchiveMap:
     """path -> (content, mode, mtime in seconds, start, end) of each mapped member, and
-    the region the caller copied, if any."""
+    the region the caller copied, if any. A row whose path maps to its content, mode &
+    0o7777 and mtime // 10**9 is in the archive as it is (``Reuser.members`` and
+    ``snapshot_members.contents_beside`` test it inline: they run once per member)."""
 
     members: dict[str, tuple[str, int, int, int, int]] = field(default_factory=dict)
     region: Region | None = None
-
-    def same(self, path: str, content: str, mode: int, mtime_ns: int) -> bool:
-        """Whether ``path`` with these is in the archive (and so its bytes are)."""
-        old = self.members.get(path)
-        return old is not None and old[:3] == (content, mode & 0o7777, mtime_ns // 1_000_000_000)
 
     def pack(self) -> bytes:
         """The map as bytes: Python's own ``marshal`` format (tens of thousands of

@@ -20,6 +20,7 @@ from tests.test_snapshot_store import (
     MEMORY_MD,
     M,
     accept_all,
+    accepted,
     layout,
     raw_memory,
     sandbox,
@@ -44,14 +45,6 @@ def builds(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(export, "write_snapshot_to", counting)
     return built
-
-
-def accepted(ops, capture, own: dict[str, bytes] | None = None) -> str:
-    """Sandbox x's upload, its memory accepted: the token to restore with."""
-    user, secret = ops
-    upload(secret, "x", sandbox("rx", own or {}), capture)
-    accept_all(user)
-    return secret
 
 
 def raw(secret: str, snapshot_id: str) -> tuple[bytes, str]:
@@ -269,15 +262,9 @@ def test_a_restore_after_a_change_copies_the_unchanged_memory_from_the_previous_
     next restore of x reads those two from the database, copies every other memory
     file and x's own files (its upload unchanged) from the archive kept before, and is
     the archive a build from nothing makes."""
-    user, secret = ops
     own = {"README.md": b"X\n", "bin/run.sh": b"#!/bin/sh\n", "d/" + "long-name/" * 12 + "f": b"f"}
-    upload(
-        secret,
-        "x",
-        sandbox("rx", own, links={"docs/readme.md": "../README.md"}),
-        django_capture_on_commit_callbacks,
-    )
-    accept_all(user)
+    links = {"docs/readme.md": "../README.md"}
+    secret = accepted(ops, django_capture_on_commit_callbacks, own, links=links)
     raw(secret, "x")
     assert fetched == []  # nothing kept yet: built from nothing
     upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)

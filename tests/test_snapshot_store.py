@@ -164,6 +164,16 @@ def accept_all(user) -> None:
         curation.accept_agent_change(version, user=user)
 
 
+def accepted(
+    ops, capture, own: dict[str, bytes] | None = None, *, links: dict[str, str] | None = None
+) -> str:
+    """Sandbox x's upload, its memory accepted: the token to restore with."""
+    user, secret = ops
+    upload(secret, "x", sandbox("rx", own or {}, links=links), capture)
+    accept_all(user)
+    return secret
+
+
 @pytest.mark.django_db
 def test_each_sandbox_downloads_its_own_files_and_the_workspaces_merged_memory(
     store, ops, django_capture_on_commit_callbacks
@@ -506,17 +516,11 @@ def test_a_download_copies_the_uploads_members_by_offset_without_parsing_it(
 ):
     """The upload's check records where each member sits; a download (every sandbox
     restore) reads them by offset, and gives what parsing the archive would give."""
-    user, secret = ops
     own = {"README.md": b"sandbox X\n", "bin/run.sh": b"#!/bin/sh\necho x\n"}
     long_name = "notes/" + "a-very-long-directory-name/" * 5 + "deep.txt"  # a GNU/PAX name
     own[long_name] = "naïve café\n".encode()
-    upload(
-        secret,
-        "x",
-        sandbox("rx", own, links={"docs/readme.md": "../README.md"}),
-        django_capture_on_commit_callbacks,
-    )
-    accept_all(user)
+    links = {"docs/readme.md": "../README.md"}
+    secret = accepted(ops, django_capture_on_commit_callbacks, own, links=links)
     snapshot = UploadedSnapshot.objects.get(snapshot_id="x")
     index = UploadedSnapshotIndex.objects.get(snapshot=snapshot)
     assert index.sha256 == snapshot.sha256
