@@ -111,15 +111,13 @@ class Previous:
 
     fd: int
     map: ArchiveMap
+    mapped: tuple[int, int, int]  # the archive's inode, size and time its map is of
 
     def unchanged(self) -> bool:
         """Whether the archive is still as it was mapped: a kept export is a link to a
         file someone may rewrite in place, even while a build copies from it (which is
         then built again from nothing, ``copying_from``)."""
-        return _stat_key(os.fstat(self.fd)) == self._mapped
-
-    def __post_init__(self) -> None:
-        self._mapped = _stat_key(os.fstat(self.fd))
+        return _stat_key(os.fstat(self.fd)) == self.mapped
 
 
 @dataclass
@@ -231,13 +229,16 @@ def previous_archive(workspace_pk: int) -> Iterator[Previous | None]:
     if found is None:
         yield None
         return
+    fileobj, archive_map, mapped = found
     try:
-        yield Previous(found[0].fileno(), found[1])
+        yield Previous(fileobj.fileno(), archive_map, mapped)
     finally:
-        found[0].close()
+        fileobj.close()
 
 
-def _previous(workspace_folder: Path) -> tuple[IO[bytes], ArchiveMap] | None:
+def _previous(
+    workspace_folder: Path,
+) -> tuple[IO[bytes], ArchiveMap, tuple[int, int, int]] | None:
     kept = []
     for folder in _subdirectories(workspace_folder):
         for name, match in _kept_names(folder):
@@ -247,13 +248,14 @@ def _previous(workspace_folder: Path) -> tuple[IO[bytes], ArchiveMap] | None:
         fileobj = _open_archive(path, int(match[3]))
         if fileobj is None:
             continue
+        st = os.fstat(fileobj.fileno())
         try:
-            archive_map = _read_map(path, os.fstat(fileobj.fileno()))
+            archive_map = _read_map(path, st)
         except (OSError, ValueError) as exc:
             fileobj.close()
             log.info("kept archive %s has no usable map (%s)", path, exc)
             continue
-        return fileobj, archive_map
+        return fileobj, archive_map, _stat_key(st)
     return None
 
 
