@@ -11,8 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import export
-from memoryui import curation, download_cache, snapshot_members, snapshot_store
-from memoryui.models import AuditEvent, MemoryVersion, WorkspaceFile
+from memoryui import curation, download_cache, snapshot_members, snapshot_store, snapshots
+from memoryui.models import AuditEvent, MemoryVersion, Workspace, WorkspaceFile
 from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
 from tests.test_snapshot_store import (
     AGENTS_MD,
@@ -383,3 +383,21 @@ def test_what_a_process_that_died_mid_write_left_goes_once_it_is_an_hour_old(
     raw(secret, "x")  # built again: the cache is tidied
 
     assert {name for name, path in left.items() if path.exists()} == {"writing", "export writing"}
+
+
+@pytest.mark.django_db
+def test_a_restore_copies_the_memory_files_an_export_of_the_workspace_wrote(
+    store, ops, django_capture_on_commit_callbacks, fetched, tmp_path
+):
+    """A build starts from the workspace's last archive, an export's included: its raw
+    memories and summaries are the same bytes a restore writes."""
+    secret = accepted(ops, django_capture_on_commit_callbacks)
+    snapshots.export_snapshot(
+        Workspace.objects.get(name="w"), snapshot_id="nightly", base_path=tmp_path / "out"
+    )
+
+    fresh = restore(secret, "fresh")
+
+    assert fetched == [set()]  # every memory file copied from the export, none read
+    assert fresh[f"{M}/raw_memories/rx.md"] == raw_memory("rx")
+    assert fresh[f"{M}/MEMORY.md"] == APPROVED_MD

@@ -639,6 +639,14 @@ def test_a_100_mb_persist_through_gunicorn_answers_and_imports_in_a_worker(deplo
         assert len(blobs) == BLOBS and {n: back.get(n) for n in blobs} == blobs
         assert back["README.md"] == sent["README.md"]
         assert back[f"{S}/big-1.jsonl"] == sent[f"{S}/big-1.jsonl"]
+        # Restored again, nothing changed: the archive the web host kept, sent as it is.
+        cache = Path(prod.env["MEMORYUI_VAR_DIR"]) / "download-cache"
+        [kept] = cache.rglob("*.tar")
+        again = asyncio.run(store.download("sandbox-big"))
+        with again:
+            assert hashlib.sha256(again.read()).hexdigest() == kept.name.split(".")[1]
+        assert list(cache.rglob("*.tar")) == [kept]
+        prod.step("downloaded again, from the kept archive")
         assert "WORKER TIMEOUT" not in (prod.logs / "web.log").read_text(errors="replace")
     finally:
         archive.unlink(missing_ok=True)

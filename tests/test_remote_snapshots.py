@@ -37,6 +37,7 @@ from memoryui import curation, pipeline, tokens
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
+    AuditEvent,
     GenerationRun,
     GenerationSettings,
     ImportJob,
@@ -48,6 +49,7 @@ from memoryui.models import (
     UploadedSnapshot,
     Workspace,
 )
+from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
 from memoryui.workspaces import run_import_job
 from memoryui_client import MemoryuiError, SnapshotClient
 from tests.factories import make_user
@@ -602,10 +604,18 @@ def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated
     }
     assert len(rollouts) >= 2 and {r["rollout_id"] for r in listed.json()["items"]} == rollouts
     curate_summary(layout, staff)
+    restored: dict[str, bytes] = {}
     for snapshot_id in (x_id, y_id):
-        with tarfile.open(fileobj=run(remote.download(snapshot_id))) as archive:
+        with run(remote.download(snapshot_id)) as got:
+            restored[snapshot_id] = got.read()
+        with tarfile.open(fileobj=io.BytesIO(restored[snapshot_id])) as archive:
             member = archive.extractfile("./memories/engineering/memory_summary.md")
             assert member is not None and member.read().decode() == APPROVED_SUMMARY
+    # X restored again with nothing changed: the archive kept for it, sent as it is.
+    with run(remote.download(x_id)) as again:
+        assert again.read() == restored[x_id]
+    built = AuditEvent.objects.filter(action=EXPORT_DOWNLOAD_ACTION).order_by("-pk")
+    assert [e.detail["built"] for e in built[:3]] == [False, True, True]
     # Where the uploads were kept: the store's directory, or the bucket and nothing on disk.
     kept = sorted(p.name for p in store.rglob("*.tar")) if store.exists() else []
     if stored_in is None:
