@@ -1186,36 +1186,53 @@ def _insert_many(
     model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str = ""
 ) -> None:
     """Insert rows fast: ``COPY`` on PostgreSQL, ``executemany`` elsewhere. With
-    ``ignore``, rows whose ``ignore`` column already exists are skipped."""
+    ``ignore``, rows whose ``ignore`` column already exists are skipped. Both ways write
+    the same rows (tests/test_bulk_load.py compares them table by table)."""
     if not rows:
         return
+    if connection.vendor == "postgresql":
+        _copy_rows(model, columns, rows, ignore)
+    else:
+        _execute_rows(model, columns, rows, ignore)
+
+
+def _copy_rows(
+    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str
+) -> None:
     qn = connection.ops.quote_name
     table = qn(model._meta.db_table)
     cols = ", ".join(qn(c) for c in columns)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            target = table
-            if ignore:
-                # COPY cannot skip conflicts: stage the rows, then insert what is new.
-                target = qn(f"staging_{model._meta.db_table}")
-                cursor.execute(f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)")
-            # Binary: contents go as their bytes and text as UTF-8, where the text format
-            # spelled every byte of a blob in hex and escaped every text (a quarter of the
-            # client's CPU for the rows of a large tree, and the server's parsing of it).
-            with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_column_types(model, tuple(columns)))
-                for row in rows:
-                    copy.write_row(row)
-            if ignore:
-                cursor.execute(
-                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {target} "
-                    f"ON CONFLICT ({qn(ignore)}) DO NOTHING"
-                )
-                cursor.execute(f"DROP TABLE {target}")
-            return
-        sql = f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))})"
+        target = table
         if ignore:
-            sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
+            # COPY cannot skip conflicts: stage the rows, then insert what is new.
+            target = qn(f"staging_{model._meta.db_table}")
+            cursor.execute(f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)")
+        # Binary: contents go as their bytes and text as UTF-8, where the text format
+        # spelled every byte of a blob in hex and escaped every text (a quarter of the
+        # client's CPU for the rows of a large tree, and the server's parsing of it).
+        with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_column_types(model, tuple(columns)))
+            for row in rows:
+                copy.write_row(row)
+        if ignore:
+            cursor.execute(
+                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {target} "
+                f"ON CONFLICT ({qn(ignore)}) DO NOTHING"
+            )
+            cursor.execute(f"DROP TABLE {target}")
+
+
+def _execute_rows(
+    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str
+) -> None:
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    cols = ", ".join(qn(c) for c in columns)
+    sql = f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))})"
+    if ignore:
+        sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
+    with connection.cursor() as cursor:
         for chunk in _chunks(rows, CHUNK):
             cursor.executemany(sql, chunk)
 

@@ -1,0 +1,205 @@
+"""The import's bulk writes. On PostgreSQL the large tables are loaded with a binary
+``COPY``; everywhere else with ``executemany``. Both must leave the very same rows, a
+``COPY`` that fails half way must leave nothing, and a sandbox's persist that changed one
+file must write rows for that file, not for the whole workspace it is merged into."""
+
+import io
+import tarfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, models
+from django.utils import timezone
+
+from memoryui import importer
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    Blob,
+    Layout,
+    MemoryVersion,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    SearchDocument,
+    Workspace,
+    WorkspaceFile,
+)
+
+FROZEN = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+PARSED = (Rollout, RawMemory, RolloutSummary, SearchDocument)
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    """One "now" for every import, so that two imports' timestamps can be compared."""
+    monkeypatch.setattr(timezone, "now", lambda: FROZEN)
+
+
+def rows_of(name: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row the import of workspace ``name`` wrote, table by table, with the ids
+    (which differ from one import to the next) replaced by what they point at: a file by
+    its path, a layout by its memories folder, a blob by its digest."""
+    workspace = Workspace.objects.get(name=name)
+    layouts = dict(Layout.objects.filter(workspace=workspace).values_list("pk", "memories_dir"))
+    files = dict(WorkspaceFile.objects.filter(workspace=workspace).values_list("pk", "path"))
+
+    def values(model: type[models.Model], **where: Any) -> list[tuple[Any, ...]]:
+        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        out = []
+        for row in model.objects.filter(**where).values_list(*(f.attname for f in fields)):
+            named = []
+            for field, value in zip(fields, row, strict=True):
+                if field.attname == "layout_id":
+                    value = layouts.get(value)
+                elif field.attname == "file_id":
+                    value = files[value]
+                elif field.attname == "workspace_id":
+                    value = name
+                elif isinstance(value, memoryview):
+                    value = bytes(value)
+                named.append(value)
+            out.append(tuple(named))
+        return sorted(out, key=repr)
+
+    digests = WorkspaceFile.objects.filter(workspace=workspace).values("blob_id")
+    tables = {
+        "files": values(WorkspaceFile, workspace=workspace),
+        "blobs": sorted(
+            (sha, size, bytes(data))
+            for sha, size, data in Blob.objects.filter(sha256__in=digests).values_list(
+                "sha256", "size", "data"
+            )
+        ),
+        "versions": sorted(
+            MemoryVersion.objects.filter(layout__workspace=workspace).values_list(
+                "layout__memories_dir", "document", "number", "blob_id", "author_kind", "reason"
+            )
+        ),
+    }
+    for model in PARSED:
+        tables[model._meta.db_table] = values(model, layout__workspace=workspace)
+    return tables
+
+
+def forget(name: str) -> None:
+    """Remove a workspace and the blobs only it held, as if it had never been imported."""
+    workspace = Workspace.objects.get(name=name)
+    digests = list(
+        WorkspaceFile.objects.filter(workspace=workspace)
+        .exclude(blob=None)
+        .values_list("blob_id", flat=True)
+    )
+    workspace.delete()
+    Blob.objects.filter(sha256__in=digests).delete()
+
+
+@pytest.mark.postgresql
+def test_copy_and_the_ordinary_insert_leave_identical_rows(
+    db, fixtures_dir, frozen_clock, monkeypatch
+):
+    tree = fixtures_dir / "medium-300" / "workspace"
+    copied = []
+    real_copy = importer._copy_rows
+    monkeypatch.setattr(
+        importer, "_copy_rows", lambda model, *a: (copied.append(model), real_copy(model, *a))
+    )
+    import_workspace(tree, "bulk")
+    assert {WorkspaceFile, Blob, *PARSED} <= set(copied)  # the large tables went by COPY
+    by_copy = rows_of("bulk")
+    forget("bulk")
+
+    monkeypatch.setattr(importer, "_copy_rows", importer._execute_rows)
+    import_workspace(tree, "bulk")
+    by_insert = rows_of("bulk")
+
+    assert by_copy.keys() == by_insert.keys()
+    for table, rows in by_copy.items():
+        assert rows == by_insert[table], table
+    assert len(by_copy["files"]) > 900 and len(by_copy[Rollout._meta.db_table]) == 300
+
+
+@pytest.mark.postgresql
+def test_a_copy_failing_half_way_leaves_no_workspace_and_no_rows(
+    transactional_db, fixtures_dir, monkeypatch
+):
+    real_copy = importer._copy_rows
+
+    def fails_half_way(model, columns, rows, ignore):
+        if model is Rollout:  # the files and blobs are in by now; half the rollouts go
+            middle, column = len(rows) // 2, columns.index("segment_count")
+            bad = list(rows[middle])
+            bad[column] = "not a number"
+            rows = [*rows[:middle], tuple(bad), *rows[middle + 1 :]]
+        real_copy(model, columns, rows, ignore)
+
+    monkeypatch.setattr(importer, "_copy_rows", fails_half_way)
+    with pytest.raises(Exception):  # noqa: B017 (whichever error the driver raises)
+        import_workspace(fixtures_dir / "medium-300" / "workspace", "halfway")
+
+    assert not Workspace.objects.filter(name="halfway").exists()
+    assert WorkspaceFile.objects.count() == 0
+    assert Blob.objects.count() == 0
+    for model in PARSED:
+        assert model.objects.count() == 0, model.__name__
+
+    monkeypatch.setattr(importer, "_copy_rows", real_copy)  # and the next import goes through
+    result = import_workspace(fixtures_dir / "medium-300" / "workspace", "halfway")
+    assert result.imported_anything
+    assert Rollout.objects.filter(layout__workspace__name="halfway").count() == 300
+
+
+def rows_written() -> int:
+    """Rows this connection inserted, updated or deleted so far (in this transaction, on
+    PostgreSQL): what a write costs, counted by the database itself."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT total_changes()")
+        else:
+            cursor.execute(
+                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)"
+                " FROM pg_stat_xact_user_tables"
+            )
+        return int(cursor.fetchone()[0])
+
+
+def archive_of(root: Path, target: Path, changed: dict[str, bytes]) -> Path:
+    """``root`` as one ``.tar`` at ``target``, the way a sandbox persists its workspace,
+    with the files of ``changed`` replaced by new bytes."""
+    with tarfile.open(target, "w") as tar:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            name = path.relative_to(root).as_posix()
+            data = changed.get(name, path.read_bytes())
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, 1_790_000_000
+            tar.addfile(info, io.BytesIO(data))
+    return target
+
+
+def test_a_one_file_persist_writes_rows_for_that_file_not_for_the_workspace(
+    db, fixtures_dir, tmp_path
+):
+    """A sandbox of a 300-rollout workspace persists again after one run: only that
+    run's rollout changed (one line appended). Its merge reads the whole upload but
+    writes the rows of that one file (its file row, blob, rollout and search text) and
+    the import's own record, whatever the workspace's size."""
+    root = fixtures_dir / "medium-300" / "workspace"
+    rollout = next((root / "sessions" / "engineering").glob("*.jsonl"))
+    name = rollout.relative_to(root).as_posix()
+    first = archive_of(root, tmp_path / "first.tar", {})
+    before = rows_written()
+    import_workspace(first, "big", merge="sandbox-1")
+    whole = rows_written() - before
+
+    grown = rollout.read_bytes() + rollout.read_bytes().splitlines(keepends=True)[-1]
+    second = archive_of(root, tmp_path / "second.tar", {name: grown})
+    before = rows_written()
+    result = import_workspace(second, "big", merge="sandbox-1")
+    one_file = rows_written() - before
+
+    assert result.imported_anything
+    assert Rollout.objects.get(layout__workspace__name="big", file__path=name).segment_count >= 1
+    assert whole > 2000  # the first persist wrote the workspace
+    print(f"rows written: first persist {whole}, one-file persist {one_file}")
+    assert one_file <= 15, f"a one-file persist wrote {one_file} rows ({whole} for the first)"
