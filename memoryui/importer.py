@@ -196,6 +196,7 @@ def import_workspace(
     user: Any = None,
     scheduled: bool = False,
     merge: str = "",
+    fill_only: bool = False,
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
@@ -203,7 +204,9 @@ def import_workspace(
     store, merged into the workspace rather than synced: nothing it lacks is marked gone
     (other sandboxes have their own files), its in-tree symbolic links are left to its
     stored archive, and every change it brings to the memory documents or skills is an
-    agent version to review, a layout's first one included.
+    agent version to review, a layout's first one included. With ``fill_only`` (an
+    upload merged after a later upload of the same sandbox was), it only adds the files
+    the workspace lacks: what it holds already came from the later upload, and stays.
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
     has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
@@ -222,11 +225,14 @@ def import_workspace(
             name=name or default_name(source),
             defaults={"source_kind": kind, "source_path": str(source)},
         )
-        workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
+        # FOR NO KEY UPDATE: imports of one workspace wait for each other, while rows
+        # that only refer to it (an upload's job, queued meanwhile) are written at once.
+        workspace = Workspace.objects.select_for_update(no_key=True).get(pk=workspace.pk)
         if not merge and (workspace.source_kind, workspace.source_path) != (kind, str(source)):
             workspace.source_kind, workspace.source_path = kind, str(source)
             workspace.save(update_fields=["source_kind", "source_path"])
         sync = _Sync(workspace, limits, progress, started, merge)
+        sync.fill_only = bool(merge) and fill_only
         if archive is None:
             sync.collect_directory(source)
         else:
@@ -258,7 +264,7 @@ def sync_paths(workspace: Workspace, root: Path, paths: Collection[str]) -> None
     from disk are marked missing. Records no import run: nothing else was compared."""
     wanted = sorted({p for path in paths for p in _with_parents(path)})
     with _gc_paused(), transaction.atomic():
-        workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
+        workspace = Workspace.objects.select_for_update(no_key=True).get(pk=workspace.pk)
         sync = _Sync(workspace, default_limits(), None, timezone.now())
         sync.only = wanted
         sync.collect_paths(root, wanted)
@@ -340,6 +346,8 @@ class _Sync:
         # taken as gone from disk.
         self.complete = True
         self.stopped = ""
+        # A merge of an upload older than one merged already: existing files stay.
+        self.fill_only = False
 
     @cached_property
     def stored(self) -> dict[str, _Stored]:
@@ -588,6 +596,10 @@ class _Sync:
                     stat_only.append(item)
                 continue
             kind = self._place(path, item, dirs, layouts, counts)
+            if self.fill_only and old is not None and old.present:
+                unchanged += 1
+                item.file_id = old.file_id
+                continue
             same = old is not None and (old.blob_id, old.kind, old.layout_id, old.present) == (
                 item.digest,
                 kind,

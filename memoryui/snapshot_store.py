@@ -56,6 +56,9 @@ from .snapshot_members import file_rows, made_up_parents
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
 
+# An upload's merge that is still to run, or running: its archive is still read.
+ACTIVE = (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
+
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
@@ -91,9 +94,12 @@ def receive(
     user: Any,
 ) -> Upload:
     """Take an uploaded archive from ``read`` (``length`` bytes, when announced), check
-    it, keep it durably as ``<store>/<name>/<snapshot_id>.tar`` (replacing that id's
-    previous upload) and queue its import into the workspace ``name`` (created when
-    new) as a Celery task; returns once the archive is on disk.
+    it, keep it durably as ``<store>/<name>/<snapshot_id>/<upload>.tar`` (each upload
+    under a name of its own: it becomes what that id restores, and its merge reads it
+    even when the sandbox has persisted again before the merge ran) and queue its
+    import into the workspace ``name`` (created when new) as a Celery task; returns
+    once the archive is on disk. An upload's archive is deleted once it is merged and
+    a later upload of the same id has replaced it.
 
     Raises UploadRefused (413: too large, 400: not a safe archive) with nothing kept."""
     try:
@@ -107,12 +113,13 @@ def receive(
         raise UploadRefused(413, _too_large(limit))
     folder = store_dir() / name  # a local folder either way: where the upload is checked
     folder.mkdir(parents=True, exist_ok=True)
-    part = folder / f".{snapshot_id}.{uuid.uuid4().hex}.part"
+    upload = uuid.uuid4().hex
+    part = folder / f".{snapshot_id}.{upload}.part"
     try:
         digest, size = _save(read, part, limit)
         index = _check_archive(part)
         target = object_storage.put_file(
-            object_storage.SNAPSHOTS, f"{name}/{snapshot_id}.tar", part
+            object_storage.SNAPSHOTS, f"{name}/{snapshot_id}/{upload}.tar", part
         )
     finally:
         part.unlink(missing_ok=True)
@@ -148,6 +155,16 @@ def _queue_import(
             workspace=workspace,
             created_by=person,
         )
+        previous = (
+            UploadedSnapshot.objects.select_for_update()
+            .filter(workspace=workspace, snapshot_id=snapshot_id)
+            .values_list("path", "import_job_id")
+            .first()
+        )
+        replaced = None  # the replaced archive, and the status of the merge that reads it
+        if previous is not None:
+            status = ImportJob.objects.filter(pk=previous[1]).values_list("status", flat=True)
+            replaced = (previous[0], status.first())
         snapshot, _ = UploadedSnapshot.objects.update_or_create(
             workspace=workspace,
             snapshot_id=snapshot_id,
@@ -163,20 +180,45 @@ def _queue_import(
         )
         _keep_index(snapshot, digest, index)
         import_new_workspace.delay_on_commit(job.pk)
+    if replaced is not None and replaced[1] not in ACTIVE and replaced[0] != target:
+        # Merged (or never to be): nothing reads the replaced archive any more but a
+        # restore already under way, which has it open or copied.
+        object_storage.delete(replaced[0])
     return Upload(snapshot, job)
 
 
 def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> ImportRun:
     """The import a sandbox's upload queued (``run_import_job`` calls it in a worker):
     merged into its workspace, then the workspace's generate-on-upload policy."""
-    with object_storage.local_copy(job.source_path) as archive:
+    with object_storage.local_copy(job.source_path) as archive, transaction.atomic():
+        # The workspace's row first: merges of one workspace go one at a time, and
+        # whether a later upload of this sandbox was merged already is settled under it.
+        later_merged = False
+        if job.workspace_id is not None:
+            Workspace.objects.select_for_update(no_key=True).filter(pk=job.workspace_id).first()
+            later_merged = ImportJob.objects.filter(
+                workspace_id=job.workspace_id,
+                kind=ImportJob.Kind.SANDBOX,
+                original_name=job.original_name,
+                pk__gt=job.pk,
+                status=ImportJob.Status.DONE,
+            ).exists()
         result = import_workspace(
             archive,
             job.name,
             user=job.created_by,
             progress=progress,
             merge=job.original_name,
+            fill_only=later_merged,
         )
+        current = (
+            UploadedSnapshot.objects.select_for_update()
+            .filter(workspace=result.workspace, snapshot_id=job.original_name)
+            .values_list("path", flat=True)
+            .first()
+        )
+        if current != job.source_path:  # replaced by a later upload: no restore reads it
+            transaction.on_commit(lambda: object_storage.delete(job.source_path))
     UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
     if SnapshotStorePolicy.objects.filter(
         workspace=result.workspace, generate_on_upload=True

@@ -547,7 +547,8 @@ def test_upload_import_export_and_download_with_web_and_worker_sharing_no_direct
     assert members(got.content)["memories/MEMORY.md"]  # the workspace, curated
 
     in_store = objects(deployed.env["MEMORYUI_S3_ENDPOINT_URL"])
-    assert "exports/nightly.tar" in in_store and "snapshots/fleet/sandbox-1.tar" in in_store
+    assert "exports/nightly.tar" in in_store
+    assert any(k.startswith("snapshots/fleet/sandbox-1/") for k in in_store)
     assert [k for k in in_store if k.startswith("uploads/dash-")], in_store
     assert not [k for k in in_store if k.startswith("uploads/progress/")], in_store
     assert archives_under(*homes) == []  # nothing kept on either machine but that cache

@@ -7,6 +7,7 @@ import hashlib
 import io
 import tarfile
 import zlib
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -386,7 +387,8 @@ def test_an_upload_answers_once_stored_and_its_import_shows_on_the_workspace_pag
 
     body = answer.json()
     assert answer.status_code == 202 and body["import_status"] == "queued"
-    assert (store / "w" / "x.tar").read_bytes() == sandbox("rx", {})
+    stored = Path(UploadedSnapshot.objects.get(snapshot_id="x").path)
+    assert stored.parent == store / "w" / "x" and stored.read_bytes() == sandbox("rx", {})
     assert not Rollout.objects.exists() and len(queued) == 1  # not imported yet
     page = Client()
     page.force_login(user)
@@ -557,7 +559,7 @@ def test_an_archive_that_is_not_the_indexed_one_is_parsed_instead(
         secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
     )
     accept_all(user)
-    stored = store / "w" / "x.tar"
+    stored = Path(UploadedSnapshot.objects.get(snapshot_id="x").path)
     stored.write_bytes(sandbox("rx", {"README.md": b"second, longer\n", "new.txt": b"n\n"}))
 
     served = download(secret, "x")
@@ -709,3 +711,82 @@ def test_an_unreadable_member_index_is_passed_over_for_parsing(
 
         assert served["README.md"] == b"X\n" and f"{S}/rx.jsonl" in served
     assert "member index of upload" in caplog.text
+
+
+def put(secret: str, snapshot_id: str, data: bytes, capture) -> int:
+    """PUT the archive; its import job's id, not run yet (the worker is busy)."""
+    with capture(execute=False):
+        answer = Client().put(
+            f"/api/workspaces/w/snapshots/{snapshot_id}",
+            data,
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+    assert answer.status_code == 202, answer.content
+    return answer.json()["import_job"]
+
+
+def present(path: str) -> bytes | None:
+    file = WorkspaceFile.objects.present().filter(path=path).select_related("blob").first()
+    return None if file is None or file.blob is None else bytes(file.blob.data)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("order", ["in order", "the later first"])
+def test_a_persist_whose_merge_runs_after_the_sandboxes_next_persist_is_not_lost(
+    store, ops, django_capture_on_commit_callbacks, order
+):
+    """A sandbox persists run r1, restores before that upload is merged (so r1's raw
+    memory is not in what it gets back), runs r2 and persists again. Whichever merge
+    runs first, r1's rollout, raw memory and summary end up in the workspace, and where
+    both uploads hold a file, the later upload's bytes are the workspace's."""
+    user, secret = ops
+    upload(secret, "base", sandbox("r0", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    first = put(
+        secret, "x", sandbox("r1", {"notes.md": b"one\n"}), django_capture_on_commit_callbacks
+    )
+    later = sandbox("r2", {"notes.md": b"two\n"}, memory_md=AGENTS_MD)
+    second = put(secret, "x", later, django_capture_on_commit_callbacks)
+
+    for job in [first, second] if order == "in order" else [second, first]:
+        done = run_import_job(job)
+        assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+
+    assert present(f"{M}/raw_memories/r1.md") == raw_memory("r1")
+    assert present(f"{M}/rollout_summaries/r1_work.md") == b"# r1\n\nWorked.\n"
+    assert present(f"{S}/r1.jsonl") == rollout("r1", "task of r1")
+    assert present(f"{M}/raw_memories/r2.md") == raw_memory("r2")
+    assert present("notes.md") == b"two\n"  # the later upload's, whatever the order
+    latest = MemoryVersion.objects.filter(layout=layout(), document=MEMORY_MD).latest("number")
+    assert bytes(latest.blob.data) == AGENTS_MD  # the agent's later MEMORY.md is the one to review
+    assert download(secret, "x")["notes.md"] == b"two\n"
+    restored = download(secret, "fresh")
+    assert restored[f"{M}/raw_memories/r1.md"] == raw_memory("r1")
+
+
+@pytest.mark.django_db
+def test_each_upload_is_kept_until_merged_and_replaced_then_deleted(
+    store, ops, django_capture_on_commit_callbacks
+):
+    _, secret = ops
+    first = put(secret, "x", sandbox("r1", {}), django_capture_on_commit_callbacks)
+    second = put(secret, "x", sandbox("r2", {}), django_capture_on_commit_callbacks)
+    archives = sorted(p for p in store.rglob("*.tar"))
+    assert len(archives) == 2  # the first is replaced, but its merge has not run yet
+
+    with django_capture_on_commit_callbacks(execute=True):  # as a worker, committed
+        run_import_job(first)  # merged and replaced: deleted
+    path = UploadedSnapshot.objects.get(snapshot_id="x").path
+    assert [str(p) for p in store.rglob("*.tar")] == [path]
+    with django_capture_on_commit_callbacks(execute=True):
+        run_import_job(second)  # merged, and still what x restores: kept
+    assert [str(p) for p in store.rglob("*.tar")] == [path]
+
+    third = put(secret, "x", sandbox("r3", {}), django_capture_on_commit_callbacks)
+    # the second was merged already: replaced, it goes at once
+    assert [str(p) for p in store.rglob("*.tar")] == [UploadedSnapshot.objects.get().path]
+    with django_capture_on_commit_callbacks(execute=True):
+        run_import_job(third)
+    assert len(list(store.rglob("*.tar"))) == 1
+    assert download(secret, "x")[f"{S}/r3.jsonl"] == rollout("r3", "task of r3")
