@@ -166,10 +166,13 @@ def _queue_import(
     return Upload(snapshot, job)
 
 
-def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> ImportRun:
-    """The import a sandbox's upload queued (``run_import_job`` calls it in a worker):
-    merged into its workspace, then the workspace's generate-on-upload policy."""
-    with object_storage.local_copy(job.source_path) as archive:
+def import_upload(
+    job: ImportJob, progress: Callable[[str, int, int], None], folder: Path | None = None
+) -> ImportRun:
+    """The import a sandbox's upload queued (``run_import_job`` calls it in a worker, in
+    the transaction that marks the job done, with the job's scratch ``folder``): merged
+    into its workspace, then the workspace's generate-on-upload policy."""
+    with object_storage.local_copy(job.source_path, folder) as archive:
         result = import_workspace(
             archive,
             job.name,
