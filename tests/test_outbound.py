@@ -337,3 +337,41 @@ def test_the_readme_recipe_refuses_an_old_delivery():
     headers = {"X-Memoryui-Timestamp": timestamp, "X-Memoryui-Signature": mac}
     with pytest.raises(recipe["Rejected"], match="tolerance"):
         recipe["verify"]("s", headers, b"{}", set())
+
+
+def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(layout, dns):
+    from django.contrib.auth import get_user_model  # noqa: PLC0415
+
+    dns["hooks.example.com"] = [PUBLIC]
+    admin = Client()
+    admin.force_login(get_user_model().objects.create_superuser("root", "", "pw-for-tests-9"))
+    added = admin.post(
+        reverse("admin:memoryui_webhook_add"),
+        {
+            "workspace": layout.workspace.pk,
+            "url": "https://hooks.example.com:8443/T0KEN-in-path/hook?key=s3cret",
+            "events": '["export.done", "proposal.ready"]',
+            "active": "on",
+        },
+    )
+    assert added.status_code == 302, added.context["adminform"].form.errors
+    hook = Webhook.objects.get()
+    assert hook.secret.startswith("whsec_")
+
+    pages = [
+        admin.get(reverse("admin:memoryui_webhook_changelist")),
+        admin.get(reverse("admin:memoryui_webhook_change", args=[hook.pk])),
+        admin.get(reverse("admin:memoryui_webhook_delete", args=[hook.pk])),
+    ]
+    for page in pages:
+        text = page.content.decode()
+        assert page.status_code == 200 and "https://hooks.example.com:8443" in text
+        assert hook.secret not in text and "s3cret" not in text and "T0KEN" not in text
+    # A change keeps the receiver and its secret as they were.
+    admin.post(
+        reverse("admin:memoryui_webhook_change", args=[hook.pk]),
+        {"workspace": layout.workspace.pk, "events": '["export.done"]'},
+    )
+    changed = Webhook.objects.get()
+    assert (changed.url, changed.secret) == (hook.url, hook.secret)
+    assert changed.events == ["export.done"] and not changed.active
