@@ -30,4 +30,5 @@ RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
 
 USER memoryui
 EXPOSE 8000
-CMD ["gunicorn", "memoryui.wsgi:application", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]
+# gthread: a slow upload or a stalled restore holds a thread, never the process (README).
+CMD ["gunicorn", "memoryui.wsgi:application", "--bind", "0.0.0.0:8000", "--access-logfile", "-", "--worker-class", "gthread", "--threads", "32"]

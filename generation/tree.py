@@ -20,7 +20,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Any, Literal, NamedTuple, overload
 
 from generation.kinds import FileKind
@@ -633,6 +633,13 @@ def read_archive(
                     continue  # the archive root "."
                 if name.startswith("/"):
                     yield Problem(name, "absolute path in archive; skipped")
+                    continue
+                if "\\" in name or PureWindowsPath(name).drive:  # as the SDK's tar_utils
+                    yield Problem(
+                        name,
+                        "Windows path (a backslash or a drive) in the member name, which "
+                        "the SDK's restore refuses; skipped",
+                    )
                     continue
                 if ".." in rel.split("/"):  # rel has no empty or "." parts left
                     yield Problem(name, "path climbs out of the workspace with '..'; skipped")

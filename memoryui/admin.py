@@ -2,8 +2,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.http import HttpRequest
 from django.utils import timezone
 
+from . import webhooks
 from .models import (
     ApprovedEntry,
     AuditEvent,
@@ -353,8 +355,28 @@ class UploadedSnapshotIndexAdmin(admin.ModelAdmin):
 
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
+    """A receiver is shown by its origin: never its secret (shown once, on the webhooks
+    page, when it was added), nor its URL's path and query (they often carry a token).
+    A receiver added here gets a new secret; one shown here is changed on the webhooks
+    page (delete it and add it again)."""
+
     list_display = ["workspace", "origin", "active", "created_at"]
     raw_id_fields = ["workspace", "created_by"]
+    readonly_fields = ["origin", "created_by", "created_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ["workspace", "url", "events", "active"]
+        return ["workspace", "origin", "events", "active", "created_by", "created_at"]
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+        if not change:
+            obj.secret = webhooks.new_secret()
+            obj.created_by = request.user if request.user.is_authenticated else None
+        super().save_model(request, obj, form, change)
+
+    def delete_model(self, request: HttpRequest, obj: Webhook) -> None:
+        webhooks.delete_webhook(obj)  # also while a worker delivers to it
 
 
 @admin.register(WebhookDelivery)

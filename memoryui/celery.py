@@ -44,6 +44,15 @@ def _recover_at_start(**kwargs: Any) -> None:
     recover_at_start(**kwargs)
 
 
+@worker_ready.connect(weak=False, dispatch_uid="memoryui-sweep-scratch")
+def _sweep_scratch(**kwargs: Any) -> None:
+    """What dead workers left in the scratch folder (local copies of the archives they
+    imported) is removed when a worker starts."""
+    from .workspaces import sweep_scratch  # noqa: PLC0415 (deferred: the app registry is not ready when the Celery app is made)
+
+    sweep_scratch(**kwargs)
+
+
 @worker_ready.connect(weak=False, dispatch_uid="memoryui-ready-file")
 def _say_ready(**kwargs: Any) -> None:
     """With MEMORYUI_WORKER_READY_FILE (bin/start sets it), write that file once the

@@ -921,6 +921,9 @@ class _Sync:
             .filter(workspace=self.workspace)
             .order_by("path")
             .values_list("path", "problem")
+            # A merged upload's report is about its own files only: the workspace also
+            # holds other sandboxes' (and earlier uploads').
+            if not self.merge or path in self.items
         )
         if not self.items:
             status = ImportRun.Status.FAILED

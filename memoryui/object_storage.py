@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -200,20 +201,95 @@ def open_stored(locator: str) -> tuple[IO[bytes], int]:
     return obj.get()["Body"], int(obj.content_length)
 
 
+# --- scratch folders ------------------------------------------------------------------
+#
+# Temporary copies live under MEMORYUI_VAR_DIR/scratch, never in the system's temporary
+# directory, so that what a killed process left can be found and removed: an import job's
+# folder (``import-<id>``) by the worker that takes the job over, a process's own
+# (``proc-<host>-<pid>-...``) by the next worker started on that host once the process is
+# gone (``sweep_scratch``).
+
+
+def scratch_root() -> Path:
+    return Path(settings.VAR_DIR) / "scratch"
+
+
+def job_folder(job_id: int) -> Path:
+    return scratch_root() / f"import-{job_id}"
+
+
+def _process_prefix() -> str:
+    return f"proc-{socket.gethostname()}-{os.getpid()}-"
+
+
 @contextmanager
-def local_copy(locator: str) -> Iterator[Path]:
+def scratch(folder: Path | None = None) -> Iterator[Path]:
+    """A temporary folder, removed on leaving: ``folder`` (emptied first: what a dead
+    holder of the same job left), else a new one of this process's."""
+    scratch_root().mkdir(parents=True, exist_ok=True)
+    if folder is None:
+        made = Path(tempfile.mkdtemp(prefix=_process_prefix(), dir=scratch_root()))
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        made = folder
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_scratch(held_jobs: set[int]) -> list[str]:
+    """Remove what dead processes left in the scratch folder: job folders but those of
+    ``held_jobs`` (running under a lease that has not run out), and the folders of
+    processes of this host that are gone. Returns the names removed."""
+    root = scratch_root()
+    if not root.is_dir():
+        return []
+    host = f"proc-{socket.gethostname()}-"
+    removed = []
+    for entry in root.iterdir():
+        name = entry.name
+        if name.startswith("import-"):
+            job = name.removeprefix("import-")
+            if job.isdigit() and int(job) in held_jobs:
+                continue
+        elif name.startswith(host):
+            pid = name.removeprefix(host).partition("-")[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+        else:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+@contextmanager
+def local_copy(locator: str, folder: Path | None = None) -> Iterator[Path]:
     """A local path to read a recorded file from (tarfile seeks): the file itself when
     it is on this machine, else a temporary copy of it, streamed from storage in chunks
-    and deleted on leaving. The copy keeps the file's name (its suffix names its
-    compression). FileNotFoundError when it is gone."""
+    into ``folder`` (an import job's, see ``scratch``) or a scratch folder of this
+    process's, and deleted on leaving. The copy keeps the file's name (its suffix names
+    its compression). FileNotFoundError when it is gone."""
     if not is_stored(locator):
         yield Path(locator)
         return
     alias, name = parse(locator)
     if not storage(alias).exists(name):
         raise FileNotFoundError(f"{locator} is not in the object store")
-    with tempfile.TemporaryDirectory(prefix="memoryui-stored-") as folder:
-        copy = Path(folder) / PurePosixPath(name).name
+    with scratch(folder) as made:
+        copy = made / PurePosixPath(name).name
         stored = storage(alias).open(name, "rb")
         with copy.open("xb") as target:
             obj = getattr(stored, "obj", None)

@@ -237,10 +237,14 @@ def metrics_allowed(request: HttpRequest) -> bool:
     given = request.META.get("HTTP_AUTHORIZATION", "")
     if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return True
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
+    from .auth import client_ip  # noqa: PLC0415 (deferred: it loads Django's auth forms)
+
+    # The client's address as the login judges it: behind MEMORYUI_TRUSTED_PROXIES, the one
+    # the outermost trusted proxy saw, not the proxy's own (loopback, say).
+    seen = client_ip(request)
+    if seen is None:
         return False
+    address = ipaddress.ip_address(seen)
     allowed = [ipaddress.ip_network(n, strict=False) for n in settings.MEMORYUI_METRICS_ALLOW]
     return any(address in network for network in allowed)
 

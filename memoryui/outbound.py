@@ -84,12 +84,29 @@ def check_url(url: str) -> SplitResult:
     return parts
 
 
+# IPv6 ranges whose addresses carry an IPv4 address that a gateway or relay may deliver
+# to (an internal one as easily as any): refused whole, whatever the inner address is.
+# IPv4-mapped addresses (::ffff:0:0/96) are judged by the address they map instead.
+EMBEDDING_IPV4 = (
+    (ipaddress.IPv6Network("2002::/16"), "6to4"),
+    (ipaddress.IPv6Network("2001::/32"), "Teredo"),
+    (ipaddress.IPv6Network("64:ff9b::/96"), "NAT64"),
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "local-use NAT64"),
+    (ipaddress.IPv6Network("::ffff:0:0:0/96"), "IPv4-translated"),
+    (ipaddress.IPv6Network("::/96"), "IPv4-compatible"),
+)
+
+
 def address_problem(address: IPAddress) -> str:
     """Why a connection to ``address`` is refused (``""``: it is not)."""
     mapped = getattr(address, "ipv4_mapped", None)
     if mapped is not None:
         problem = address_problem(mapped)
         return f"{problem} (IPv4-mapped)" if problem else ""
+    if address.version == 6 and not address.is_unspecified and not address.is_loopback:
+        for network, name in EMBEDDING_IPV4:
+            if address in network:
+                return f"an IPv6 address that embeds an IPv4 address ({name}, {network})"
     for flag, what in (
         ("is_unspecified", "an unspecified address"),
         ("is_loopback", "a loopback address"),

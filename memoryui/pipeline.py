@@ -346,6 +346,9 @@ def process_job(job_id: int) -> int | None:
         )
         if claimed:
             observability.lease_taken_over("phase_one", job=job_id)
+            GenerationRun.objects.filter(
+                pk__in=PhaseOneJob.objects.filter(pk=job_id).values("run_id")
+            ).update(taken_over_at=now)
     if not claimed:
         return None
     held = PhaseOneJob.objects.filter(pk=job_id, status=PhaseOneJob.Status.RUNNING)
@@ -592,7 +595,7 @@ def consolidate(run_id: int) -> bool:
     )
     if not claimed:  # a worker's lease passed (it died or hung)
         claimed = consolidating.filter(phase_two_lease_until__lt=now).update(
-            phase_two_lease_until=lease
+            phase_two_lease_until=lease, taken_over_at=now
         )
         if claimed:
             observability.lease_taken_over("phase_two", run=run_id)

@@ -171,6 +171,13 @@ AUTHENTICATION_BACKENDS = [
 # ``manage.py axes_reset``; people who forgot their password reset it by e-mail.
 AXES_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_FAILURE_LIMIT", 5)
 MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("MEMORYUI_LOGIN_ADDRESS_FAILURE_LIMIT", 20)
+# Seconds a client may leave its connection without progress (a restore it stops reading,
+# an upload it stops sending) before the web server cuts it off (memoryui/wsgi.py).
+MEMORYUI_CLIENT_STALL_SECONDS = env_int("MEMORYUI_CLIENT_STALL_SECONDS", 60)
+# Password-reset mails within an hour: at most this many to one account, and at most this
+# many reset forms sent from one client address (then it answers 429).
+MEMORYUI_PASSWORD_RESET_ACCOUNT_LIMIT = env_int("MEMORYUI_PASSWORD_RESET_ACCOUNT_LIMIT", 3)
+MEMORYUI_PASSWORD_RESET_ADDRESS_LIMIT = env_int("MEMORYUI_PASSWORD_RESET_ADDRESS_LIMIT", 10)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYUI_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_HANDLER = "memoryui.lockout.LockoutHandler"

@@ -187,10 +187,13 @@ def _queue_import(
     return Upload(snapshot, job)
 
 
-def import_upload(job: ImportJob, progress: Callable[[str, int, int], None]) -> ImportRun:
-    """The import a sandbox's upload queued (``run_import_job`` calls it in a worker):
-    merged into its workspace, then the workspace's generate-on-upload policy."""
-    with object_storage.local_copy(job.source_path) as archive, transaction.atomic():
+def import_upload(
+    job: ImportJob, progress: Callable[[str, int, int], None], folder: Path | None = None
+) -> ImportRun:
+    """The import a sandbox's upload queued (``run_import_job`` calls it in a worker, in
+    the transaction that marks the job done, with the job's scratch ``folder``): merged
+    into its workspace, then the workspace's generate-on-upload policy."""
+    with object_storage.local_copy(job.source_path, folder) as archive, transaction.atomic():
         # The workspace's row first: merges of one workspace go one at a time, and
         # whether a later upload of this sandbox was merged already is settled under it.
         later_merged = False

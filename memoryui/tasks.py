@@ -111,8 +111,11 @@ def phase_two_task(self, run_id: int) -> None:
 
 @app.task(name="memoryui.tasks.recover_stalled_runs", acks_late=True)
 def recover_stalled_runs() -> None:
-    """Periodic (Celery beat): send again the work of active runs whose task message was
-    lost with a worker, and keep every extracting run's window of jobs full."""
+    """Periodic (Celery beat): send again the import jobs and the work of active runs
+    whose task message was lost with a worker (or whose worker's lease ran out), and keep
+    every extracting run's window of jobs full."""
+    for import_id in workspaces.take_stalled_imports():
+        import_new_workspace.delay(import_id)
     stalled = pipeline.take_stalled()
     for job_id in stalled.jobs:
         phase_one_task.delay(job_id)

@@ -149,7 +149,7 @@ urlpatterns = [
     # A way back for someone locked out or who forgot the password: a link by e-mail.
     path(
         "accounts/password-reset/",
-        auth_views.PasswordResetView.as_view(),
+        lockout.PasswordResetView.as_view(),
         name="password_reset",
     ),
     path(

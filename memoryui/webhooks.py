@@ -140,8 +140,13 @@ def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, s
 
 def attempt(delivery_id: int) -> float | None:
     """POST the delivery once and log the attempt. Returns the seconds to wait before
-    the next try, or None when delivered or out of tries."""
-    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+    the next try, or None when delivered, out of tries, or dropped: its webhook (or
+    workspace) was deleted before or while it was sent, which ends it quietly, counted
+    (``delivery`` ``dropped``), never as a task error."""
+    delivery = WebhookDelivery.objects.select_related("webhook").filter(pk=delivery_id).first()
+    if delivery is None:
+        _dropped(delivery_id)
+        return None
     hook = delivery.webhook
     number = delivery.attempts.count() + 1
     body = json.dumps(delivery.payload, sort_keys=True).encode()
@@ -159,13 +164,6 @@ def attempt(delivery_id: int) -> float | None:
     seconds = time.monotonic() - started
     ok = status is not None and 200 <= status < 300
     retry_in = None if ok or number >= settings.MEMORYUI_WEBHOOK_MAX_ATTEMPTS else backoff(number)
-    WebhookAttempt.objects.create(
-        delivery=delivery,
-        number=number,
-        status_code=status,
-        error=error[:500],
-        retry_in=retry_in,
-    )
     new_status = (
         WebhookDelivery.Status.DELIVERED
         if ok
@@ -173,7 +171,20 @@ def attempt(delivery_id: int) -> float | None:
         if retry_in is not None
         else WebhookDelivery.Status.FAILED
     )
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=new_status)
+    with transaction.atomic():
+        # The delivery's row, locked: a delete (``delete_webhook``) waits for this attempt
+        # and removes it too, or this waits for the delete and finds the delivery gone.
+        if not WebhookDelivery.objects.select_for_update().filter(pk=delivery.pk).exists():
+            _dropped(delivery_id)
+            return None
+        WebhookAttempt.objects.create(
+            delivery=delivery,
+            number=number,
+            status_code=status,
+            error=error[:500],
+            retry_in=retry_in,
+        )
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(status=new_status)
     observability.log_event(
         "delivery",
         "delivery.attempt",
@@ -191,6 +202,21 @@ def attempt(delivery_id: int) -> float | None:
     )
     observability.count("delivery", "ok" if ok else "failed", seconds)
     return retry_in
+
+
+def _dropped(delivery_id: int) -> None:
+    observability.log_event("delivery", "delivery.dropped", delivery=delivery_id)
+    observability.count("delivery", "dropped")
+
+
+def delete_webhook(hook: Webhook) -> None:
+    """Delete a webhook, its deliveries and their attempts, also while a worker delivers
+    one: the webhook's row and its deliveries' are locked first, so that an attempt being
+    written ends before the delete (and goes with it) or finds its delivery gone."""
+    with transaction.atomic():
+        Webhook.objects.select_for_update().filter(pk=hook.pk).exists()
+        list(WebhookDelivery.objects.select_for_update().filter(webhook=hook).values("pk"))
+        hook.delete()
 
 
 def redeliver(delivery: WebhookDelivery) -> None:

@@ -9,23 +9,29 @@ Every path the web points the importer at must resolve, symbolic links followed,
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from django import db
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from generation.tree import TreeError, human_size, total_exceeded
 
-from . import object_storage, snapshot_store
+from . import object_storage, observability, pipeline, snapshot_store
 from .importer import default_limits, import_workspace
 from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
+
+logger = logging.getLogger(__name__)
 
 # A claimed sync that never finished (its worker died) is due again after this long.
 SYNC_LEASE = timedelta(hours=1)
@@ -148,45 +154,145 @@ class _ProgressFile:
         object_storage.delete_small(object_storage.UPLOADS, self.name)
 
 
+# An import whose worker died this many times (the out-of-memory killer, say) is not
+# taken over again: it fails, saying so.
+MAX_IMPORT_ATTEMPTS = 3
+
+
+class _TakenOver(Exception):
+    """This worker's claim on a job passed to another (it hung past its lease)."""
+
+
 def run_import_job(job_id: int) -> ImportJob | None:
     """Create the job's workspace and import it, all or nothing: a source that cannot
     be read, an archive that expands past ``MEMORYUI_MAX_IMPORT_BYTES`` or holds nothing
     leaves no workspace, and an uploaded file is deleted. A sandbox's upload to the
     remote snapshot store is merged into its workspace instead (its archive is kept).
-    Claimed with a conditional update, so a second delivery of the task does nothing."""
-    claimed = ImportJob.objects.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
-        status=ImportJob.Status.RUNNING, started_at=timezone.now()
-    )
+
+    Claimed with a conditional update under a lease the worker renews: a second delivery
+    of the task does nothing while the holder is alive, and takes the job over once the
+    lease has run out (its worker died). The import and the job's "done" commit in one
+    transaction, and only while the claim is still this worker's (``attempts`` is the
+    token): a job is imported exactly once, however many workers died on it. The job's
+    scratch folder (the archive's local copy) is emptied by whoever takes it over."""
+    now = timezone.now()
+    lease = pipeline.new_lease(now)
+    jobs = ImportJob.objects.filter(pk=job_id)
+    claim = {
+        "status": ImportJob.Status.RUNNING,
+        "lease_until": lease,
+        "attempts": F("attempts") + 1,
+    }
+    claimed = jobs.filter(status=ImportJob.Status.QUEUED).update(**claim, started_at=now)
+    if not claimed:  # running, but its worker's lease ran out: it died or hung
+        claimed = jobs.filter(_lease_passed(now)).update(**claim, taken_over_at=now)
+        if claimed:
+            observability.lease_taken_over("import", job=job_id)
     if not claimed:
         return None
     job = ImportJob.objects.select_related("created_by", "workspace").get(pk=job_id)
+    mine = ImportJob.objects.filter(
+        pk=job_id, status=ImportJob.Status.RUNNING, attempts=job.attempts
+    )
+    if job.attempts > MAX_IMPORT_ATTEMPTS:
+        shutil.rmtree(object_storage.job_folder(job.pk), ignore_errors=True)
+        return _fail(
+            job,
+            f"The import was stopped: its worker died {MAX_IMPORT_ATTEMPTS} times while "
+            "importing it (out of memory?); the workers' logs have the details.",
+            mine,
+        )
     progress = _ProgressFile(progress_name(job.pk))
     try:
-        if job.kind == ImportJob.Kind.SANDBOX:
-            workspace, run = job.workspace, snapshot_store.import_upload(job, progress)
-        else:
-            workspace, run = _create_and_import(job, progress)
+        with pipeline.renewing(mine, "lease_until", lease), transaction.atomic():
+            folder = object_storage.job_folder(job.pk)
+            if job.kind == ImportJob.Kind.SANDBOX:
+                workspace, run = job.workspace, snapshot_store.import_upload(job, progress, folder)
+            else:
+                workspace, run = _create_and_import(job, progress, folder)
+            done = mine.update(
+                status=ImportJob.Status.DONE,
+                workspace=workspace,
+                run=run,
+                finished_at=timezone.now(),
+                lease_until=None,
+            )
+            if not done:
+                raise _TakenOver
+    except _TakenOver:
+        logger.warning("import job %s was taken over by another worker; its work is undone", job_id)
+        return None
     except (ImportRefused, PathRefused, TreeError) as exc:
-        return _fail(job, str(exc))
+        return _fail(job, str(exc), mine)
     except Exception:
-        _fail(job, "The import failed unexpectedly; the worker's log has the details.")
+        _fail(job, "The import failed unexpectedly; the worker's log has the details.", mine)
         raise
     finally:
         progress.remove()
-    ImportJob.objects.filter(pk=job.pk).update(
-        status=ImportJob.Status.DONE, workspace=workspace, run=run, finished_at=timezone.now()
-    )
     job.refresh_from_db()
     return job
 
 
-def _create_and_import(job: ImportJob, progress: _ProgressFile) -> tuple[Workspace, ImportRun]:
+def _lease_passed(now: datetime) -> Q:
+    """Running jobs whose worker's lease has run out (or that a version without leases
+    started longer than a lease ago)."""
+    stale = now - timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    return Q(status=ImportJob.Status.RUNNING) & (
+        Q(lease_until__lt=now) | Q(lease_until__isnull=True, started_at__lt=stale)
+    )
+
+
+def take_stalled_imports(now: datetime | None = None) -> list[int]:
+    """Import jobs whose task message was lost (a worker that died holding it, a broker
+    that lost it), marked sent again: queued a lease ago and not taken, or running under
+    a lease that has run out. Sent at most once a lease; a copy of a message that was not
+    lost does nothing (the job is claimed before it runs)."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.MEMORYUI_JOB_LEASE_SECONDS)
+    not_sent_lately = Q(dispatched_at__lt=stale) | Q(
+        dispatched_at__isnull=True, created_at__lt=stale
+    )
+    with transaction.atomic():
+        ids = list(
+            ImportJob.objects.filter(not_sent_lately)
+            .filter(Q(status=ImportJob.Status.QUEUED) | _lease_passed(now))
+            .values_list("pk", flat=True)
+        )
+        ImportJob.objects.filter(pk__in=ids).update(dispatched_at=now)
+    return ids
+
+
+def held_import_jobs(now: datetime | None = None) -> set[int]:
+    """Jobs a live worker holds (running under a lease that has not run out)."""
+    return set(
+        ImportJob.objects.filter(
+            status=ImportJob.Status.RUNNING, lease_until__gte=now or timezone.now()
+        ).values_list("pk", flat=True)
+    )
+
+
+def sweep_scratch(**_: Any) -> None:
+    """When a worker starts: remove the scratch folders dead processes left (the local
+    copies of the archives they imported). Logged, never raised."""
+    try:
+        removed = object_storage.sweep_scratch(held_import_jobs())
+        if removed:
+            logger.warning("removed scratch folders left by dead processes: %s", ", ".join(removed))
+    except Exception:
+        logger.exception("sweeping the scratch folders failed")
+    finally:
+        db.connections.close_all()
+
+
+def _create_and_import(
+    job: ImportJob, progress: _ProgressFile, folder: Path
+) -> tuple[Workspace, ImportRun]:
     if job.kind == ImportJob.Kind.DIRECTORY:
         source = resolve_source(job.source_path, directory_only=True)  # again: it may have moved
         kind = Workspace.SourceKind.DIRECTORY
     else:
-        # An upload in object storage is read from a local copy of this worker's own.
-        with object_storage.local_copy(job.source_path) as copy:
+        # An upload in object storage is read from a local copy in the job's folder.
+        with object_storage.local_copy(job.source_path, folder) as copy:
             return _create_and_import_from(
                 job, progress, copy, Workspace.SourceKind.SNAPSHOT, job.source_path
             )
@@ -240,12 +346,15 @@ def _create_and_import_from(
     return result.workspace, result.run
 
 
-def _fail(job: ImportJob, error: str) -> ImportJob:
+def _fail(job: ImportJob, error: str, mine: QuerySet[ImportJob]) -> ImportJob | None:
+    """Fail the job while it is still this worker's; None when another took it over."""
+    failed = mine.update(
+        status=ImportJob.Status.FAILED, error=error, finished_at=timezone.now(), lease_until=None
+    )
+    if not failed:
+        return None
     if job.kind == ImportJob.Kind.UPLOAD and job.source_path:
         object_storage.delete(job.source_path)
-    ImportJob.objects.filter(pk=job.pk).update(
-        status=ImportJob.Status.FAILED, error=error, finished_at=timezone.now()
-    )
     job.refresh_from_db()
     return job
 

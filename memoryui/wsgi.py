@@ -1,10 +1,27 @@
 import gc
 import os
+from contextlib import suppress
+from typing import Any
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
-application = get_wsgi_application()
+django_application = get_wsgi_application()
+
+
+def application(environ: dict[str, Any], start_response: Any) -> Any:
+    """Django's application, with the client's socket (gunicorn's) given a timeout of
+    ``MEMORYUI_CLIENT_STALL_SECONDS``: a client that stops reading a restore or stops
+    sending an upload for that long is cut off, and the thread it held (gunicorn's
+    gthread workers, as compose runs them) goes back to work. A slow client that keeps
+    moving, however slowly, is never cut."""
+    from django.conf import settings  # noqa: PLC0415 (Django is set up above)
+
+    client = environ.get("gunicorn.socket")
+    if client is not None and settings.MEMORYUI_CLIENT_STALL_SECONDS:
+        with suppress(OSError):
+            client.settimeout(settings.MEMORYUI_CLIENT_STALL_SECONDS)
+    return django_application(environ, start_response)
 
 
 def _recover() -> None:

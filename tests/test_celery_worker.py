@@ -287,6 +287,8 @@ def test_beat_sends_a_dead_workers_jobs_again_once_their_leases_run_out(
     assert all(sent_again[pk] > leases[pk] for pk in held), (sent_again, leases, log)
     for pk in held:  # and the second worker took each one over as a lease that had passed
         assert f"event=takeover kind=phase_one job={pk}\n" in log, log
+    # The run's page says so.
+    assert GenerationRun.objects.get(pk=run.pk).taken_over_at is not None
     assert run.jobs.filter(status=PhaseOneJob.Status.DONE).count() == 16, log
     assert len(phase_one_calls(slow_model)) == 16 + len(held)
 

@@ -397,6 +397,23 @@ def test_a_run_waiting_on_a_slow_model_call_of_a_live_worker_is_not_called_stall
     assert 'id="stalled"' in client.get(url).content.decode()
 
 
+def test_a_job_taken_over_from_a_dead_worker_says_so_on_the_run_page(client, model, layout):
+    run = pipeline.start_run(layout, reextract=True)
+    client.force_login(make_user())
+    url = reverse("memoryui:run_detail", args=["a", layout.pk, run.pk])
+    first = pipeline.claim_window(run.pk)[0]
+    assert 'id="taken-over"' not in client.get(url).content.decode()
+    # A worker claimed the job and died: its lease ran out a moment ago.
+    run.jobs.filter(pk=first).update(
+        status=PhaseOneJob.Status.RUNNING, lease_until=long_ago(1), attempts=1
+    )
+    pipeline.process_job(first)
+
+    assert run.jobs.get(pk=first).status == PhaseOneJob.Status.DONE
+    page = client.get(url).content.decode()
+    assert 'id="taken-over"' in page and "another worker took it over" in page
+
+
 def test_running_run_page_polls_for_progress(client, model, layout):
     run = pipeline.start_run(layout, reextract=True)
     client.force_login(make_user())

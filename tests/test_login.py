@@ -171,6 +171,35 @@ def test_a_locked_out_person_resets_the_password_by_email_and_logs_in_again(mail
     assert "This link is not valid" in reused.content.decode()
 
 
+def test_password_reset_mails_are_limited_per_account_and_per_address(mailoutbox):
+    for name in ("ada", "bob"):
+        user = make_user(name)
+        user.email = f"{name}@example.com"
+        user.save()
+    url = reverse("password_reset")
+    one = Client(REMOTE_ADDR="198.51.100.7")
+
+    # Eleven requests for one account in a second: three mails, the same answer each time.
+    answers = [one.post(url, {"email": "ada@example.com"}).status_code for _ in range(3)]
+    others = [
+        Client(REMOTE_ADDR=f"203.0.113.{i}").post(url, {"email": "ada@example.com"})
+        for i in range(8)
+    ]
+    assert answers == [302] * 3 and [r.status_code for r in others] == [302] * 8
+    assert len(mailoutbox) == settings.MEMORYUI_PASSWORD_RESET_ACCOUNT_LIMIT == 3
+
+    # One address asking for account after account: refused after ten forms in the hour.
+    more = [one.post(url, {"email": f"x{i}@example.com"}).status_code for i in range(7)]
+    refused = one.post(url, {"email": "bob@example.com"})
+    assert more == [302] * 7 and settings.MEMORYUI_PASSWORD_RESET_ADDRESS_LIMIT == 10
+    assert refused.status_code == 429 and "Too many password-reset requests" in (
+        refused.content.decode()
+    )
+    assert len(mailoutbox) == 3  # bob got nothing from that address
+    elsewhere = Client(REMOTE_ADDR="192.0.2.1").post(url, {"email": "bob@example.com"})
+    assert elsewhere.status_code == 302 and mailoutbox[-1].to == ["bob@example.com"]
+
+
 def test_the_login_page_offers_the_password_reset():
     page = Client().get(reverse("login")).content.decode()
     assert reverse("password_reset") in page and "Forgot your password?" in page

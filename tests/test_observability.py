@@ -84,6 +84,22 @@ def test_metrics_are_for_allowed_addresses_or_the_token_only(settings):
 
 
 @pytest.mark.django_db
+def test_behind_a_trusted_proxy_metrics_judge_the_client_the_proxy_saw(settings):
+    # A proxy on the same host: every request reaches the server from loopback.
+    settings.MEMORYUI_TRUSTED_PROXIES = 1
+    proxy = Client(REMOTE_ADDR="127.0.0.1")
+
+    outside = proxy.get("/metrics", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    assert outside.status_code == 404
+    # Whatever the outside client puts first in the header it sends.
+    forged = proxy.get("/metrics", HTTP_X_FORWARDED_FOR="127.0.0.1, 203.0.113.9")
+    assert forged.status_code == 404
+    assert "memoryui_operations_total" in metrics(proxy, HTTP_X_FORWARDED_FOR="127.0.0.1")
+    settings.MEMORYUI_METRICS_ALLOW = ["203.0.113.0/24"]
+    assert "memoryui_operations_total" in metrics(proxy, HTTP_X_FORWARDED_FOR="203.0.113.9")
+
+
+@pytest.mark.django_db
 def test_metrics_show_the_queue_depths_of_a_file_system_broker(settings, tmp_path):
     settings.CELERY_BROKER_URL = "filesystem://localhost/"
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder_in": str(tmp_path)}

@@ -69,6 +69,16 @@ REFUSED = [
     ("http://100.64.0.1/hook", "not a public address"),
     ("http://224.0.0.1/hook", "multicast"),
     ("http://240.0.0.1/hook", "reserved"),
+    # IPv6 ranges that embed an IPv4 address a relay may deliver to: refused whole.
+    ("http://[2002:7f00:1::1]/hook", "6to4"),  # 127.0.0.1
+    ("http://[2002:a00:1::1]/hook", "6to4"),  # 10.0.0.1
+    ("http://[2002:808:808::1]/hook", "6to4"),  # even a public 8.8.8.8
+    ("http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook", "Teredo"),
+    ("http://[64:ff9b::a00:1]/hook", "NAT64"),
+    ("http://[64:ff9b:1::a00:1]/hook", "local-use NAT64"),
+    ("http://[::ffff:0:a00:1]/hook", "IPv4-translated"),
+    ("http://[::10.0.0.1]/hook", "IPv4-compatible"),
+    ("http://six.example.com/hook", "resolves to 2002:a00:1::1"),
     ("http://intranet.example.com/hook", "resolves to 10.0.0.7"),
     ("http://sneaky.example.com/hook", "resolves to 127.0.0.1"),
     ("http://metadata.google.internal/computeMetadata/v1/", "does not resolve"),
@@ -81,6 +91,7 @@ REFUSED = [
 @pytest.mark.parametrize("url,why", REFUSED)
 def test_a_receiver_inside_the_network_is_refused_at_registration(admin_client, dns, url, why):
     dns["intranet.example.com"] = ["10.0.0.7"]
+    dns["six.example.com"] = ["2002:a00:1::1"]
     dns["sneaky.example.com"] = [PUBLIC, "127.0.0.1"]  # one bad answer is enough
     dns["hooks.example.com"] = [PUBLIC]
     dns["metadata.google.internal"] = []
@@ -326,3 +337,41 @@ def test_the_readme_recipe_refuses_an_old_delivery():
     headers = {"X-Memoryui-Timestamp": timestamp, "X-Memoryui-Signature": mac}
     with pytest.raises(recipe["Rejected"], match="tolerance"):
         recipe["verify"]("s", headers, b"{}", set())
+
+
+def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(layout, dns):
+    from django.contrib.auth import get_user_model  # noqa: PLC0415
+
+    dns["hooks.example.com"] = [PUBLIC]
+    admin = Client()
+    admin.force_login(get_user_model().objects.create_superuser("root", "", "pw-for-tests-9"))
+    added = admin.post(
+        reverse("admin:memoryui_webhook_add"),
+        {
+            "workspace": layout.workspace.pk,
+            "url": "https://hooks.example.com:8443/T0KEN-in-path/hook?key=s3cret",
+            "events": '["export.done", "proposal.ready"]',
+            "active": "on",
+        },
+    )
+    assert added.status_code == 302, added.context["adminform"].form.errors
+    hook = Webhook.objects.get()
+    assert hook.secret.startswith("whsec_")
+
+    pages = [
+        admin.get(reverse("admin:memoryui_webhook_changelist")),
+        admin.get(reverse("admin:memoryui_webhook_change", args=[hook.pk])),
+        admin.get(reverse("admin:memoryui_webhook_delete", args=[hook.pk])),
+    ]
+    for page in pages:
+        text = page.content.decode()
+        assert page.status_code == 200 and "https://hooks.example.com:8443" in text
+        assert hook.secret not in text and "s3cret" not in text and "T0KEN" not in text
+    # A change keeps the receiver and its secret as they were.
+    admin.post(
+        reverse("admin:memoryui_webhook_change", args=[hook.pk]),
+        {"workspace": layout.workspace.pk, "events": '["export.done"]'},
+    )
+    changed = Webhook.objects.get()
+    assert (changed.url, changed.secret) == (hook.url, hook.secret)
+    assert changed.events == ["export.done"] and not changed.active

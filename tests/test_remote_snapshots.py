@@ -143,7 +143,22 @@ HOSTILE = {
     "symlink": ([link("memories/link.md", "/etc/passwd", tarfile.SYMTYPE)], "symbolic link"),
     "hardlink": ([link("memories/link.md", "/etc/passwd", tarfile.LNKTYPE)], "hard link"),
     "device": ([member("dev-null", b"", type=tarfile.CHRTYPE)], "device or FIFO"),
+    "backslashes": ([member("memories\\..\\..\\escaped.txt", b"owned")], "Windows path"),
+    "backslash": ([member("memories\\notes.md", b"fine?")], "Windows path"),
+    "drive": ([member("C:escaped.txt", b"owned")], "Windows path"),
 }
+
+
+@pytest.mark.parametrize("kind", ["escape", "absolute", "backslashes", "backslash", "drive"])
+def test_the_member_names_refused_are_those_the_sdks_restore_refuses(kind):
+    from agents.sandbox.util.tar_utils import (  # noqa: PLC0415
+        UnsafeTarMemberError,
+        safe_tar_member_rel_path,
+    )
+
+    [(info, _)] = HOSTILE[kind][0]
+    with pytest.raises(UnsafeTarMemberError):
+        safe_tar_member_rel_path(info)
 
 
 @pytest.mark.django_db

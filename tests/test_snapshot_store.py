@@ -21,6 +21,7 @@ from memoryui import curation, lint_allowances, served_memory, tasks, tokens
 from memoryui.models import (
     AuditEvent,
     ImportJob,
+    ImportRun,
     Layout,
     Membership,
     MemoryVersion,
@@ -790,3 +791,26 @@ def test_each_upload_is_kept_until_merged_and_replaced_then_deleted(
         run_import_job(third)
     assert len(list(store.rglob("*.tar"))) == 1
     assert download(secret, "x")[f"{S}/r3.jsonl"] == rollout("r3", "task of r3")
+
+
+def test_an_uploads_import_report_names_only_the_files_of_that_upload(
+    store, ops, settings, django_capture_on_commit_callbacks
+):
+    settings.MEMORYUI_HUGE_FILE_BYTES = 1024
+    user, secret = ops
+    upload(
+        secret, "x", sandbox("rx", {"big.bin": b"\0" * 4096}), django_capture_on_commit_callbacks
+    )
+    upload(
+        secret, "y", sandbox("ry", {"y-big.bin": b"\1" * 4096}), django_capture_on_commit_callbacks
+    )
+
+    x_run, y_run = ImportRun.objects.filter(workspace__name="w").order_by("pk")
+    x_named = {e["path"] for e in x_run.report["errors"]}
+    y_named = {e["path"]: e["error"] for e in y_run.report["errors"]}
+    assert "big.bin" in x_named and "y-big.bin" not in x_named
+    # Y's report: its own large file, not X's (which the workspace still holds), nor
+    # anything else only X's upload brought.
+    assert "large file" in y_named["y-big.bin"]
+    assert not any("rx" in path or path == "big.bin" for path in y_named), y_named
+    assert WorkspaceFile.objects.filter(workspace__name="w", path="big.bin").exists()

@@ -9,6 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -19,9 +20,11 @@ from memoryui.models import (
     Layout,
     Membership,
     MemoryVersion,
+    OperationStat,
     Proposal,
     Role,
     Webhook,
+    WebhookAttempt,
     WebhookDelivery,
 )
 from memoryui.snapshots import export_snapshot
@@ -34,7 +37,7 @@ class Receiver:
     """A webhook receiver on 127.0.0.1 answering the given statuses in turn (the last
     one from then on), recording each request."""
 
-    def __init__(self, statuses=(200,)) -> None:
+    def __init__(self, statuses=(200,), delay: float = 0.0) -> None:
         self.statuses = list(statuses)
         self.requests: list[tuple[float, dict[str, str], bytes]] = []
         self.arrived = threading.Condition()
@@ -48,6 +51,7 @@ class Receiver:
                     n = len(outer.requests)
                     outer.arrived.notify_all()
                 status = outer.statuses[min(n, len(outer.statuses)) - 1]
+                time.sleep(delay)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -263,3 +267,44 @@ def test_an_admin_adds_a_webhook_and_sees_its_secret_once(layout, monkeypatch):
     assert created.secret in added.content.decode() and created.events == ["run.failed"]
     assert created.secret not in client.get(url).content.decode()
     assert bad.status_code == 400 and Webhook.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fifty_deletes_racing_deliveries_end_quietly_and_count_the_dropped_ones(layout):
+    """An admin deletes a webhook while a worker delivers to it: before the worker reads
+    the delivery, while the receiver answers (20 ms), or as the attempt is written. No
+    5xx, no task error; a delivery whose webhook went is dropped and counted."""
+    admin = make_user("admin", staff=True)
+    client = Client()
+    client.force_login(admin)
+    errors: list[BaseException] = []
+    results: list[float | None] = []
+
+    def deliver(delivery_id: int) -> None:
+        try:
+            results.append(tasks.deliver_webhook.apply(args=(delivery_id,), throw=True).result)
+        except BaseException as exc:  # noqa: BLE001 (any task error fails the test)
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    webhooks._send("http://127.0.0.1:9/", b"", {})  # the HTTP client loaded, once
+    with Receiver(delay=0.02) as receiver:
+        for n in range(50):
+            target = hook(layout, receiver.url)
+            delivery = webhooks.emit(layout.workspace, "export.done", {"n": n})[0]
+            worker = threading.Thread(target=deliver, args=(delivery.pk,))
+            worker.start()
+            time.sleep((n % 10) * 0.005)  # 0 to 45 ms: before, during and after the POST
+            response = client.post(
+                reverse("memoryui:webhook_delete", args=[layout.workspace.name, target.pk])
+            )
+            worker.join(30)
+            assert response.status_code == 302, (n, response.status_code)
+            assert not errors, (n, errors)
+    assert not Webhook.objects.exists() and not WebhookAttempt.objects.exists()
+    assert len(results) == 50
+    dropped = OperationStat.objects.filter(operation="delivery", outcome="dropped").first()
+    # The ones deleted before their attempt was written were dropped; the others were
+    # delivered, their attempt deleted with the webhook.
+    assert dropped is not None and 0 < dropped.count <= 50

@@ -32,7 +32,7 @@ from .integrations import (
     WebhookDelivery,
 )
 from .operations import LintAllowance, LintResult, OperationStat, WorkerHeartbeat
-from .people import ROLE_ORDER, AuditEvent, Membership, Role
+from .people import ROLE_ORDER, AuditEvent, Membership, PasswordResetRequest, Role
 from .review import (
     ApprovedEntry,
     Comment,
@@ -83,6 +83,7 @@ __all__ = [
     "Membership",
     "MemoryVersion",
     "OperationStat",
+    "PasswordResetRequest",
     "PhaseOneJob",
     "PhaseOneResult",
     "Pin",

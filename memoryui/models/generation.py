@@ -118,6 +118,8 @@ class GenerationRun(models.Model):
         max_length=500, blank=True, help_text="How phase two ended without a proposal."
     )
     phase_two_dispatched_at = models.DateTimeField(null=True, blank=True)
+    # When a worker last took over work of this run whose holder's lease had run out.
+    taken_over_at = models.DateTimeField(null=True, blank=True)
     base_memory_md = models.ForeignKey(
         MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -85,3 +85,20 @@ class AuditEvent(models.Model):
             target=target[:1024],
             detail=detail,
         )
+
+
+class PasswordResetRequest(models.Model):
+    """A password-reset form sent (``user`` empty: counted per address) or a reset mail
+    sent to an account (``user``): kept an hour, so that every web process limits them
+    alike (``lockout.PasswordResetView``)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    address = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return (
+            f"password reset {'mail to ' + str(self.user) if self.user else 'from'} {self.address}"
+        )

@@ -233,6 +233,13 @@ class ImportJob(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A worker holds a running job under a lease it renews (``pipeline.renewing``); once
+    # it has run out (the worker died), the task sent again by beat, or redelivered by
+    # the broker, takes the job over. ``attempts`` counts the claims: the holder's token.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    taken_over_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]

@@ -70,7 +70,7 @@ def webhook_delete(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse
     workspace = request.workspace
     hook = get_object_or_404(Webhook, pk=pk, workspace=workspace)
     AuditEvent.record(workspace, "webhook.delete", user=request.user, target=hook.origin)
-    hook.delete()
+    webhooks.delete_webhook(hook)
     messages.info(request, "Webhook removed.")
     return redirect("memoryui:webhook_list", name=name)
 

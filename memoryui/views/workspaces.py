@@ -369,7 +369,9 @@ def _layout_counts(workspace: Workspace) -> dict[int, dict[str, int]]:
 def import_detail(request: HtmxHttpRequest, name: str, pk: int) -> HttpResponse:
     run = get_object_or_404(ImportRun, workspace=request.workspace, pk=pk)
     run.workspace = request.workspace
-    return render(request, "memoryui/import_detail.html", {"run": run, "workspace": run.workspace})
+    job = ImportJob.objects.filter(run=run).only("taken_over_at", "attempts").first()
+    context = {"run": run, "workspace": run.workspace, "job": job}
+    return render(request, "memoryui/import_detail.html", context)
 
 
 @workspace_view(Role.ADMIN)
