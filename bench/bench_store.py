@@ -73,7 +73,7 @@ PYTHON = sys.executable
 # dead worker held once its lease has run out.
 FAST_RECOVERY = {
     "MEMORYUI_RECOVERY_SECONDS": "5",
-    "MEMORYUI_LEASE_SECONDS": "15",
+    "MEMORYUI_JOB_LEASE_SECONDS": "15",
     "MEMORYUI_LEASE_RENEW_SECONDS": "3",
 }
 
@@ -83,13 +83,11 @@ def log(message: str) -> None:
 
 
 def compose_web_command() -> list[str]:
-    """compose.yaml's gunicorn command line, bound to loopback here."""
-    for line in (PROJECT_DIR / "compose.yaml").read_text().splitlines():
-        stripped = line.strip()
-        if stripped.startswith("command:") and '"gunicorn"' in stripped:
-            command = json.loads(stripped.removeprefix("command:").strip())
-            return [str(part) for part in command]
-    raise SystemExit("compose.yaml has no gunicorn command")
+    """compose.yaml's gunicorn command line (bound to loopback by the caller)."""
+    import yaml
+
+    compose = yaml.safe_load((PROJECT_DIR / "compose.yaml").read_text())
+    return [str(part) for part in compose["services"]["web"]["command"]]
 
 
 @dataclass

@@ -16,6 +16,7 @@ with each layout's memories folder as the workspace serves it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
@@ -33,6 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import archive_map, export, tree
 from generation.export import ExportError
@@ -179,12 +181,22 @@ def _queue_import(
             },
         )
         _keep_index(snapshot, digest, index)
-        import_new_workspace.delay_on_commit(job.pk)
+        transaction.on_commit(functools.partial(_send_import, import_new_workspace, job.pk))
     if replaced is not None and replaced[1] not in ACTIVE and replaced[0] != target:
         # Merged (or never to be): nothing reads the replaced archive any more but a
         # restore already under way, which has it open or copied.
         object_storage.delete(replaced[0])
     return Upload(snapshot, job)
+
+
+def _send_import(task: Any, job_id: int) -> None:
+    """Send the merge's task. The archive and its job are stored by now, so a broker
+    that cannot be reached (restarting, say) does not fail the upload: the job stays
+    queued, and beat's recovery sends it again once its lease has run out."""
+    try:
+        task.delay(job_id)
+    except (KombuOperationalError, OSError) as exc:
+        log.warning("upload.queue_failed job=%s error=%r: beat sends it again", job_id, exc)
 
 
 def import_upload(

@@ -15,6 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import lint, tree
 from memoryui import curation, lint_allowances, served_memory, tasks, tokens
@@ -814,3 +815,30 @@ def test_an_uploads_import_report_names_only_the_files_of_that_upload(
     assert "large file" in y_named["y-big.bin"]
     assert not any("rx" in path or path == "big.bin" for path in y_named), y_named
     assert WorkspaceFile.objects.filter(workspace__name="w", path="big.bin").exists()
+
+
+@pytest.mark.django_db
+def test_an_upload_whose_task_the_broker_cannot_take_is_still_answered_202_and_left_queued(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch, caplog
+):
+    """The archive and its job are durable before the task is sent: a Redis that is
+    restarting fails the send, not the sandbox's persist; beat sends the job again."""
+
+    def broker_down(*args, **kwargs):
+        raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks.import_new_workspace, "delay", broker_down)
+    _, secret = ops
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = Client().put(
+            "/api/workspaces/w/snapshots/x",
+            sandbox("rx", {}),
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+
+    assert answer.status_code == 202, answer.content
+    job = ImportJob.objects.get(pk=answer.json()["import_job"])
+    assert job.status == ImportJob.Status.QUEUED
+    assert "upload.queue_failed" in caplog.text and "beat sends it again" in caplog.text
+    assert run_import_job(job.pk).status == ImportJob.Status.DONE  # what beat's resend runs
