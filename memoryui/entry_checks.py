@@ -20,7 +20,15 @@ from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
 from . import documents
-from .models import EntryCheck, MemoryVersion, Proposal, RawMemory, Rollout, WorkspaceFile
+from .models import (
+    EntryCheck,
+    Layout,
+    MemoryVersion,
+    Proposal,
+    RawMemory,
+    Rollout,
+    WorkspaceFile,
+)
 
 USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
 # An entry that cites nothing is compared with the words of at most this many rollouts
@@ -78,7 +86,6 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
     phase-one results first (not imported yet), then the imported files. ``everyone``:
     also the rollouts of the proposal's selection (``selected``), whose words an entry
     citing nothing (a summary section) is compared with."""
-    layout = proposal.layout
     found = Sources()
     if everyone:
         found.selected = [
@@ -91,6 +98,12 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
                 found.rollout_of[path] = result["rollout_id"]
             elif path.startswith("raw_memories/"):
                 found.raw.setdefault(result["rollout_id"], text)
+    return _load_workspace(proposal.layout, cited, found)
+
+
+def _load_workspace(layout: Layout, cited: set[str], found: Sources) -> Sources:
+    """``found`` completed with the cited summaries the workspace holds (imported, or
+    brought by the same upload), their raw memories and their rollouts' items."""
     wanted = {f"{layout.memories_dir}/{p}": p for p in cited if p not in found.summaries}
     for path, blob, rollout_id in WorkspaceFile.objects.filter(
         workspace_id=layout.workspace_id,
@@ -192,14 +205,32 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     claims = []
     for claim in evidence.check(text, summaries) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
+    found = _flags(text, sources)
+    risk = max((f.strength for f in found), default=0)
+    return risk, [_flag_json(f) for f in found], claims
+
+
+def _flags(text: str, sources: Sources, *, require_cited: bool = False) -> list[poison.Flag]:
+    """The poisoning flags of one entry text, compared with the user's and the
+    assistant's words in the rollouts it cites (those of the selection when it cites
+    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (an
+    agent's own entry, checked against everything the workspace holds)."""
+    cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
+    rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
     voices = sources.voices(rollout_ids or sources.selected)
     found = poison.flags(text, voices if voices.known else None)
-    risk = max((f.strength for f in found), default=0)
-    flags = [
-        {"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt}
-        for f in found
-    ]
-    return risk, flags, claims
+    if require_cited:
+        found += [poison.missing_source(text, p) for p in cited if p not in sources.summaries]
+    return poison.ordered(found)
+
+
+def _flag_json(flag: poison.Flag) -> dict:
+    return {
+        "kind": flag.kind.value,
+        "label": flag.label,
+        "reason": flag.reason,
+        "excerpt": flag.excerpt,
+    }
 
 
 def _unchecked(text: str) -> list[evidence.Claim]:
@@ -344,8 +375,10 @@ def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:
 
 def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
     """The poisoning flags of the entries an agent's own version (found on disk by an
-    import or an upload) adds or changes, against the version before it: the pattern
-    checks (no rollout says who wrote an edit made on disk)."""
+    import or an upload) adds or changes, against the version before it: the same
+    checks as a proposal's, against the rollouts the entries cite (imported, or brought
+    by the same upload); an entry citing a summary the workspace does not hold is
+    flagged for it."""
     before = (
         MemoryVersion.objects.filter(
             layout_id=version.layout_id, document=version.document, number__lt=version.number
@@ -354,11 +387,26 @@ def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
         .values_list("blob_id", flat=True)
         .first()
     )
-    old = _text(before)
-    new = _text(version.blob_id)
+    old, new = _text(before), _text(version.blob_id)
+    changed = _agent_changes(old, new)
+    cited = {m.group(0) for text in changed for m in CITATION_RE.finditer(text)}
+    sources = _load_workspace(version.layout, cited, Sources())
+    return [flag for text in changed for flag in _flags(text, sources, require_cited=True)]
+
+
+def agent_entry_flags(old: str, new: str, sources: Sources) -> list[dict]:
+    """``agent_version_flags`` of a change from ``old`` to ``new`` with the ``sources``
+    given (the bench and tests: no database)."""
     return [
-        flag
+        _flag_json(flag)
+        for text in _agent_changes(old, new)
+        for flag in _flags(text, sources, require_cited=True)
+    ]
+
+
+def _agent_changes(old: str, new: str) -> list[str]:
+    return [
+        change.proposed
         for change in review.compare(old, new, pairing=False)
         if change.status in ("added", "changed")
-        for flag in poison.flags(change.proposed)
     ]
