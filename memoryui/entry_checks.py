@@ -193,9 +193,12 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
     raws = [(r, sources.raw[r]) for r in rollout_ids if r in sources.raw]
+    # An entry citing nothing (a section of memory_summary.md, its User preferences)
+    # is traced to the rollouts of the selection: every sentence gets its origin.
+    traced = rollout_ids if cited else sources.selected
     items = [
         (f"{r}#{n}|{who}", said)
-        for r in rollout_ids
+        for r in traced
         for n, who, said in sources.items.get(r, [])
         if said.strip()
     ]

@@ -96,7 +96,13 @@ class Refused(WritebackError):
         self.plan = plan
         reasons = []
         if self.refused:
-            reasons.append(f"{len(self.refused)} file name(s) outside their layout")
+            # Each refusal says its own reason (a name outside its layout, an agent's
+            # version holding possible poisoning, a file that cannot be read).
+            shown = [f"{r.path}: {r.reason}" for r in self.refused[:3]]
+            more = len(self.refused) - len(shown)
+            reasons.append(
+                "; ".join(shown) + (f"; and {more} more refused file(s)" if more else "")
+            )
         if self.conflicts:
             reasons.append(f"{len(self.conflicts)} file(s) changed on disk since the import")
         if findings:
