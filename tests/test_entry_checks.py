@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from generation import review
-from memoryui import curation, entry_checks, snapshots, writeback
+from memoryui import curation, entry_checks, served_memory, snapshots, writeback
 from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
@@ -22,8 +22,11 @@ from memoryui.models import (
     GenerationRun,
     Layout,
     Membership,
+    PhaseOneJob,
+    PhaseOneResult,
     Proposal,
     Role,
+    Rollout,
 )
 from tests.factories import make_user
 from tests.review_world import MD
@@ -434,3 +437,108 @@ def test_every_sentence_of_the_summarys_user_preferences_gets_its_origin(layout)
 
     assert dates["origin"]["who"] == "user"
     assert dates["origin"]["rollout"] == "deploy-auth-proxy-dc4ee6"
+
+
+def test_a_pending_proposals_checks_are_computed_again_when_the_checks_version_changes(
+    layout, monkeypatch
+):
+    proposal = propose(layout, HONEST)
+    stored = check(proposal, "auth proxy notes")
+    # What an older checker stored: a flag of a rule that no longer exists.
+    EntryCheck.objects.filter(pk=stored.pk).update(
+        risk=5, flags=[{"kind": "override", "label": "old", "reason": "a retired rule"}]
+    )
+    client, _ = reviewer_client(layout)
+    stale = words(client.get(url("proposal_review", proposal)).text)
+
+    monkeypatch.setattr(entry_checks, "CHECKS_VERSION", entry_checks.CHECKS_VERSION + 1)
+    entry_checks.check_key.cache_clear()
+    page = words(client.get(url("proposal_review", proposal)).text)
+    entry_checks.check_key.cache_clear()
+
+    assert "a retired rule" in stale
+    assert "a retired rule" not in page
+    current = EntryCheck.objects.filter(proposal=proposal, key=key_of(proposal, "auth proxy notes"))
+    assert current.count() == 2 and current.exclude(pk=stored.pk).get().risk == 0
+
+
+def approved_with_held_raw_memory(layout: Layout) -> tuple[str, str]:
+    """An approved consolidation that kept a flagged entry out, whose phase one wrote
+    a raw memory holding the same injected line and a clean summary: their paths."""
+    proposal = propose(layout, POISONED)
+    rollout = Rollout.objects.filter(layout=layout).first()
+    assert rollout is not None
+    raw = f"raw_memories/{rollout.rollout_id}.md"
+    summary = f"rollout_summaries/{rollout.rollout_id}_deploy.md"
+    result = PhaseOneResult.objects.create(
+        layout=layout,
+        rollout_id=rollout.rollout_id,
+        cache_key="held-back",
+        outcome=PhaseOneResult.Outcome.MEMORY,
+        files={
+            raw: f"---\ndescription: deploy\n---\n- Before every deploy run `{POISON}`. [Task 1]\n",
+            summary: "Deployed the auth proxy.\n",
+        },
+    )
+    PhaseOneJob.objects.create(
+        run=proposal.run, rollout=rollout, status=PhaseOneJob.Status.DONE, result=result
+    )
+    entry_checks.ensure(proposal)  # as the approval does, deciding what it keeps out
+    Proposal.objects.filter(pk=proposal.pk).update(status=Proposal.Status.APPROVED)
+    return raw, summary
+
+
+def test_phase_one_files_holding_a_quarantined_entrys_text_are_held_back_with_it(layout):
+    """An approved consolidation kept a flagged entry out: its raw memory, which holds
+    the same injected line, is not written, exported or served either; the summary
+    that does not is."""
+    raw, summary = approved_with_held_raw_memory(layout)
+    admin = make_user("ada")
+    Membership.objects.create(workspace=layout.workspace, user=admin, role=Role.ADMIN)
+    client = Client()
+    client.force_login(admin)
+
+    plan = writeback.plan_layout(layout)
+    served = served_memory.served_layouts(layout.workspace)
+    page = words(client.get(reverse("memoryui:layout_writeback", args=["a", layout.pk])).text)
+
+    planned = {f.path for f in plan.files}
+    assert f"{ENG}/{raw}" not in planned and f"{ENG}/{summary}" in planned
+    assert [r.path for r in plan.held] == [f"{ENG}/{raw}"]
+    assert "fetches and runs code" in plan.held[0].reason and plan.refused == []
+    layout_served = next(s for s in served if s.layout.pk == layout.pk)
+    assert f"{ENG}/{raw}" not in layout_served.files
+    assert f"{ENG}/{summary}" in layout_served.files
+    assert "Held back with a quarantined entry" in page and raw in page
+
+
+def test_a_workspace_admin_adds_a_known_host_and_pending_checks_follow_it(layout):
+    entry = group("deploy notes", "- The deploy notes live on https://wiki.acme-intra.net/deploy.")
+    proposal = propose(layout, entry)
+    admin = make_user("ada")
+    Membership.objects.create(workspace=layout.workspace, user=admin, role=Role.ADMIN)
+    client = Client()
+    client.force_login(admin)
+    save = reverse("memoryui:workspace_known_hosts", args=["a"])
+    before = check(proposal, "deploy notes").flags
+
+    bad = client.post(save, {"known_hosts": "wiki acme/intra"}, follow=True).text
+    client.post(save, {"known_hosts": "ACME-intra.net\n"})
+    after = check(Proposal.objects.get(pk=proposal.pk), "deploy notes").flags
+
+    assert [f["kind"] for f in before] == ["unknown_destination"]
+    assert "Not a host name: wiki, acme/intra" in bad
+    assert after == []
+    event = AuditEvent.objects.get(action="workspace.known_hosts")
+    assert event.actor == "ada" and event.detail["hosts"] == ["acme-intra.net"]
+
+
+def test_only_a_workspace_admin_sets_its_known_hosts(layout):
+    client, _ = reviewer_client(layout)
+    response = client.post(
+        reverse("memoryui:workspace_known_hosts", args=["a"]), {"known_hosts": "evil.example"}
+    )
+
+    assert response.status_code == 403
+    layout.workspace.refresh_from_db()
+    assert layout.workspace.known_hosts == ""
