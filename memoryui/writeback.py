@@ -567,12 +567,14 @@ def _hold_quarantined_text(
         if found is None:
             kept.append((path, data, source, kind))
             continue
-        (document, key), flag = found
+        (document, _), flag = found
+        line = flag["excerpt"] if len(flag["excerpt"]) <= 100 else flag["excerpt"][:99] + "…"
+        name = DOCUMENT_FILES.get(MemoryVersion.Document(document), document)
         held.append(
             Refusal(
                 path,
-                f"holds the text of the quarantined entry {key} of proposal #{proposal.pk} "
-                f"({flag['label']}: {flag['reason']}); held back with it",
+                f"holds “{line}”, the line of an entry proposal #{proposal.pk} kept out of "
+                f"{name} ({flag['label']}: {flag['reason']})",
             )
         )
     return kept, held

@@ -522,10 +522,12 @@ def test_a_workspace_admin_adds_a_known_host_and_pending_checks_follow_it(layout
     save = reverse("memoryui:workspace_known_hosts", args=["a"])
     before = check(proposal, "deploy notes").flags
 
+    form = client.get(reverse("memoryui:workspace_detail", args=["a"])).text
     bad = client.post(save, {"known_hosts": "wiki acme/intra"}, follow=True).text
     client.post(save, {"known_hosts": "ACME-intra.net\n"})
     after = check(Proposal.objects.get(pk=proposal.pk), "deploy notes").flags
 
+    assert 'id="known-hosts"' in form
     assert [f["kind"] for f in before] == ["unknown_destination"]
     assert "Not a host name: wiki, acme/intra" in bad
     assert after == []
@@ -540,5 +542,8 @@ def test_only_a_workspace_admin_sets_its_known_hosts(layout):
     )
 
     assert response.status_code == 403
+    assert (
+        'id="known-hosts"' not in client.get(reverse("memoryui:workspace_detail", args=["a"])).text
+    )
     layout.workspace.refresh_from_db()
     assert layout.workspace.known_hosts == ""
