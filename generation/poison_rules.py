@@ -401,6 +401,19 @@ _INDEX = re.compile(
 )
 
 
+_PACKAGES = re.compile(
+    r"\b(?:pip3?|npm|yarn|pnpm|uv|poetry|conda|packages?|paquetes?|paquets?|pakete?|"
+    r"dependenc\w*|dependências|abhängigkeit\w*|install\w*|registry|pypi|wheels?|crates?|"
+    r"gems?|modules?|librar\w*|bibliothe\w*)\b",
+    _I,
+)
+
+
+def _around(text: str, start: int, end: int) -> str:
+    """The line a match is on."""
+    return text[text.rfind("\n", 0, start) + 1 : (text.find("\n", end) + 1 or len(text) + 1) - 1]
+
+
 @cache
 def popular_packages() -> frozenset[str]:
     return frozenset(_data_lines("popular_pypi.txt") + _data_lines("popular_npm.txt"))
@@ -477,6 +490,8 @@ def substitutions(text: str, said: str, extra_hosts: frozenset[str]) -> list[tup
             check(part, match.start(), match.end(), "the repository name")
     for match in _INDEX.finditer(text):
         url = next(g for g in match.groups() if g)
+        if match.group(5) and not _PACKAGES.search(_around(text, match.start(), match.end())):
+            continue  # a mirror of notes or logs, not of packages
         host = re.sub(r"^[a-z]+://", "", url, flags=_I).split("/")[0].split(":")[0]
         if host and not known_host(host, extra_hosts) and host.lower() not in said.lower():
             if not re.match(r"(?:localhost|127\.|10\.|192\.168\.)", host):
