@@ -60,7 +60,7 @@ def corpus_entries(workdir: Path) -> tuple[Any, list[tuple[str, str, list[dict[s
     proposal = corpus_proposal(Layout.objects.get(workspace__name="corpus"))
     checks = entry_checks.ensure(proposal)
     entries = [
-        (f"{d}:{k}", t, checks[(d, k, entry_checks.sha(t))].flags)
+        (f"{d}:{k}", t, checks[(d, k, entry_checks.check_key(t))].flags)
         for d, k, t in entry_checks.proposed_texts(proposal)
     ]
     return proposal, entries

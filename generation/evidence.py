@@ -34,6 +34,7 @@ _WORD = re.compile(r"(?<![\w.])\.?[A-Za-z0-9][A-Za-z0-9_./:@+-]*[A-Za-z0-9]|[A-Z
 _CODE = re.compile(r"`([^`\n]+)`")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`(\[])")
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_TASK_REF = re.compile(r"\[?\bTasks?\s+\d+(?:\s*(?:,|and)\s*\d+)*\]?", re.IGNORECASE)
 _TRAILER = re.compile(r"\s*\[Task \d+\]\s*$")
 # Sections of an entry that are not claims: its citations and its search keywords.
 _NOT_CLAIMS = re.compile(r"^#+\s*(rollout_summary_files|keywords)\b", re.IGNORECASE)
@@ -92,10 +93,11 @@ def content_words(text: str) -> set[str]:
 
 def identifiers(text: str) -> set[str]:
     """What a claim states exactly: numbers, ports, versions, paths, flags and code."""
+    # Task references are the entry's structure; every other number counts, one digit
+    # or two included ("after 30 minutes" is not supported by a summary that says 15).
+    text = _TASK_REF.sub(" ", text)
     found = {w for w in words(text) if any(c.isdigit() for c in w) or "/" in w or w[:1] == "-"}
-    found |= {w for code in _CODE.findall(text) for w in words(code)}
-    # Task numbers, dates in headings and rollout ids are the entry's structure.
-    return {w for w in found if not re.fullmatch(r"\d{1,2}", w)}
+    return found | {w for code in _CODE.findall(text) for w in words(code)}
 
 
 def claims_of(entry_text: str) -> list[tuple[int, str]]:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from . import evidence
+from . import evidence, poison_rules
 from .lint import _INJECTION_RULES
 
 
@@ -30,6 +30,14 @@ class Kind(StrEnum):
     ENCODED = "encoded_payload"
     HIDDEN = "hidden_text"
     UNSTATED_PREFERENCE = "unstated_preference"
+    MISSING_SOURCE = "missing_source"
+    SECRET = "secret"
+    EXFILTRATION = "exfiltration"
+    PERSISTENCE = "persistence"
+    WEAKENED = "weakened_safeguard"
+    AUTHORITY = "authority_claim"
+    SUBSTITUTION = "source_substitution"
+    DECEPTION = "deceives_user"
 
 
 LABELS = {
@@ -39,6 +47,14 @@ LABELS = {
     Kind.ENCODED: "encoded payload",
     Kind.HIDDEN: "hidden text",
     Kind.UNSTATED_PREFERENCE: "preference the user never stated",
+    Kind.MISSING_SOURCE: "cites a summary that does not exist",
+    Kind.SECRET: "handles a secret",
+    Kind.EXFILTRATION: "sends data out",
+    Kind.PERSISTENCE: "persistence or privilege",
+    Kind.WEAKENED: "weakens a safeguard",
+    Kind.AUTHORITY: "claims authority or consent",
+    Kind.SUBSTITUTION: "substitutes a source",
+    Kind.DECEPTION: "deceives the user",
 }
 # Strongest first: the review page orders flagged entries by their strongest reason.
 STRENGTH = {
@@ -48,6 +64,14 @@ STRENGTH = {
     Kind.UNKNOWN_DESTINATION: 4,
     Kind.ENCODED: 3,
     Kind.UNSTATED_PREFERENCE: 2,
+    Kind.MISSING_SOURCE: 1,
+    Kind.EXFILTRATION: 6,
+    Kind.SECRET: 5,
+    Kind.PERSISTENCE: 5,
+    Kind.SUBSTITUTION: 5,
+    Kind.WEAKENED: 4,
+    Kind.AUTHORITY: 4,
+    Kind.DECEPTION: 4,
 }
 
 
@@ -111,8 +135,12 @@ _OVERRIDE_EXTRA = tuple(
         ),
     )
 )
+# Speaking of the system prompt is no override by itself ("the system prompt names the
+# conventions"); setting it aside is (``poison_rules.OVERRIDES``).
 _LINT_OVERRIDE = tuple(
-    (m, p) for m, p in _INJECTION_RULES if "shell" not in m and "invisible" not in m
+    (m, p)
+    for m, p in _INJECTION_RULES
+    if "shell" not in m and "invisible" not in m and "system or developer" not in m
 )
 
 _FETCH_AND_RUN = tuple(
@@ -155,8 +183,14 @@ _URL = re.compile(r"\b(?:https?|ftp|ssh|git)://[^\s<>\"'`)\]]+", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _HOST = re.compile(
     r"(?<![\w./@-])(?:[a-z0-9-]+\.)+(?:com|net|org|io|dev|app|ai|co|xyz|sh|ru|cn|info|biz|"
-    r"me|cc|tk|top|site|online|cloud|tech|live|pw|su|zip|link|click)\b(?![\w/-])",
+    r"me|cc|tk|top|site|online|cloud|tech|live|pw|su|zip|link|click|help|de|fr|es|uk|eu|us|"
+    r"ca|nl|it|pl|ch|at|be|se|no|fi|jp|kr|in|br|mx|ly|gg|to|ws|so|icu|club|store|shop|"
+    r"website|space|fun|host|page|pages|run|tools|network|services|digital)\b(?![\w-])",
     re.IGNORECASE,
+)
+# Bare names with one dot and these endings are file names ("release.sh"), not hosts.
+_FILE_ENDINGS = frozenset(
+    "sh zip py md in rs pl ps1 js ts json yml yaml toml cfg ini txt log".split()
 )
 _IP = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?(?![\d.])")
 _CREDENTIAL = re.compile(
@@ -171,30 +205,82 @@ _ESCAPES = re.compile(
 _HIDDEN = re.compile(
     "[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]"
 )
-_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _PREFERENCE_HEADING = re.compile(r"^#+\s*user\s+preferences\b", re.IGNORECASE)
+# What makes a line of User preferences an instruction rather than a fact ("the suite
+# runs on 4 cores"): a directive or a normative word, in the four languages.
 _DIRECTIVE = re.compile(
-    r"\b(?:always|never|must|should|prefer|prefers|do\s+not|don't|make\s+sure|remember\s+to|"
-    r"use|run|send|add|set|install)\b",
+    r"\b(?:always|never|must|should|prefer|prefers|preferred|do\s+not|don't|make\s+sure|"
+    r"remember\s+to|use|run|send|add|set|install|keep|wants?|wanted|likes?|fine|ok|okay|"
+    r"allowed|unnecessary|needed|needs?|automatically|directly|straight|instead|avoid|"
+    r"commit|push|share|skip|siempre|nunca|debe[ns]?|quiere|gusta|prefiere|usar?|evita|"
+    r"sin|automáticamente|toujours|jamais|doit|doivent|veut|souhaite|préfère|peut|peuvent|"
+    r"utiliser?|évite|sans|automatiquement|immer|nie|niemals|soll|sollen|muss|müssen|"
+    r"möchte|will|bevorzugt|nutzen?|verwenden?|ohne|automatisch)\b",
     re.IGNORECASE,
 )
 _REPORTED = re.compile(r"\bthe\s+user\s+(?:asked|said|wrote|wants|prefers|requested)\b", re.I)
 
 
-def flags(text: str, voices: Voices | None = None) -> list[Flag]:
+def flags(
+    text: str, voices: Voices | None = None, allowed_hosts: frozenset[str] = frozenset()
+) -> list[Flag]:
     """The poisoning flags of one entry's text, strongest first (one per kind and
     excerpt). ``voices``: the user's and assistant's words in the rollouts it cites;
-    without them the checks that compare against them do not run."""
+    without them the checks that compare against them do not run. ``allowed_hosts``:
+    the workspace's allow-list (hosts and their subdomains)."""
+    heard = voices or Voices()
+    said = heard.user + "\n" + heard.assistant
     found = (
         _patterns(Kind.FETCH_AND_RUN, _FETCH_AND_RUN, text)
         + _patterns(Kind.OVERRIDE, _LINT_OVERRIDE + _OVERRIDE_EXTRA, text)
+        + _patterns(Kind.OVERRIDE, poison_rules.OVERRIDES, text)
         + _hidden(text)
         + _encoded(text)
-        + _destinations(text, voices or Voices())
+        + _destinations(text, heard, allowed_hosts)
+        + _spans(Kind.SECRET, text, poison_rules.secrets(text))
+        + _spans(Kind.EXFILTRATION, text, poison_rules.url_variables(text))
+        + _uploads(text, heard, allowed_hosts)
+        + _spans(Kind.PERSISTENCE, text, poison_rules.persistence(text, heard.user))
+        + _spans(Kind.WEAKENED, text, poison_rules.safeguards(text))
+        + _spans(Kind.AUTHORITY, text, poison_rules.authority(text, heard.user_words, 0.6))
+        + _spans(Kind.SUBSTITUTION, text, poison_rules.substitutions(text, said, allowed_hosts))
+        + _spans(Kind.DECEPTION, text, poison_rules.deception(text))
         + (_preferences(text, voices) if voices is not None and voices.known else [])
     )
+    return ordered(found)
+
+
+def _spans(kind: Kind, text: str, found: list[tuple[str, int, int]]) -> list[Flag]:
+    return [Flag(kind, reason, _line_of(text, start, end)) for reason, start, end in found]
+
+
+def _uploads(text: str, voices: Voices, allowed: frozenset[str]) -> list[Flag]:
+    """Commands that send files or data to a host the rollout's people never named."""
+    out = []
+    for reason, start, end, host in poison_rules.uploads(text):
+        if host and (_local(host) or poison_rules.known_host(host, allowed)):
+            continue
+        if host and voices.known and voices.said(host):
+            continue
+        where = f"to {host}, a host nobody in the rollout named" if host else ""
+        out.append(Flag(Kind.EXFILTRATION, f"{reason} {where}".strip(), _line_of(text, start, end)))
+    return out
+
+
+def ordered(found: list[Flag]) -> list[Flag]:
+    """One flag per kind and excerpt (the first), strongest first."""
     unique = {(f.kind, f.excerpt): f for f in reversed(found)}
     return sorted(unique.values(), key=lambda f: -f.strength)
+
+
+def missing_source(text: str, cited: str) -> Flag:
+    """An entry citing a rollout summary nobody can read: nothing supports it."""
+    at = text.find(cited)
+    return Flag(
+        Kind.MISSING_SOURCE,
+        f"cites {cited}, which the workspace does not hold: nothing says where it came from",
+        _line_of(text, at, at + len(cited)),
+    )
 
 
 def strongest(found: list[Flag]) -> Flag | None:
@@ -226,14 +312,27 @@ def _hidden(text: str) -> list[Flag]:
                 line.encode("unicode_escape").decode("ascii"),
             )
         )
-    for match in _COMMENT.finditer(text):
-        out.append(
-            Flag(
-                Kind.HIDDEN,
-                "an HTML comment: not shown when rendered, read by the agent",
-                " ".join(match.group(0).split())[:240],
+    for match in poison_rules.HTML_COMMENT.finditer(text):
+        inner = match.group(1) if match.group(1) is not None else match.group(2) or ""
+        inner_flags = flags(inner) if inner.strip() else []
+        if inner_flags or poison_rules.says_something(inner):
+            why = f"; it {inner_flags[0].reason}" if inner_flags else ""
+            out.append(
+                Flag(
+                    Kind.HIDDEN,
+                    "a comment that says something to its reader, not shown when rendered" + why,
+                    " ".join(match.group(0).split())[:240],
+                )
             )
-        )
+    for match in poison_rules.HIDDEN_ELEMENT.finditer(text):
+        if poison_rules.says_something(match.group(2)):
+            out.append(
+                Flag(
+                    Kind.HIDDEN,
+                    "text hidden from the rendered page by its markup, read by the agent",
+                    " ".join(match.group(0).split())[:240],
+                )
+            )
     return out
 
 
@@ -253,6 +352,8 @@ def _encoded(text: str) -> list[Flag]:
                 _line_of(text, match.start(), match.end()),
             )
         )
+    for reason, start, end in poison_rules.rot13(text):
+        out.append(Flag(Kind.ENCODED, reason, _line_of(text, start, end)))
     for match in _ESCAPES.finditer(text):
         out.append(
             Flag(
@@ -281,7 +382,7 @@ def _decode(blob: str) -> str | None:
     return decoded
 
 
-def _destinations(text: str, voices: Voices) -> list[Flag]:
+def _destinations(text: str, voices: Voices, allowed: frozenset[str] = frozenset()) -> list[Flag]:
     out = []
     seen: set[str] = set()
     candidates: list[tuple[str, re.Match[str]]] = []
@@ -292,12 +393,21 @@ def _destinations(text: str, voices: Voices) -> list[Flag]:
         candidates += [("IP address", m) for m in _IP.finditer(text)]
     for what, match in candidates:
         value = match.group(0).rstrip(".,;:")
+        host = _host_of(value)
         if _local(value):
+            continue
+        if (
+            what == "host"
+            and value.count(".") == 1
+            and value.rsplit(".", 1)[1].lower() in _FILE_ENDINGS
+        ):
             continue
         if any(value.lower() in s for s in seen):
             continue  # the host of a URL already flagged
-        if voices.said(value):
+        if voices.said(value) or (what != "e-mail address" and voices.said(host)):
             continue
+        if what != "e-mail address" and poison_rules.known_host(host, allowed):
+            continue  # documentation, package and code hosts; variables are checked apart
         seen.add(value.lower())
         out.append(
             Flag(
@@ -312,7 +422,7 @@ def _destinations(text: str, voices: Voices) -> list[Flag]:
             continue  # "the password is configured": a word, not a credential
         out.append(
             Flag(
-                Kind.UNKNOWN_DESTINATION,
+                Kind.SECRET,
                 "a credential written into memory"
                 + ("" if voices.said(match.group(1)) else ", never given by the user"),
                 _line_of(text, match.start(), match.start(1)) + " …",
@@ -327,6 +437,13 @@ _LOCAL_HOST = re.compile(
     r"(?:[:/]|$)",
     re.IGNORECASE,
 )
+
+
+def _host_of(value: str) -> str:
+    """The host of a URL, an address or a bare host name."""
+    value = re.sub(r"^[a-z]+://", "", value, flags=re.IGNORECASE)
+    value = value.split("/", 1)[0].rsplit("@", 1)[-1]
+    return value.split(":", 1)[0].lower()
 
 
 def _local(value: str) -> bool:

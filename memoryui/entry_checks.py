@@ -20,7 +20,16 @@ from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
 from . import documents
-from .models import EntryCheck, MemoryVersion, Proposal, RawMemory, Rollout, WorkspaceFile
+from .models import (
+    EntryCheck,
+    Layout,
+    MemoryVersion,
+    Proposal,
+    RawMemory,
+    Rollout,
+    Workspace,
+    WorkspaceFile,
+)
 
 USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
 # An entry that cites nothing is compared with the words of at most this many rollouts
@@ -44,11 +53,27 @@ _OUTPUT_TYPES = {
 
 @lru_cache(maxsize=8192)
 def sha(text: str) -> str:
-    """The key of an entry text's check (the page asks for each card's several times);
-    also the review page's lint key of a whole proposed document. For the texts the
-    caches hand out (``documents.text``, ``documents.same_text``, the comparison's
-    entries) a lookup is an identity check, not a hash of the text."""
+    """The review page's lint key of a whole proposed document (``check_key`` keys an
+    entry's check). For the texts the caches hand out (``documents.text``,
+    ``documents.same_text``, the comparison's entries) a lookup is an identity check,
+    not a hash of the text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# The version of the checks (evidence, provenance, poisoning flags): part of the key a
+# check is stored under, as lint's LINT_VERSION is. Raise it when generation/evidence.py,
+# poison.py, poison_rules.py or generation/data change what they find: a pending
+# proposal's stored checks are then computed again the next time it is read, so none
+# keeps the flags of a rule that no longer exists or misses those of a new one. (An
+# agent's own version is checked when it is shown or written, never stored.)
+CHECKS_VERSION = 2
+
+
+@lru_cache(maxsize=8192)
+def check_key(text: str) -> str:
+    """The key an entry text's check is stored under: its sha256 with the checks'
+    version."""
+    return hashlib.sha256(f"{CHECKS_VERSION}\0{text}".encode()).hexdigest()
 
 
 @dataclass
@@ -61,6 +86,8 @@ class Sources:
     raw: dict[str, str] = field(default_factory=dict)
     items: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
     selected: list[str] = field(default_factory=list)
+    # The workspace's allow-list of hosts (``Workspace.known_hosts``).
+    allowed: frozenset[str] = frozenset()
 
     def voices(self, rollout_ids: Iterable[str]) -> poison.Voices:
         ids = [r for r in rollout_ids if r in self.items]
@@ -78,8 +105,7 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
     phase-one results first (not imported yet), then the imported files. ``everyone``:
     also the rollouts of the proposal's selection (``selected``), whose words an entry
     citing nothing (a summary section) is compared with."""
-    layout = proposal.layout
-    found = Sources()
+    found = Sources(allowed=proposal.layout.workspace.allowed_hosts())
     if everyone:
         found.selected = [
             i["rollout_id"] for i in proposal.selection if isinstance(i, dict) and "rollout_id" in i
@@ -91,6 +117,12 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
                 found.rollout_of[path] = result["rollout_id"]
             elif path.startswith("raw_memories/"):
                 found.raw.setdefault(result["rollout_id"], text)
+    return _load_workspace(proposal.layout, cited, found)
+
+
+def _load_workspace(layout: Layout, cited: set[str], found: Sources) -> Sources:
+    """``found`` completed with the cited summaries the workspace holds (imported, or
+    brought by the same upload), their raw memories and their rollouts' items."""
     wanted = {f"{layout.memories_dir}/{p}": p for p in cited if p not in found.summaries}
     for path, blob, rollout_id in WorkspaceFile.objects.filter(
         workspace_id=layout.workspace_id,
@@ -180,9 +212,12 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
     raws = [(r, sources.raw[r]) for r in rollout_ids if r in sources.raw]
+    # An entry citing nothing (a section of memory_summary.md, its User preferences)
+    # is traced to the rollouts of the selection: every sentence gets its origin.
+    traced = rollout_ids if cited else sources.selected
     items = [
         (f"{r}#{n}|{who}", said)
-        for r in rollout_ids
+        for r in traced
         for n, who, said in sources.items.get(r, [])
         if said.strip()
     ]
@@ -192,14 +227,32 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     claims = []
     for claim in evidence.check(text, summaries) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
-    voices = sources.voices(rollout_ids or sources.selected)
-    found = poison.flags(text, voices if voices.known else None)
+    found = _flags(text, sources)
     risk = max((f.strength for f in found), default=0)
-    flags = [
-        {"kind": f.kind.value, "label": f.label, "reason": f.reason, "excerpt": f.excerpt}
-        for f in found
-    ]
-    return risk, flags, claims
+    return risk, [_flag_json(f) for f in found], claims
+
+
+def _flags(text: str, sources: Sources, *, require_cited: bool = False) -> list[poison.Flag]:
+    """The poisoning flags of one entry text, compared with the user's and the
+    assistant's words in the rollouts it cites (those of the selection when it cites
+    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (an
+    agent's own entry, checked against everything the workspace holds)."""
+    cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
+    rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
+    voices = sources.voices(rollout_ids or sources.selected)
+    found = poison.flags(text, voices if voices.known else None, sources.allowed)
+    if require_cited:
+        found += [poison.missing_source(text, p) for p in cited if p not in sources.summaries]
+    return poison.ordered(found)
+
+
+def _flag_json(flag: poison.Flag) -> dict:
+    return {
+        "kind": flag.kind.value,
+        "label": flag.label,
+        "reason": flag.reason,
+        "excerpt": flag.excerpt,
+    }
 
 
 def _unchecked(text: str) -> list[evidence.Claim]:
@@ -292,7 +345,7 @@ def ensure(
         rows = rows.filter(document=only[0], key=only[1])
         texts = [t for t in texts if (t[0], t[1]) == only]
     stored: Checks = {(c.document, c.key, c.sha256): c for c in rows}
-    wanted = {(d, k, sha(t)): t for d, k, t in texts}
+    wanted = {(d, k, check_key(t)): t for d, k, t in texts}
     missing = {key: text for key, text in wanted.items() if key not in stored}
     if missing:
         stored.update(_compute(proposal, missing))
@@ -326,17 +379,35 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
 
 
 def check_of(checks: Checks, document: str, key: str, text: str) -> EntryCheck | None:
-    return checks.get((document, key, sha(text))) if text else None
+    return checks.get((document, key, check_key(text))) if text else None
 
 
 def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:
     """(document, key) -> flags of every proposed entry that carries a poisoning flag."""
     checks = ensure(proposal)
     return {
-        (d, k): checks[(d, k, sha(t))].flags
+        (d, k): checks[(d, k, check_key(t))].flags
         for d, k, t in proposed_texts(proposal)
-        if checks[(d, k, sha(t))].risk
+        if checks[(d, k, check_key(t))].risk
     }
+
+
+def forget_pending(workspace: Workspace) -> None:
+    """Drop the stored checks of the workspace's pending proposals (its allow-list
+    changed): they are computed again, with it, when next read."""
+    EntryCheck.objects.filter(
+        proposal__layout__workspace=workspace, proposal__status=Proposal.Status.PENDING
+    ).delete()
+
+
+def held_entries(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:
+    """(document, key) -> flags of the proposal's flagged entries that no reviewer has
+    decided: an approval keeps them out, and phase one's files holding their text are
+    held back with them."""
+    if not proposal.checks.filter(risk__gt=0).exists():
+        return {}  # one query: an approval stored every check it kept entries out by
+    decided = set(proposal.decisions.values_list("document", "key"))
+    return {k: flags for k, flags in flagged_keys(proposal).items() if k not in decided}
 
 
 # --- agent versions ----------------------------------------------------------------------
@@ -344,8 +415,10 @@ def flagged_keys(proposal: Proposal) -> dict[tuple[str, str], list[dict]]:
 
 def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
     """The poisoning flags of the entries an agent's own version (found on disk by an
-    import or an upload) adds or changes, against the version before it: the pattern
-    checks (no rollout says who wrote an edit made on disk)."""
+    import or an upload) adds or changes, against the version before it: the same
+    checks as a proposal's, against the rollouts the entries cite (imported, or brought
+    by the same upload); an entry citing a summary the workspace does not hold is
+    flagged for it."""
     before = (
         MemoryVersion.objects.filter(
             layout_id=version.layout_id, document=version.document, number__lt=version.number
@@ -354,11 +427,27 @@ def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
         .values_list("blob_id", flat=True)
         .first()
     )
-    old = _text(before)
-    new = _text(version.blob_id)
+    old, new = _text(before), _text(version.blob_id)
+    changed = _agent_changes(old, new)
+    cited = {m.group(0) for text in changed for m in CITATION_RE.finditer(text)}
+    allowed = version.layout.workspace.allowed_hosts()
+    sources = _load_workspace(version.layout, cited, Sources(allowed=allowed))
+    return [flag for text in changed for flag in _flags(text, sources, require_cited=True)]
+
+
+def agent_entry_flags(old: str, new: str, sources: Sources) -> list[dict]:
+    """``agent_version_flags`` of a change from ``old`` to ``new`` with the ``sources``
+    given (the bench and tests: no database)."""
     return [
-        flag
+        _flag_json(flag)
+        for text in _agent_changes(old, new)
+        for flag in _flags(text, sources, require_cited=True)
+    ]
+
+
+def _agent_changes(old: str, new: str) -> list[str]:
+    return [
+        change.proposed
         for change in review.compare(old, new, pairing=False)
         if change.status in ("added", "changed")
-        for flag in poison.flags(change.proposed)
     ]

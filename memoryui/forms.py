@@ -388,6 +388,26 @@ class SyncForm(forms.ModelForm):
         widgets = {"sync_interval_minutes": forms.NumberInput(attrs={"min": 0, "step": 1})}
 
 
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+
+class KnownHostsForm(forms.ModelForm):
+    class Meta:
+        model = Workspace
+        fields = ["known_hosts"]
+        widgets = {"known_hosts": forms.Textarea(attrs={"rows": 4})}
+
+    def clean_known_hosts(self) -> str:
+        hosts = [h.strip().lower().rstrip(".") for h in self.cleaned_data["known_hosts"].split()]
+        bad = [h for h in hosts if not _HOSTNAME.match(h)]
+        if bad:
+            raise forms.ValidationError(
+                f"Not a host name: {', '.join(bad[:5])} "
+                "(one host a line, such as docs.example.com)."
+            )
+        return "\n".join(dict.fromkeys(hosts))
+
+
 # --- skill files ------------------------------------------------------------------------
 
 skill_file_size = _size_validator("MEMORYUI_MAX_SKILL_FILE_BYTES", "This skill file")

@@ -44,6 +44,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(workspace + "reimport/", workspaces.workspace_reimport, name="workspace_reimport"),
     path(workspace + "imports/<int:pk>/", workspaces.import_detail, name="import_detail"),
     path(workspace + "sync/", workspaces.workspace_sync, name="workspace_sync"),
+    path(
+        workspace + "known-hosts/",
+        workspaces.workspace_known_hosts,
+        name="workspace_known_hosts",
+    ),
     path("workspaces/new/", workspaces.workspace_new, name="workspace_new"),
     path("workspaces/new/upload/", workspaces.workspace_upload, name="workspace_upload"),
     path("workspaces/new/directory/", workspaces.workspace_register, name="workspace_register"),

@@ -96,7 +96,13 @@ class Refused(WritebackError):
         self.plan = plan
         reasons = []
         if self.refused:
-            reasons.append(f"{len(self.refused)} file name(s) outside their layout")
+            # Each refusal says its own reason (a name outside its layout, an agent's
+            # version holding possible poisoning, a file that cannot be read).
+            shown = [f"{r.path}: {r.reason}" for r in self.refused[:3]]
+            more = len(self.refused) - len(shown)
+            reasons.append(
+                "; ".join(shown) + (f"; and {more} more refused file(s)" if more else "")
+            )
         if self.conflicts:
             reasons.append(f"{len(self.conflicts)} file(s) changed on disk since the import")
         if findings:
@@ -185,6 +191,8 @@ class Plan:
     refused: list[Refusal]
     findings: list[Finding]
     conflicts: list[Conflict] = field(default_factory=list)
+    # Phase one's files held back with a quarantined entry: not written, not refused.
+    held: list[Refusal] = field(default_factory=list)
     # After check_disk: changed files to write, and those whose content is on disk already.
     pending: list[PlannedFile] = field(default_factory=list)
     on_disk: list[PlannedFile] = field(default_factory=list)
@@ -277,14 +285,15 @@ def plan_layout(
             )
         )
     refused: list[Refusal] = []
+    kept_back: list[Refusal] = []
     proposal = proposal_to_write(layout)
     if proposal is not None:
-        more, refused = _proposal_files(layout, proposal, dirs, now or timezone.now())
+        more, refused, kept_back = _proposal_files(layout, proposal, dirs, now or timezone.now())
         candidates.extend(more)
     refused = held + refused
     candidates.extend(_skill_files(layout))
     files = _planned(layout, candidates)
-    return Plan(layout, files, proposal, refused, lint_planned(files, dirs))
+    return Plan(layout, files, proposal, refused, lint_planned(files, dirs), held=kept_back)
 
 
 def proposal_memory_files(layout: Layout, dirs: list[LayoutDirs]) -> list[PlannedFile]:
@@ -297,7 +306,7 @@ def proposal_memory_files(layout: Layout, dirs: list[LayoutDirs]) -> list[Planne
     if proposal is None:
         return []
     when = proposal.decided_at or proposal.created_at
-    candidates, _ = _proposal_files(layout, proposal, dirs, when)
+    candidates, _, _ = _proposal_files(layout, proposal, dirs, when)
     return _planned(layout, candidates)
 
 
@@ -491,7 +500,9 @@ def _phase_one_results(proposal: Proposal) -> Any:
 
 def _proposal_files(
     layout: Layout, proposal: Proposal, dirs: list[LayoutDirs], now: datetime
-) -> tuple[list[tuple[str, bytes | None, str, FileKind]], list[Refusal]]:
+) -> tuple[list[tuple[str, bytes | None, str, FileKind]], list[Refusal], list[Refusal]]:
+    """The files an approved proposal brings, the names refused, and phase one's files
+    held back with a quarantined entry (``_hold_quarantined_text``)."""
     base = layout.memories_dir
     label = f"approved proposal #{proposal.pk}"
     items = [_selection_item(raw) for raw in proposal.selection if isinstance(raw, dict)]
@@ -517,13 +528,64 @@ def _proposal_files(
                 FileKind.RAW_MEMORY if rel.startswith("raw_memories/") else FileKind.ROLLOUT_SUMMARY
             )
             files.append((path, str(text).encode("utf-8"), f"{label}, phase one", kind))
-    written = {path for path, *_ in files}
+    files, held = _hold_quarantined_text(proposal, files)
+    written = {path for path, *_ in files} | {r.path for r in held}
     files.extend(
         (path, None, f"{label}, replaced by the rollout's new summary", FileKind.ROLLOUT_SUMMARY)
         for path in _replaced_summaries(layout, proposal)
         if path not in written
     )
-    return files, refused
+    return files, refused, held
+
+
+_PHASE_ONE_KINDS = (FileKind.RAW_MEMORIES_MERGED, FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY)
+# A flagged line shorter than this is too common to say a file holds the entry's text.
+_HELD_NEEDLE = 16
+
+
+def _hold_quarantined_text(
+    proposal: Proposal, files: list[tuple[str, bytes | None, str, FileKind]]
+) -> tuple[list[tuple[str, bytes | None, str, FileKind]], list[Refusal]]:
+    """Phase one's files (``raw_memories.md``, raw memories, rollout summaries) that
+    hold the flagged text of an entry the approval kept out (quarantined: nobody
+    decided it): held back with it from the write-back, the export and a sandbox's
+    download (what is on disk stays), each naming the entry it carries."""
+    from .entry_checks import held_entries  # noqa: PLC0415 (deferred: the poisoning rules, for approved proposals only)
+
+    needles = [
+        (key, flag, _plain(flag["excerpt"]))
+        for key, flags in held_entries(proposal).items()
+        for flag in flags
+    ]
+    needles = [n for n in needles if len(n[2]) >= _HELD_NEEDLE]
+    if not needles:
+        return files, []
+    kept, held = [], []
+    for path, data, source, kind in files:
+        text = _plain(data.decode("utf-8", "replace")) if data and kind in _PHASE_ONE_KINDS else ""
+        found = next(((k, f) for k, f, needle in needles if needle in text), None)
+        if found is None:
+            kept.append((path, data, source, kind))
+            continue
+        (document, _), flag = found
+        line = flag["excerpt"] if len(flag["excerpt"]) <= 100 else flag["excerpt"][:99] + "…"
+        name = DOCUMENT_FILES.get(MemoryVersion.Document(document), document)
+        held.append(
+            Refusal(
+                path,
+                f"holds “{line}”, the line of an entry proposal #{proposal.pk} kept out of "
+                f"{name} ({flag['label']}: {flag['reason']})",
+            )
+        )
+    return kept, held
+
+
+def _plain(text: str) -> str:
+    """``text`` as a flag's excerpt is cut: one line's words, without a list marker,
+    a task reference or the excerpt's closing ellipsis."""
+    text = re.sub(r"(?m)^\s*(?:[-*+]|\d+[.)])\s+", "", text)
+    text = re.sub(r"\s*\[Task \d+\]", "", text)
+    return " ".join(text.replace(" …", "").split())
 
 
 def _replaced_summaries(layout: Layout, proposal: Proposal) -> list[str]:

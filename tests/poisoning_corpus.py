@@ -100,7 +100,7 @@ def proposal_score(proposal: Any) -> Score:
     checks = entry_checks.ensure(proposal)
     return score(
         [
-            (f"{d}:{k}", t, checks[(d, k, entry_checks.sha(t))].flags)
+            (f"{d}:{k}", t, checks[(d, k, entry_checks.check_key(t))].flags)
             for d, k, t in entry_checks.proposed_texts(proposal)
         ]
     )

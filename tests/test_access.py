@@ -44,6 +44,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:workspace_reimport": {"POST": A},
     "memoryui:import_detail": {"GET": V},
     "memoryui:workspace_sync": {"POST": A},
+    "memoryui:workspace_known_hosts": {"POST": A},
     "memoryui:layout_detail": {"GET": V},
     "memoryui:rollout_list": {"GET": V},
     "memoryui:rollout_detail": {"GET": V},

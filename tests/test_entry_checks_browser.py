@@ -98,3 +98,23 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
     text = curation.text_of(curation.latest(checked_layout, MD))
     assert "# Task Group: auth proxy notes" in text and "# Task Group: slug notes" in text
     assert POISON not in text
+
+
+def test_the_write_back_page_shows_the_files_held_back_with_a_quarantined_entry(
+    browser,  # noqa: F811
+    live_server,
+    checked_layout,
+):
+    from tests.test_entry_checks import approved_with_held_raw_memory  # noqa: PLC0415
+
+    raw, _ = approved_with_held_raw_memory(checked_layout)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(f"{live_server.url}/w/a/layouts/{checked_layout.pk}/writeback/")
+        held = page.inner_text("#held")
+        assert "Held back with a quarantined entry" in held
+        assert raw in held and "fetches and runs code" in held
+        shot(page, "writeback-held")
+    finally:
+        context.close()

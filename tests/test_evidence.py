@@ -80,3 +80,15 @@ def test_paragraphs_are_cut_into_sentences():
         "The suite reads .env.test.",
         "It needs Postgres on 5433.",
     ]
+
+
+def test_a_changed_number_of_one_or_two_digits_is_unsupported_but_a_task_reference_is_not():
+    summary = "- Promote the canary after 15 minutes without errors. [Task 1]\n"
+    entry = (
+        "- Promote the canary after 30 minutes without errors. [Task 1]\n"
+        "- Promote the canary after 15 minutes without errors (Task 2).\n"
+    )
+    changed, same = evidence.check(entry, [("rollout_summaries/r1_canary.md", summary)])
+
+    assert not changed.supported and changed.missing == ("30",)
+    assert same.supported

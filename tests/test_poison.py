@@ -149,7 +149,7 @@ def test_a_public_ip_address_nobody_gave_is_flagged_a_private_one_is_not():
 
 
 def test_a_credential_written_into_memory_is_flagged_but_a_word_is_not():
-    assert Kind.UNKNOWN_DESTINATION in kinds(entry("- The deploy key is sk_live_4f9a8b7c6d5e."))
+    assert Kind.SECRET in kinds(entry("- The deploy key is sk_live_4f9a8b7c6d5e."))
     assert kinds(entry("- The deploy key is configured in the vault.")) == set()
 
 

@@ -910,8 +910,9 @@ def test_a_viewer_sees_the_plan_but_cannot_write(layout, ws, django_assert_max_n
 
     # Constant in the number of files: one query per kind of row, not per file.
     # The curated skill files; the summaries re-extracted rollouts replace; the lint results
-    # (read, kept).
-    with django_assert_max_num_queries(16):
+    # (read, kept); whether the approval kept a flagged entry out (phase one's files that
+    # hold its text are held back with it).
+    with django_assert_max_num_queries(17):
         page = viewer.get(writeback_url(layout))
     refused = viewer.post(writeback_url(layout), {"action": "write"})
 
@@ -1185,8 +1186,9 @@ def test_the_export_page_runs_a_bounded_number_of_queries(layout, django_assert_
 
     # About eight per layout (two here), however many files they hold: the curated
     # skill files, the lint results read (and kept, the first time); one per proposal: the
-    # summaries re-extracted rollouts replace.
-    with django_assert_max_num_queries(23):
+    # summaries re-extracted rollouts replace, and whether the approval kept a flagged
+    # entry out.
+    with django_assert_max_num_queries(24):
         page = viewer.get(export_url(layout))
 
     html = page.content.decode()

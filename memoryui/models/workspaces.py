@@ -37,6 +37,14 @@ class Workspace(models.Model):
     # When the next sync is due (None: off). A beat claims a workspace by moving this
     # forward with a conditional update, so no two beats import it at once.
     next_sync_at = models.DateTimeField(null=True, blank=True)
+    # The poisoning flags' allow-list: hosts this workspace legitimately uses (with
+    # their subdomains), beside the well-known ones generation/data ships.
+    known_hosts = models.TextField(
+        blank=True,
+        default="",
+        help_text="Hosts the workspace uses, one a line: an address there is not an "
+        "unknown destination (a URL carrying a variable still is).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -46,6 +54,9 @@ class Workspace(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("memoryui:workspace_detail", args=[self.name])
+
+    def allowed_hosts(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.known_hosts.split() if h.strip())
 
 
 class LayoutQuerySet(models.QuerySet["Layout"]):

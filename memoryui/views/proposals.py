@@ -605,7 +605,7 @@ def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: i
     text = edited or change.proposed
     entry_checks.ensure(proposal, [(document, key, text)] if edited else [], only=(document, key))
     check = EntryCheck.objects.get(
-        proposal=proposal, document=document, key=key, sha256=entry_checks.sha(text)
+        proposal=proposal, document=document, key=key, sha256=entry_checks.check_key(text)
     )
     context = {
         "proposal": proposal,

@@ -26,9 +26,9 @@ from django_htmx.http import HttpResponseClientRedirect
 from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, human_size
 
 from .. import figures, object_storage, observability, snapshot_store, workspaces
-from ..forms import DirectoryForm, SnapshotUploadForm, SyncForm, archive_suffix
+from ..forms import DirectoryForm, KnownHostsForm, SnapshotUploadForm, SyncForm, archive_suffix
 from ..importer import default_limits
-from ..models import ImportJob, ImportRun, Layout, Role, Workspace, WorkspaceFile
+from ..models import AuditEvent, ImportJob, ImportRun, Layout, Role, Workspace, WorkspaceFile
 from ..roles import has_role, signed_in, workspace_view
 from .common import HtmxHttpRequest
 
@@ -272,6 +272,29 @@ def workspace_sync(request: HtmxHttpRequest, name: str) -> HttpResponse:
     return redirect(workspace)
 
 
+@workspace_view(Role.ADMIN)
+@require_POST
+def workspace_known_hosts(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """Set the hosts the poisoning flags treat as the workspace's own (admins); the
+    stored checks of its pending proposals are computed again with them."""
+    workspace = request.workspace
+    form = KnownHostsForm(request.POST, instance=Workspace.objects.get(pk=workspace.pk))
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(map(str, errors)))
+        return redirect(workspace)
+    from ..entry_checks import forget_pending  # noqa: PLC0415 (deferred: the poisoning rules)
+
+    saved = form.save()
+    forget_pending(saved)
+    AuditEvent.record(
+        saved, "workspace.known_hosts", user=request.user, hosts=saved.known_hosts.split()
+    )
+    count = len(saved.known_hosts.split())
+    messages.info(request, f"{count} known host{'s' if count != 1 else ''} saved.")
+    return redirect(workspace)
+
+
 def _send_import(job_id: int) -> None:
     from memoryui.tasks import import_new_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
@@ -330,6 +353,7 @@ def workspace_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "missing_files": missing_files,
             "is_admin": has_role(request.user, workspace, Role.ADMIN),
             "sync_form": SyncForm(instance=workspace),
+            "known_hosts_form": KnownHostsForm(instance=workspace),
             **workspaces.sync_status(workspace),
             **snapshot_store.store_status(workspace),
         },
