@@ -14,6 +14,7 @@ from .models import (
     EntryView,
     GenerationRun,
     GenerationSettings,
+    GroupRole,
     ImportJob,
     ImportRun,
     Layout,
@@ -27,6 +28,7 @@ from .models import (
     Pin,
     Proposal,
     ProtectedRawMemory,
+    ProviderIdentity,
     RawMemory,
     RejectedEntry,
     Rollout,
@@ -228,6 +230,24 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ["workspace", "user", "role"]
     list_filter = ["role", "workspace"]
     raw_id_fields = ["user"]
+
+
+@admin.register(GroupRole)
+class GroupRoleAdmin(admin.ModelAdmin):
+    """The identity provider's groups and the workspace roles they give, applied at each
+    sign-in (``memoryui.signin``), with ``MEMORYUI_OIDC_GROUP_ROLES`` from the settings."""
+
+    list_display = ["group", "workspace", "role"]
+    list_filter = ["role", "workspace"]
+    search_fields = ["group"]
+
+
+@admin.register(ProviderIdentity)
+class ProviderIdentityAdmin(admin.ModelAdmin):
+    list_display = ["user", "issuer", "subject", "last_sign_in"]
+    search_fields = ["user__username", "subject"]
+    raw_id_fields = ["user"]
+    readonly_fields = ["granted", "last_sign_in"]
 
 
 @admin.register(AuditEvent)

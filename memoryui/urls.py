@@ -17,6 +17,7 @@ from .views import (
     proposals,
     rollouts,
     runs,
+    signin,
     skills,
     snapshot_store,
     summary,
@@ -144,8 +145,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("", include((memoryui_patterns, "memoryui"))),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", signin.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Sign-in with the identity provider (404 unless MEMORYUI_OIDC_ISSUER is set).
+    path("accounts/oidc/start/", signin.start, name="oidc_start"),
+    path("accounts/oidc/callback/", signin.callback, name="oidc_callback"),
     # A way back for someone locked out or who forgot the password: a link by e-mail.
     path(
         "accounts/password-reset/",

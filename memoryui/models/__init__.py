@@ -13,6 +13,7 @@ import Layout``), which is how the rest of the code imports them:
 - ``people``: roles, memberships and the audit log
 - ``integrations``: API tokens, the remote snapshot store, webhooks
 - ``operations``: worker heartbeats, operation counters, lint results and allowances
+- ``teams``: identity-provider sign-in (provider identities, group roles)
 """
 
 from .generation import (
@@ -46,6 +47,7 @@ from .review import (
     RejectedEntry,
 )
 from .rollouts import EPOCH, RawMemory, Rollout, RolloutSummary, SearchDocument
+from .teams import GroupRole, ProviderIdentity
 from .versions import MemoryVersion, SkillFileVersion
 from .workspaces import (
     Blob,
@@ -74,6 +76,7 @@ __all__ = [
     "GenerationRun",
     "GenerationRunQuerySet",
     "GenerationSettings",
+    "GroupRole",
     "ImportJob",
     "ImportRun",
     "Layout",
@@ -88,6 +91,7 @@ __all__ = [
     "Pin",
     "Proposal",
     "ProtectedRawMemory",
+    "ProviderIdentity",
     "RawMemory",
     "RejectedEntry",
     "Role",
