@@ -301,6 +301,17 @@ MEMORYUI_HEARTBEAT_SECONDS = env_int("MEMORYUI_HEARTBEAT_SECONDS", 30)
 MEMORYUI_HEARTBEAT_STALE_SECONDS = env_int(
     "MEMORYUI_HEARTBEAT_STALE_SECONDS", 3 * MEMORYUI_HEARTBEAT_SECONDS
 )
+# Mail to people who watch a workspace: the digests go out at this hour (UTC; beat's entry
+# is made in memoryui/celery.py, with Celery's crontab); a mail the
+# SMTP server does not take is tried again after base, 2 base, 4 base ... seconds.
+MEMORYUI_DIGEST_HOUR = env_int("MEMORYUI_DIGEST_HOUR", 7)
+MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS = float(
+    env_str("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", "60")
+)
+MEMORYUI_NOTIFICATION_MAX_ATTEMPTS = env_int("MEMORYUI_NOTIFICATION_MAX_ATTEMPTS", 10)
+MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS = env_int(
+    "MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS", 30
+)
 CELERY_BEAT_SCHEDULE = {
     "recover-stalled-runs": {
         "task": "memoryui.tasks.recover_stalled_runs",

@@ -13,7 +13,8 @@ import Layout``), which is how the rest of the code imports them:
 - ``people``: roles, memberships and the audit log
 - ``integrations``: API tokens, the remote snapshot store, webhooks
 - ``operations``: worker heartbeats, operation counters, lint results and allowances
-- ``teams``: identity-provider sign-in (provider identities, group roles)
+- ``teams``: identity-provider sign-in (provider identities, group roles), watches and
+  the notifications they mail
 """
 
 from .generation import (
@@ -47,7 +48,7 @@ from .review import (
     RejectedEntry,
 )
 from .rollouts import EPOCH, RawMemory, Rollout, RolloutSummary, SearchDocument
-from .teams import GroupRole, ProviderIdentity
+from .teams import GroupRole, Notification, ProviderIdentity, Watch
 from .versions import MemoryVersion, SkillFileVersion
 from .workspaces import (
     Blob,
@@ -85,6 +86,7 @@ __all__ = [
     "LintResult",
     "Membership",
     "MemoryVersion",
+    "Notification",
     "OperationStat",
     "PhaseOneJob",
     "PhaseOneResult",
@@ -102,6 +104,7 @@ __all__ = [
     "SnapshotStorePolicy",
     "UploadedSnapshot",
     "UploadedSnapshotIndex",
+    "Watch",
     "Webhook",
     "WebhookAttempt",
     "WebhookDelivery",

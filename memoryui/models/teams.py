@@ -48,3 +48,47 @@ class ProviderIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
+
+
+class Watch(models.Model):
+    """A member watches a workspace: mail for what waits for people there (a proposal to
+    review, an agent's change held back, a failed run), each as it happens or once a day."""
+
+    class Mode(models.TextChoices):
+        EACH = "each", "A mail for each event"
+        DAILY = "daily", "One daily digest"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="watches"
+    )
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="watches")
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.EACH)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "workspace"], name="watch_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} watches {self.workspace} ({self.mode})"
+
+
+class Notification(models.Model):
+    """One event for one watcher: mailed by the worker (``memoryui.notifications``), alone
+    or in the next digest; kept with its tries."""
+
+    watch = models.ForeignKey(Watch, on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(max_length=32)
+    text = models.CharField(max_length=500)
+    path = models.CharField(max_length=500, help_text="the page it links to")
+    created_at = models.DateTimeField(auto_now_add=True)
+    digest = models.BooleanField(default=False)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        indexes = [models.Index(fields=["digest", "sent_at"], name="notification_unsent")]
+
+    def __str__(self) -> str:
+        return f"{self.event} for {self.watch}"
