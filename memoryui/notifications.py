@@ -30,7 +30,8 @@ from django.utils import timezone
 
 from generation import retry
 
-from .models import AuditEvent, GenerationRun, Notification, Proposal, Watch, Workspace
+from .models import AuditEvent, GenerationRun, Notification, Proposal, Role, Watch, Workspace
+from .roles import has_role
 
 log = logging.getLogger("memoryui.notifications")
 
@@ -50,7 +51,11 @@ def notify(workspace: Workspace, event: str, text: str, path: str) -> list[Notif
     for the worker once the current transaction commits."""
     made = []
     for watch in Watch.objects.filter(workspace=workspace).select_related("user"):
+        # Someone who may no longer see the workspace (removed, or deactivated) is told
+        # nothing about it; the watch stays, for when access comes back.
         if not watch.user.is_active or not watch.user.email:
+            continue
+        if not has_role(watch.user, workspace, Role.VIEWER):
             continue
         made.append(
             Notification.objects.create(

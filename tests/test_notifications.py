@@ -22,6 +22,7 @@ from memoryui.models import (
     AuditEvent,
     GenerationRun,
     Layout,
+    Membership,
     Notification,
     Proposal,
     Watch,
@@ -172,6 +173,22 @@ def test_each_watched_event_sends_exactly_one_mail_to_each_watcher(
     for pk in Notification.objects.values_list("pk", flat=True):
         notifications.send_one(pk)
     assert len(mailbox.messages) == 3
+
+
+@pytest.mark.django_db
+def test_a_watcher_who_may_no_longer_see_the_workspace_is_told_nothing(
+    world, mailbox, sent_now, settings, django_capture_on_commit_callbacks
+):
+    workspace, layout, people = world
+    settings.MEMORYUI_DEFAULT_ROLE = "none"  # ada and cleo watch, but are no members
+    Membership.objects.create(user=people["cleo"], workspace=workspace, role="viewer")
+    Watch.objects.filter(user=people["cleo"]).update(mode="each")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        proposal_in(layout)
+    sent_now()
+
+    assert [m["To"] for m in mailbox.messages] == ["cleo@example.com"]
 
 
 @pytest.mark.django_db

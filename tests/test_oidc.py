@@ -115,9 +115,9 @@ def start_provider(tmp: Path, redirect_uris: list[str]) -> Iterator[Provider]:
         while True:
             assert process.poll() is None, (tmp / "provider.log").read_text()
             try:
-                if requests.get(base + "/o/.well-known/openid-configuration", timeout=2).ok:
+                if requests.get(base + "/o/.well-known/openid-configuration", timeout=10).ok:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or busy
                 pass
             assert time.monotonic() < deadline, "the provider did not start"
             time.sleep(0.2)
