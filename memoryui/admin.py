@@ -22,6 +22,7 @@ from .models import (
     LintResult,
     Membership,
     MemoryVersion,
+    Notification,
     OperationStat,
     PhaseOneJob,
     PhaseOneResult,
@@ -35,6 +36,7 @@ from .models import (
     RolloutSummary,
     SearchDocument,
     SkillFileVersion,
+    Watch,
     WorkerHeartbeat,
     Workspace,
     WorkspaceFile,
@@ -248,6 +250,24 @@ class ProviderIdentityAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "subject"]
     raw_id_fields = ["user"]
     readonly_fields = ["granted", "last_sign_in"]
+
+
+@admin.register(Watch)
+class WatchAdmin(admin.ModelAdmin):
+    """Who gets mail about which workspace (``memoryui.notifications``)."""
+
+    list_display = ["user", "workspace", "mode", "created_at"]
+    list_filter = ["mode", "workspace"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    """Each notification with its tries: unsent ones with an error wait for a retry."""
+
+    list_display = ["created_at", "watch", "event", "digest", "sent_at", "attempts", "error"]
+    list_filter = ["event", "digest"]
+    raw_id_fields = ["watch"]
 
 
 @admin.register(AuditEvent)
