@@ -325,3 +325,31 @@ def test_a_mail_server_that_is_down_is_tried_again_by_the_worker_and_holds_nothi
     assert len(box.messages) == 1, log
     assert box.messages[0]["Subject"] == "[memoryui] alpha: A proposal awaits review"
     assert Notification.objects.get(pk=notification.pk).attempts >= 2
+
+
+@pytest.mark.django_db
+def test_a_mail_server_that_stays_down_is_tried_with_backoff_up_to_the_limit(
+    world, smtp_port, settings, django_capture_on_commit_callbacks, monkeypatch
+):
+    settings.MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS = 60
+    settings.MEMORYUI_NOTIFICATION_MAX_ATTEMPTS = 3
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.send_notification, "delay", queued.append)
+    workspace, layout, people = world
+    with django_capture_on_commit_callbacks(execute=True):
+        proposal_in(layout)  # nothing listens on smtp_port
+
+    waits = [notifications.send_one(queued[0]) for _ in range(3)]
+
+    assert waits == [60.0, 120.0, None]  # then no more tries
+    failed = Notification.objects.get(pk=queued[0])
+    assert failed.attempts == 3 and failed.sent_at is None and failed.error
+
+
+def test_beat_sends_the_digests_once_a_day_at_the_configured_hour(settings):
+    entry = app.conf.beat_schedule["send-digests"]
+
+    assert entry["task"] == "memoryui.tasks.send_digests"
+    assert entry["task"] in app.tasks
+    assert entry["schedule"].hour == {settings.MEMORYUI_DIGEST_HOUR} == {7}
+    assert entry["schedule"].minute == {0}
