@@ -16,6 +16,7 @@ from .models import (
     EntryView,
     GenerationRun,
     GenerationSettings,
+    GroupRole,
     ImportJob,
     ImportRun,
     Layout,
@@ -23,18 +24,21 @@ from .models import (
     LintResult,
     Membership,
     MemoryVersion,
+    Notification,
     OperationStat,
     PhaseOneJob,
     PhaseOneResult,
     Pin,
     Proposal,
     ProtectedRawMemory,
+    ProviderIdentity,
     RawMemory,
     RejectedEntry,
     Rollout,
     RolloutSummary,
     SearchDocument,
     SkillFileVersion,
+    Watch,
     WorkerHeartbeat,
     Workspace,
     WorkspaceFile,
@@ -230,6 +234,42 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ["workspace", "user", "role"]
     list_filter = ["role", "workspace"]
     raw_id_fields = ["user"]
+
+
+@admin.register(GroupRole)
+class GroupRoleAdmin(admin.ModelAdmin):
+    """The identity provider's groups and the workspace roles they give, applied at each
+    sign-in (``memoryui.signin``), with ``MEMORYUI_OIDC_GROUP_ROLES`` from the settings."""
+
+    list_display = ["group", "workspace", "role"]
+    list_filter = ["role", "workspace"]
+    search_fields = ["group"]
+
+
+@admin.register(ProviderIdentity)
+class ProviderIdentityAdmin(admin.ModelAdmin):
+    list_display = ["user", "issuer", "subject", "last_sign_in"]
+    search_fields = ["user__username", "subject"]
+    raw_id_fields = ["user"]
+    readonly_fields = ["granted", "last_sign_in"]
+
+
+@admin.register(Watch)
+class WatchAdmin(admin.ModelAdmin):
+    """Who gets mail about which workspace (``memoryui.notifications``)."""
+
+    list_display = ["user", "workspace", "mode", "created_at"]
+    list_filter = ["mode", "workspace"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    """Each notification with its tries: unsent ones with an error wait for a retry."""
+
+    list_display = ["created_at", "watch", "event", "digest", "sent_at", "attempts", "error"]
+    list_filter = ["event", "digest"]
+    raw_id_fields = ["watch"]
 
 
 @admin.register(AuditEvent)

@@ -12,6 +12,7 @@ import ipaddress
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -37,6 +38,16 @@ def client_ip(request: HttpRequest) -> str | None:
         return None
 
 
+def login_choices() -> dict[str, object]:
+    """What the login page offers: the identity provider's button, and whether the
+    password form is for everyone or for staff only."""
+    return {
+        "oidc_enabled": bool(settings.MEMORYUI_OIDC_ISSUER),
+        "oidc_name": settings.MEMORYUI_OIDC_NAME,
+        "local_login": settings.MEMORYUI_LOCAL_LOGIN,
+    }
+
+
 def lockout_response(
     request: HttpRequest, original_response: Any = None, credentials: Any = None
 ) -> HttpResponse:
@@ -52,6 +63,7 @@ def lockout_response(
             "locked_out": True,
             "cooloff_minutes": minutes,
             "next": request.POST.get("next", request.GET.get("next", "")),
+            **login_choices(),
         },
         status=429,
     )
@@ -65,3 +77,13 @@ def attempt_username(request: HttpRequest, credentials: dict | None = None) -> s
     else:
         username = request.POST.get("username")
     return None if username is None else str(username).replace("\x00", "")[:150]
+
+
+class PasswordBackend(ModelBackend):
+    """Django's password login; with ``MEMORYUI_LOCAL_LOGIN`` off (people sign in with the
+    identity provider, ``memoryui.signin``), for staff only: the break-glass accounts."""
+
+    def user_can_authenticate(self, user: Any) -> bool:
+        if not super().user_can_authenticate(user):
+            return False
+        return settings.MEMORYUI_LOCAL_LOGIN or bool(user.is_staff or user.is_superuser)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import worker_ready
 from django.conf import settings
 
@@ -15,6 +16,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
 app = Celery("memoryui")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["memoryui"])
+# The daily digests of watched workspaces (memoryui/notifications.py), at a fixed hour.
+app.conf.beat_schedule = {
+    **app.conf.beat_schedule,
+    "send-digests": {
+        "task": "memoryui.tasks.send_digests",
+        "schedule": crontab(hour=settings.MEMORYUI_DIGEST_HOUR, minute=0),
+        "options": {"expires": 3600},
+    },
+}
 
 
 def _make_folders() -> None:

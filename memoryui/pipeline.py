@@ -36,7 +36,15 @@ from django.utils import timezone
 
 from generation import llm, phase_one, phase_two, prompts, retry
 
-from . import consolidation, curation, documents, entry_checks, observability, webhooks
+from . import (
+    consolidation,
+    curation,
+    documents,
+    entry_checks,
+    notifications,
+    observability,
+    webhooks,
+)
 from .models import (
     GenerationRun,
     GenerationSettings,
@@ -734,6 +742,7 @@ def fail_run(run_id: int, reason: str) -> None:
         )
         observability.count("run", "failed")
         webhooks.run_failed(run_id)
+        notifications.run_failed(run_id)
 
 
 def cancel_run(run_id: int) -> bool:

@@ -161,7 +161,10 @@ AUTHENTICATION_BACKENDS = [
     # django-axes refuses logins of locked-out accounts and addresses before any
     # password is checked.
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Passwords (staff only with MEMORYUI_LOCAL_LOGIN=0), then the identity provider's
+    # sign-in (memoryui/signin.py), which does nothing unless MEMORYUI_OIDC_ISSUER is set.
+    "memoryui.auth.PasswordBackend",
+    "memoryui.signin.ProviderBackend",
 ]
 # Login throttling (the policy is in memoryui/auth.py and the README): after this many
 # failed logins for one username from one client address, that pair is refused for the
@@ -192,6 +195,47 @@ MEMORYUI_TRUSTED_PROXIES = env_int("MEMORYUI_TRUSTED_PROXIES", 0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "memoryui:workspace_list"
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in with an OpenID Connect identity provider (memoryui/signin.py): on when the issuer
+# is set. Its endpoints come from the issuer's discovery document; the flow uses PKCE.
+MEMORYUI_OIDC_ISSUER = env_str("MEMORYUI_OIDC_ISSUER").rstrip("/")
+MEMORYUI_OIDC_NAME = env_str("MEMORYUI_OIDC_NAME", "your identity provider")
+MEMORYUI_OIDC_GROUPS_CLAIM = env_str("MEMORYUI_OIDC_GROUPS_CLAIM", "groups")
+MEMORYUI_OIDC_CLOCK_SKEW_SECONDS = env_int("MEMORYUI_OIDC_CLOCK_SKEW_SECONDS", 60)
+
+
+def group_roles(value: str) -> list[tuple[str, str, str]]:
+    """``GROUP=WORKSPACE:ROLE,...;GROUP=...`` (WORKSPACE ``*``: every workspace) as
+    (group, workspace, role) triples."""
+    triples = []
+    for part in value.split(";"):
+        if not part.strip():
+            continue
+        group, _, grants = part.partition("=")
+        for grant in grants.split(","):
+            workspace, _, role = grant.strip().rpartition(":")
+            if not group.strip() or not workspace or role not in _ROLES:
+                raise ImproperlyConfigured(
+                    "MEMORYUI_OIDC_GROUP_ROLES must be GROUP=WORKSPACE:ROLE[,...][;...] with "
+                    f"a role among {', '.join(_ROLES)}, got {part.strip()!r}"
+                )
+            triples.append((group.strip(), workspace, role))
+    return triples
+
+
+_ROLES = ("viewer", "reviewer", "editor", "admin")
+MEMORYUI_OIDC_GROUP_ROLES = group_roles(env_str("MEMORYUI_OIDC_GROUP_ROLES"))
+# Password login: off leaves it to staff accounts only (break-glass); API tokens unchanged.
+MEMORYUI_LOCAL_LOGIN = env_bool("MEMORYUI_LOCAL_LOGIN", True)
+# mozilla-django-oidc's own settings, from the ones above.
+OIDC_RP_CLIENT_ID = env_str("MEMORYUI_OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("MEMORYUI_OIDC_CLIENT_SECRET")
+OIDC_RP_SCOPES = env_str("MEMORYUI_OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_callback"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -263,6 +307,17 @@ MEMORYUI_RECOVERY_SECONDS = env_int("MEMORYUI_RECOVERY_SECONDS", 30)
 MEMORYUI_HEARTBEAT_SECONDS = env_int("MEMORYUI_HEARTBEAT_SECONDS", 30)
 MEMORYUI_HEARTBEAT_STALE_SECONDS = env_int(
     "MEMORYUI_HEARTBEAT_STALE_SECONDS", 3 * MEMORYUI_HEARTBEAT_SECONDS
+)
+# Mail to people who watch a workspace: the digests go out at this hour (UTC; beat's entry
+# is made in memoryui/celery.py, with Celery's crontab); a mail the
+# SMTP server does not take is tried again after base, 2 base, 4 base ... seconds.
+MEMORYUI_DIGEST_HOUR = env_int("MEMORYUI_DIGEST_HOUR", 7)
+MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS = float(
+    env_str("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", "60")
+)
+MEMORYUI_NOTIFICATION_MAX_ATTEMPTS = env_int("MEMORYUI_NOTIFICATION_MAX_ATTEMPTS", 10)
+MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS = env_int(
+    "MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS", 30
 )
 CELERY_BEAT_SCHEDULE = {
     "recover-stalled-runs": {

@@ -8,7 +8,7 @@ never load Celery."""
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from memoryui import pipeline, webhooks, workspaces, writeback
+from memoryui import notifications, pipeline, webhooks, workspaces, writeback
 from memoryui.celery import app
 from memoryui.models import (
     GenerationRun,
@@ -139,6 +139,20 @@ def deliver_webhook(self, delivery_id: int) -> None:
     retry_in = webhooks.attempt(delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
+
+
+@app.task(name="memoryui.tasks.send_notification", bind=True, acks_late=True, max_retries=None)
+def send_notification(self, notification_id: int) -> None:
+    """Mail one notification; a mail server that does not take it is tried again later."""
+    retry_in = notifications.send_one(notification_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+@app.task(name="memoryui.tasks.send_digests", ignore_result=True)
+def send_digests() -> None:
+    """Periodic (Celery beat, daily): one digest per daily watch with news."""
+    notifications.send_digests()
 
 
 @app.task(name="memoryui.tasks.lint_version", acks_late=True)

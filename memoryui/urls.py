@@ -14,9 +14,11 @@ from .views import (
     exports,
     layouts,
     members,
+    notifications,
     proposals,
     rollouts,
     runs,
+    signin,
     skills,
     snapshot_store,
     summary,
@@ -128,6 +130,7 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(workspace + "export/", exports.workspace_export, name="workspace_export"),
     # people and access
     path(workspace + "members/", members.members, name="members"),
+    path(workspace + "notifications/", notifications.watch, name="watch"),
     path(workspace + "members/<int:user_pk>/", members.member, name="member"),
     path("tokens/", tokens.token_list, name="token_list"),
     path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
@@ -149,8 +152,17 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("", include((memoryui_patterns, "memoryui"))),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", signin.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The one-click unsubscribe of notification mail (a signed token; no login).
+    path(
+        "notifications/unsubscribe/<str:token>/",
+        notifications.unsubscribe,
+        name="notifications_unsubscribe",
+    ),
+    # Sign-in with the identity provider (404 unless MEMORYUI_OIDC_ISSUER is set).
+    path("accounts/oidc/start/", signin.start, name="oidc_start"),
+    path("accounts/oidc/callback/", signin.callback, name="oidc_callback"),
     # A way back for someone locked out or who forgot the password: a link by e-mail.
     path(
         "accounts/password-reset/",

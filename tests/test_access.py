@@ -80,6 +80,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:audit_log": {"GET": V},
     "memoryui:members": {"GET": A, "POST": A},
     "memoryui:member": {"POST": A},
+    "memoryui:watch": {"GET": V, "POST": V},
     "memoryui:skill_list": {"GET": V},
     "memoryui:skill_detail": {"GET": V},
     "memoryui:skill_file_new": {"GET": E, "POST": E},

@@ -19,6 +19,8 @@ NAMES = {
     "memoryui.tasks.heartbeat",
     "memoryui.tasks.lint_version",
     "memoryui.tasks.lint_workspace",
+    "memoryui.tasks.send_notification",
+    "memoryui.tasks.send_digests",
     "memoryui.webhooks.deliver_webhook",
     # Former names, forwarded to the tasks above.
     "generation.tasks.reimport_workspace",

@@ -13,6 +13,8 @@ import Layout``), which is how the rest of the code imports them:
 - ``people``: roles, memberships and the audit log
 - ``integrations``: API tokens, the remote snapshot store, webhooks
 - ``operations``: worker heartbeats, operation counters, lint results and allowances
+- ``teams``: identity-provider sign-in (provider identities, group roles), watches and
+  the notifications they mail
 """
 
 from .generation import (
@@ -46,6 +48,7 @@ from .review import (
     RejectedEntry,
 )
 from .rollouts import EPOCH, RawMemory, Rollout, RolloutSummary, SearchDocument
+from .teams import GroupRole, Notification, ProviderIdentity, Watch
 from .versions import MemoryVersion, SkillFileVersion
 from .workspaces import (
     Blob,
@@ -74,6 +77,7 @@ __all__ = [
     "GenerationRun",
     "GenerationRunQuerySet",
     "GenerationSettings",
+    "GroupRole",
     "ImportJob",
     "ImportRun",
     "Layout",
@@ -82,6 +86,7 @@ __all__ = [
     "LintResult",
     "Membership",
     "MemoryVersion",
+    "Notification",
     "OperationStat",
     "PasswordResetRequest",
     "PhaseOneJob",
@@ -89,6 +94,7 @@ __all__ = [
     "Pin",
     "Proposal",
     "ProtectedRawMemory",
+    "ProviderIdentity",
     "RawMemory",
     "RejectedEntry",
     "Role",
@@ -99,6 +105,7 @@ __all__ = [
     "SnapshotStorePolicy",
     "UploadedSnapshot",
     "UploadedSnapshotIndex",
+    "Watch",
     "Webhook",
     "WebhookAttempt",
     "WebhookDelivery",
