@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0026_file_blob_without_index'),
+        ('memoryui', '0028_workspace_known_hosts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
