@@ -1,0 +1,259 @@
+"""Memory usage from the rollouts: an agent run by the SDK itself (``Runner.run`` in a
+``UnixLocalSandboxClient`` sandbox with ``Memory()``) reads its memory with the shell
+and ``load_skill``; the import finds each read and the entries it printed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from agents import RunConfig, Runner
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import SandboxAgent
+from agents.sandbox.capabilities.capabilities import Capabilities
+from agents.sandbox.capabilities.memory import Memory
+from agents.sandbox.capabilities.skills import LocalDirLazySkillSource, Skills
+from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
+from agents.sandbox.entries import LocalDir
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+
+from generation import memory_reads, review
+from memoryui.importer import import_workspace
+from memoryui.models import EntryRead, Layout, MemoryRead, MemoryVersion
+from tests.scripted_model import Reply
+from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
+
+LAYOUT = MemoryLayoutConfig(memories_dir="memories", sessions_dir="sessions")
+
+MEMORY_MD = """\
+# Task Group: deploys
+scope: deploying services
+
+## Task 1: Deploy billing, success
+
+### rollout_summary_files
+- rollout_summaries/r1_deploy-billing.md (rollout_id=r1)
+
+### keywords
+- billing, runbook
+
+## Task 2: Roll back search, failed
+
+### rollout_summary_files
+- rollout_summaries/r2_rollback.md (rollout_id=r2)
+
+### keywords
+- rollback, search
+
+# Task Group: databases
+scope: database migrations
+
+## Task 1: Migrate the orders table, success
+
+### rollout_summary_files
+- rollout_summaries/r3_orders.md (rollout_id=r3)
+
+### keywords
+- migration, orders
+"""
+SUMMARY = "## User Profile\n\nDeploys billing and search; runs migrations.\n"
+SKILL = "---\nname: deploy\ndescription: Deploy a service with the runbook.\n---\n\nRun it.\n"
+
+# Titles of the entries of MEMORY_MD, by what the tests call them.
+DEPLOYS = "deploys"
+BILLING = "Task 1: Deploy billing, success"
+ROLLBACK = "Task 2: Roll back search, failed"
+DATABASES = "databases"
+ORDERS = "Task 1: Migrate the orders table, success"
+
+
+def titles(keys) -> list[str]:
+    by_key = {e.key: e.title for e in review.entries(MEMORY_MD)}
+    return [by_key[k] for k in keys]
+
+
+def workspace_with_memory(root: Path) -> None:
+    memories = root / "memories"
+    (memories / "rollout_summaries").mkdir(parents=True)
+    (memories / "skills" / "deploy").mkdir(parents=True)
+    (memories / "raw_memories").mkdir()
+    (memories / "MEMORY.md").write_text(MEMORY_MD)
+    (memories / "memory_summary.md").write_text(SUMMARY)
+    (memories / "rollout_summaries" / "r1_deploy-billing.md").write_text(
+        "session_id: s1\nupdated_at: 2026-11-01T10:00:00+00:00\nrollout_path: sessions/r1.jsonl\n"
+        "terminal_state: completed\n\n# Deploy billing\n\nFollowed the runbook.\n"
+    )
+    (memories / "skills" / "deploy" / "SKILL.md").write_text(SKILL)
+    (root / "sessions").mkdir()
+
+
+def exec_command(cmd: str, workdir: str | None = None) -> tuple[str, dict]:
+    return ("exec_command", {"cmd": cmd, **({"workdir": workdir} if workdir else {})})
+
+
+def run_agent(model, root: Path, *turns: tuple[str, dict], monkeypatch) -> None:
+    """One SDK run in a sandbox over ``root`` whose model makes ``turns`` (one tool
+    call each), then answers. The run's rollout is written under ``sessions/``."""
+    # The sandbox's shell finds rg where this interpreter's tools are.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    model.script(*(Reply.tools(turn) for turn in turns), Reply(raw_text="Done."))
+    # The lazy skills come from the workspace's memory folder, a path under the
+    # current directory (the SDK reads no other host folder without a grant).
+    monkeypatch.chdir(root)
+
+    async def session_run() -> None:
+        client = UnixLocalSandboxClient()
+        session = await client.create(manifest=Manifest(root=str(root)))
+        await session.start()
+        agent = SandboxAgent(
+            name="deployer",
+            instructions="Deploy services when asked.",
+            model=sdk_model(model),
+            capabilities=[
+                *Capabilities.default(),
+                Memory(
+                    layout=LAYOUT,
+                    generate=MemoryGenerateConfig(
+                        phase_one_model=sdk_model(model), phase_two_model=sdk_model(model)
+                    ),
+                ),
+                Skills(
+                    lazy_from=LocalDirLazySkillSource(source=LocalDir(src=Path("memories/skills")))
+                ),
+            ],
+        )
+        result = await Runner.run(
+            agent,
+            "Deploy billing.",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+        assert result.final_output == "Done."
+        # Not closed: closing would run the SDK's memory generation (phase one and two).
+
+    asyncio.run(session_run())
+
+
+def reads_of(layout: Layout) -> list[MemoryRead]:
+    return list(
+        MemoryRead.objects.filter(layout=layout)
+        .prefetch_related("entries")
+        .order_by("segment", "item", "pk")
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_tracing")
+def test_each_read_of_an_sdk_run_lands_on_exactly_the_entries_it_printed(
+    model, tmp_path, monkeypatch
+):
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    run_agent(
+        model,
+        root,
+        exec_command("rg -n runbook memories/MEMORY.md"),
+        exec_command("sed -n 20,26p memories/MEMORY.md"),
+        exec_command("cat memories/rollout_summaries/r1_deploy-billing.md"),
+        exec_command("cd memories && grep 'rollback, search' MEMORY.md"),
+        exec_command("cat MEMORY.md | head -n 3", workdir="memories"),
+        exec_command("echo memories/MEMORY.md && ls memories/skills > /dev/null"),
+        ("load_skill", {"skill_name": "deploy"}),
+        monkeypatch=monkeypatch,
+    )
+    assert list((root / "sessions").glob("*.jsonl"))
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    reads = reads_of(layout)
+
+    found = [(r.kind, r.path, r.how, titles(e.key for e in r.entries.all())) for r in reads]
+    assert found == [
+        ("memory_md", "MEMORY.md", "search", [BILLING]),
+        ("memory_md", "MEMORY.md", "range", [DATABASES, ORDERS]),
+        ("rollout_summary", "rollout_summaries/r1_deploy-billing.md", "whole", []),
+        ("memory_md", "MEMORY.md", "search", [ROLLBACK]),
+        ("memory_md", "MEMORY.md", "range", [DEPLOYS]),
+        ("skill", "skills/deploy/SKILL.md", "load_skill", []),
+    ]
+    version = MemoryVersion.objects.get(layout=layout, document="memory_md")
+    assert {r.version_id for r in reads if r.kind == "memory_md"} == {version.pk}
+    assert all(r.terminal_state == "completed" and r.read_at is not None for r in reads)
+    # Each read is the item of the rollout that made it: the call, not its output.
+    assert reads[0].command == "rg -n runbook memories/MEMORY.md"
+    assert len({r.item for r in reads}) == len(reads)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_tracing")
+def test_a_reimport_of_unchanged_files_adds_nothing_and_a_new_rollout_adds_its_reads(
+    model, tmp_path, monkeypatch
+):
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    run_agent(model, root, exec_command("rg -n orders memories/MEMORY.md"), monkeypatch=monkeypatch)
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    assert MemoryRead.objects.filter(layout=layout).count() == 1
+    first = list(EntryRead.objects.values_list("pk", "key"))
+
+    import_workspace(root, "agents")
+    assert list(EntryRead.objects.values_list("pk", "key")) == first
+
+    run_agent(model, root, exec_command("sed -n 4,11p memories/MEMORY.md"), monkeypatch=monkeypatch)
+    import_workspace(root, "agents")
+    reads = reads_of(layout)
+    assert [titles(e.key for e in r.entries.all()) for r in reads] == [[ORDERS], [BILLING]]
+
+
+def test_commands_that_only_mention_a_memory_path_read_nothing():
+    for cmd in (
+        "echo memories/MEMORY.md",
+        "ls memories/rollout_summaries",
+        "printf '%s\\n' memories/skills/deploy/SKILL.md",
+        "touch memories/MEMORY.md",
+        "echo hi > memories/MEMORY.md",
+        "test -f memories/MEMORY.md && echo yes",
+    ):
+        assert memory_reads.command_reads(cmd, "memories", output="yes") == [], cmd
+
+
+def test_reads_follow_the_shell_quoting_cd_pipelines_and_lists():
+    reads = memory_reads.command_reads
+    assert reads("cd memories/x && cat ../MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    ]
+    assert reads("cd /tmp && cat memories/MEMORY.md", "memories") == []
+    assert reads('cat "memories/rollout_summaries/a b.md"', "memories") == [
+        memory_reads.Read("rollout_summary", "rollout_summaries/a b.md", "whole")
+    ]
+    assert reads("tail -n 4 /home/u/ws/memories/MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "range", ((-4, -1),))
+    ]
+    searched = reads(
+        "rg -n -i deploy memories",
+        "memories",
+        output="memories/MEMORY.md:3:deploy\nmemories/skills/d/SKILL.md:1:deploy\n",
+    )
+    assert [(r.path, r.numbered) for r in searched] == [
+        ("MEMORY.md", (3,)),
+        ("skills/d/SKILL.md", (1,)),
+    ]
+    assert reads("(cd memories; cat MEMORY.md) && cat MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    ]
+
+
+def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
+    tail = memory_reads.Read("memory_md", "MEMORY.md", "range", ((-2, -1),))
+    assert titles(memory_reads.entry_hits(tail, MEMORY_MD)) == [ORDERS]
+    whole = memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    assert titles(memory_reads.entry_hits(whole, MEMORY_MD)) == [
+        DEPLOYS,
+        BILLING,
+        ROLLBACK,
+        DATABASES,
+        ORDERS,
+    ]
