@@ -5,6 +5,7 @@ and ``load_skill``; the import finds each read and the entries it printed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from generation import memory_reads, review
 from memoryui.importer import import_workspace
 from memoryui.models import EntryRead, Layout, MemoryRead, MemoryVersion
+from memoryui.usage import entry_usage
+from tests.factories import curate
 from tests.scripted_model import Reply
 from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
 
@@ -257,3 +260,101 @@ def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
         DATABASES,
         ORDERS,
     ]
+
+
+# --- usage per entry, across versions ---------------------------------------------------
+
+
+def rollout_line(rollout_id: str, when: str, state: str, *cmds: tuple[str, str]) -> str:
+    """One run segment as the SDK writes it: each (command, output) an exec_command call
+    and its output."""
+    items: list[dict] = []
+    for n, (cmd, output) in enumerate(cmds):
+        call_id = f"call_{n}"
+        items.append(
+            {
+                "arguments": json.dumps({"cmd": cmd}),
+                "call_id": call_id,
+                "name": "exec_command",
+                "type": "function_call",
+            }
+        )
+        items.append(
+            {
+                "call_id": call_id,
+                "output": f"Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\n"
+                f"Output:\n{output}",
+                "type": "function_call_output",
+            }
+        )
+    segment = {
+        "updated_at": when,
+        "rollout_id": rollout_id,
+        "input": [{"content": "Go.", "role": "user"}],
+        "generated_items": items,
+        "terminal_metadata": {
+            "terminal_state": state,
+            "exception_type": None,
+            "exception_message": None,
+            "has_final_output": state == "completed",
+        },
+    }
+    return json.dumps(segment, separators=(",", ":")) + "\n"
+
+
+def write_rollout(root: Path, rollout_id: str, *segments: str) -> None:
+    (root / "sessions" / f"{rollout_id}.jsonl").write_text("".join(segments))
+
+
+RENAMED = MEMORY_MD.replace(
+    "## Task 2: Roll back search, failed", "## Task 2: Revert the search deploy, failed"
+).replace("- billing, runbook", "- billing, runbook, canary")
+ADDED = "## Task 3: Rotate the keys, success\n\n### keywords\n- keys, rotation\n\n"
+LATER = RENAMED.replace("# Task Group: databases", ADDED + "# Task Group: databases")
+
+
+def key_of(text: str, title: str) -> str:
+    return next(e.key for e in review.entries(text) if e.title == title)
+
+
+@pytest.mark.django_db
+def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_at_zero(tmp_path):
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    write_rollout(
+        root,
+        "r-ok",
+        rollout_line(
+            "r-ok",
+            "2026-11-02T10:00:00+00:00",
+            "completed",
+            ("rg -n runbook memories/MEMORY.md", "10:- billing, runbook"),
+        ),
+        rollout_line(
+            "r-ok", "2026-11-03T10:00:00+00:00", "completed", ("sed -n 4,6p memories/MEMORY.md", "")
+        ),
+    )
+    write_rollout(
+        root,
+        "r-bad",
+        rollout_line(
+            "r-bad", "2026-11-04T10:00:00+00:00", "failed", ("sed -n 12,18p memories/MEMORY.md", "")
+        ),
+    )
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    curate(layout, "memory_md", LATER)
+    latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
+    assert latest is not None and latest.number == 2
+
+    usage = entry_usage(layout, latest)
+
+    billing = usage[key_of(LATER, BILLING)]
+    assert (billing.reads, billing.runs, billing.states) == (2, 2, {"completed": 2})
+    assert billing.first_read.isoformat() == "2026-11-02T10:00:00+00:00"
+    assert billing.last_read.isoformat() == "2026-11-03T10:00:00+00:00"
+    revert = usage[key_of(LATER, "Task 2: Revert the search deploy, failed")]
+    assert (revert.reads, revert.runs, revert.states) == (1, 1, {"failed": 1})
+    assert revert.read_by_failing_runs == 1
+    assert key_of(LATER, "Task 3: Rotate the keys, success") not in usage
+    assert key_of(LATER, ORDERS) not in usage  # never read
