@@ -180,11 +180,16 @@ class PageForm(forms.Form):
     )
 
 
+USAGE_FILTERS = [("", "All entries"), ("never", "Never read"), ("failing", "Read by failing runs")]
+
+
 class VersionForm(forms.Form):
     """``?version=`` (and the entry finder) of the MEMORY.md and summary pages."""
 
     version = forms.IntegerField(required=False, min_value=1)
     q = forms.CharField(required=False, max_length=200)
+    # MEMORY.md's entries by how agents used them (``memoryui.usage``).
+    usage = forms.ChoiceField(required=False, choices=USAGE_FILTERS)
 
 
 class CompareForm(forms.Form):

@@ -164,6 +164,24 @@ class EntryUsage:
     last_read: datetime | None = None
     # Runs that read it, per terminal state (completed, failed, interrupted ...).
     states: dict[str, int] = field(default_factory=dict)
+    # The runs themselves, (rollout pk, segment) -> terminal state, to add entries up.
+    run_states: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
+
+    def add(self, other: EntryUsage) -> None:
+        """Count ``other``'s reads in too (a run that read both counts once)."""
+        self.reads += other.reads
+        for when in (other.first_read, other.last_read):
+            if when is None:
+                continue
+            if self.first_read is None or when < self.first_read:
+                self.first_read = when
+            if self.last_read is None or when > self.last_read:
+                self.last_read = when
+        self.run_states.update(other.run_states)
+        self.runs = len(self.run_states)
+        self.states = {}
+        for state in self.run_states.values():
+            self.states[state] = self.states.get(state, 0) + 1
 
     @property
     def read_by_failing_runs(self) -> int:
@@ -248,7 +266,6 @@ def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]
         .annotate(n=Count("id"), first=Min("read_at"), last=Max("read_at"))
         .order_by()
     )
-    runs: dict[str, set[tuple[int, int]]] = {}
     for row in rows:
         key = forms.get((row["version_id"], row["key"]))
         if key is None:
@@ -256,10 +273,9 @@ def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]
         entry = usage.setdefault(key, EntryUsage())
         entry.reads += row["n"]
         run = (row["rollout_id"], row["segment"])
-        seen = runs.setdefault(key, set())
-        if run not in seen:
-            seen.add(run)
+        if run not in entry.run_states:
             state = row["terminal_state"] or "unknown"
+            entry.run_states[run] = state
             entry.states[state] = entry.states.get(state, 0) + 1
         if row["first"] is not None and (
             entry.first_read is None or row["first"] < entry.first_read
@@ -267,6 +283,39 @@ def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]
             entry.first_read = row["first"]
         if row["last"] is not None and (entry.last_read is None or row["last"] > entry.last_read):
             entry.last_read = row["last"]
-    for key, seen in runs.items():
-        usage[key].runs = len(seen)
+    for entry in usage.values():
+        entry.runs = len(entry.run_states)
     return usage
+
+
+@lru_cache(maxsize=16)
+def _keys_per_block(sha256: str) -> tuple[tuple[str, ...], ...]:
+    """The review keys (``generation.review``) inside each top-level block of a
+    document (a task group's head and its tasks and sections), by character offset."""
+    ends = []
+    end = 0
+    for block in documents.parsed(sha256).children:
+        end += len(block.dump())
+        ends.append(end)
+    keys: list[list[str]] = [[] for _ in ends]
+    offset = 0
+    for entry in review.entries(documents.text(sha256)):
+        index = bisect.bisect_right(ends, offset)
+        if index < len(keys):
+            keys[index].append(entry.key)
+        offset += len(entry.text)
+    return tuple(tuple(k) for k in keys)
+
+
+def block_usage(layout: Layout, version: MemoryVersion) -> list[EntryUsage]:
+    """Usage of each top-level block of ``version`` (what the MEMORY.md page lists):
+    its own entries' usage added up."""
+    per_key = entry_usage(layout, version)
+    result = []
+    for keys in _keys_per_block(version.blob_id):
+        total = EntryUsage()
+        for key in keys:
+            if key in per_key:
+                total.add(per_key[key])
+        result.append(total)
+    return result

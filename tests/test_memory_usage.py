@@ -21,12 +21,14 @@ from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
 from agents.sandbox.entries import LocalDir
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from django.test import Client
+from django.urls import reverse
 
 from generation import memory_reads, review
 from memoryui.importer import import_workspace
-from memoryui.models import EntryRead, Layout, MemoryRead, MemoryVersion
+from memoryui.models import EntryRead, Layout, Membership, MemoryRead, MemoryVersion, Role
 from memoryui.usage import entry_usage
-from tests.factories import curate
+from tests.factories import curate, make_user
 from tests.scripted_model import Reply
 from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
 
@@ -317,8 +319,10 @@ def key_of(text: str, title: str) -> str:
     return next(e.key for e in review.entries(text) if e.title == title)
 
 
-@pytest.mark.django_db
-def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_at_zero(tmp_path):
+@pytest.fixture
+def used_layout(db, tmp_path) -> Layout:
+    """MEMORY_MD imported with two rollouts: "r-ok" (two completed runs) read the
+    billing task twice, "r-bad" (a failed run) the rollback task once."""
     root = tmp_path / "ws"
     workspace_with_memory(root)
     write_rollout(
@@ -343,6 +347,14 @@ def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_a
     )
     import_workspace(root, "agents")
     layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    return layout
+
+
+@pytest.mark.django_db
+def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_at_zero(
+    used_layout,
+):
+    layout = used_layout
     curate(layout, "memory_md", LATER)
     latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
     assert latest is not None and latest.number == 2
@@ -358,3 +370,33 @@ def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_a
     assert revert.read_by_failing_runs == 1
     assert key_of(LATER, "Task 3: Rotate the keys, success") not in usage
     assert key_of(LATER, ORDERS) not in usage  # never read
+
+
+# --- where people see it ---------------------------------------------------------------
+
+
+def viewer_client(layout: Layout) -> Client:
+    user = make_user("viewer")
+    Membership.objects.create(user=user, workspace=layout.workspace, role=Role.VIEWER)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_memory_page_shows_each_entrys_reads_and_filters_never_read_and_failing(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:memory_md", args=["agents", used_layout.pk])
+    with django_assert_max_num_queries(14):
+        page = client.get(url).content.decode()
+    deploys, databases = page.split('<article class="entry')[1:3]
+    assert "Read 3 times by 3 runs, " in deploys
+    assert "1 of them failing" in deploys
+    assert "never read" in databases and "Read " not in databases
+
+    never = client.get(url, {"usage": "never"}).content.decode()
+    assert "Task Group: databases" in never and "Task Group: deploys" not in never
+    failing = client.get(url, {"usage": "failing"}).content.decode()
+    assert "Task Group: deploys" in failing and "Task Group: databases" not in failing
+    assert client.get(url, {"usage": "sometimes"}).status_code == 400
