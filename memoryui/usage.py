@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from urllib.parse import quote
 
 from django.db.models import Count, Max, Min
+from django.urls import reverse
 
 from generation import memory_reads, review, tree
 
@@ -318,4 +320,60 @@ def block_usage(layout: Layout, version: MemoryVersion) -> list[EntryUsage]:
             if key in per_key:
                 total.add(per_key[key])
         result.append(total)
+    return result
+
+
+# --- the rollout page ------------------------------------------------------------------
+
+HOW_LABELS = {
+    memory_reads.WHOLE: "the whole file",
+    memory_reads.RANGE: "some lines",
+    memory_reads.SEARCH: "searched",
+    memory_reads.LOAD_SKILL: "load_skill",
+}
+
+
+@dataclass
+class ItemRead:
+    """One read as the rollout page lists it under the call that made it."""
+
+    kind: str
+    path: str
+    how: str
+    url: str
+    entries: list[tuple[str, str]]  # (title, url of the entry on the MEMORY.md page)
+
+
+def reads_by_item(rollout: Rollout) -> dict[tuple[int, int], list[ItemRead]]:
+    """The reads of a rollout by (segment, item), each entry with a link to it on the
+    MEMORY.md page (of the version read). Two queries."""
+    reads = list(
+        MemoryRead.objects.filter(rollout=rollout)
+        .select_related("version")
+        .prefetch_related("entries")
+        .order_by("segment", "item", "pk")
+    )
+    if not reads:
+        return {}
+    layout = rollout.layout
+    args = [layout.workspace.name, layout.pk]
+    memory_url = reverse("memoryui:memory_md", args=args)
+    titles: dict[str, dict[str, str]] = {}
+    result: dict[tuple[int, int], list[ItemRead]] = {}
+    for read in reads:
+        url = ""
+        entries: list[tuple[str, str]] = []
+        if read.kind == MemoryRead.Kind.MEMORY_MD:
+            url = memory_url
+            if read.version is not None:
+                blob = read.version.blob_id
+                if blob not in titles:
+                    titles[blob] = {e.key: e.title for e in review.entries(documents.text(blob))}
+                for entry in read.entries.all():
+                    title = titles[blob].get(entry.key, entry.key)
+                    link = f"{memory_url}?version={read.version.number}&q={quote(title)}"
+                    entries.append((title, link))
+        result.setdefault((read.segment, read.item), []).append(
+            ItemRead(read.kind, read.path, HOW_LABELS.get(read.how, read.how), url, entries)
+        )
     return result

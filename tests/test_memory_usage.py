@@ -400,3 +400,18 @@ def test_the_memory_page_shows_each_entrys_reads_and_filters_never_read_and_fail
     failing = client.get(url, {"usage": "failing"}).content.decode()
     assert "Task Group: deploys" in failing and "Task Group: databases" not in failing
     assert client.get(url, {"usage": "sometimes"}).status_code == 400
+
+
+def test_the_rollout_page_marks_the_calls_that_read_memory_and_links_their_entries(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:rollout_detail", args=["agents", used_layout.pk, "r-ok"])
+    with django_assert_max_num_queries(14):
+        page = client.get(url).content.decode()
+    assert page.count(">reads memory</span>") == 2
+    memory_url = reverse("memoryui:memory_md", args=["agents", used_layout.pk])
+    link = f'<a href="{memory_url}?version=1&amp;q=Task%201%3A%20Deploy%20billing%2C%20success">'
+    assert page.count(link + BILLING + "</a>") == 2
+    # The output that answered the call is not marked: the call is.
+    assert page.count('class="memory-reads"') == 2
