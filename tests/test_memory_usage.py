@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,22 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from generation import memory_reads, review
+from memoryui import curation, forgetting
 from memoryui.importer import import_workspace
-from memoryui.models import EntryRead, Layout, Membership, MemoryRead, MemoryVersion, Role
+from memoryui.models import (
+    EntryRead,
+    GenerationSettings,
+    Layout,
+    Membership,
+    MemoryRead,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    Role,
+)
 from memoryui.usage import entry_usage
 from tests.factories import curate, make_user
 from tests.scripted_model import Reply
@@ -415,3 +428,77 @@ def test_the_rollout_page_marks_the_calls_that_read_memory_and_links_their_entri
     assert page.count(link + BILLING + "</a>") == 2
     # The output that answered the call is not marked: the call is.
     assert page.count('class="memory-reads"') == 2
+
+
+# --- forgetting, proposed -------------------------------------------------------------
+
+
+def aged(layout: Layout, read_days_ago: dict[str, int], version_days_ago: int) -> None:
+    """Move the layout's history back: its MEMORY.md versions made ``version_days_ago``
+    days ago, each read of an entry titled T ``read_days_ago[T]`` days ago."""
+    now = timezone.now()
+    MemoryVersion.objects.filter(layout=layout).update(
+        created_at=now - timedelta(days=version_days_ago)
+    )
+    by_title = {e.title: e.key for e in review.entries(MEMORY_MD)}
+    for title, days in read_days_ago.items():
+        entry_reads = EntryRead.objects.filter(layout=layout, key=by_title[title])
+        MemoryRead.objects.filter(pk__in=entry_reads.values("read_id")).update(
+            read_at=now - timedelta(days=days)
+        )
+        entry_reads.update(read_at=now - timedelta(days=days))
+
+
+def test_propose_forgetting_proposes_exactly_the_unread_unpinned_old_entries(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    young = MEMORY_MD.replace("# Task Group: databases", ADDED + "# Task Group: databases")
+    curate(layout, "memory_md", young)  # Task 3 is new today: left alone
+
+    assert [f.title for f in forgetting.forgettable(layout, 30)] == [BILLING, DATABASES, ORDERS]
+    Pin.objects.create(
+        layout=layout, document="memory_md", key=key_of(young, ORDERS), text="", title=ORDERS
+    )
+    assert [f.title for f in forgetting.forgettable(layout, 30)] == [BILLING]
+    assert [f.title for f in forgetting.forgettable(layout, 3)] == [BILLING, ROLLBACK]
+
+
+def test_forgetting_is_a_proposal_a_person_decides(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    admin = make_user("ada")
+    Membership.objects.create(user=admin, workspace=layout.workspace, role=Role.ADMIN)
+    client = Client()
+    client.force_login(admin)
+    before = curation.latest(layout, "memory_md")
+
+    response = client.post(
+        reverse("memoryui:propose_forgetting", args=["agents", layout.pk]), {"days": 30}
+    )
+
+    proposal = Proposal.objects.get(layout=layout)
+    assert response.status_code == 302 and response["Location"].endswith(f"/{proposal.pk}/")
+    assert proposal.status == Proposal.Status.PENDING
+    kept = [e.title for e in review.entries(proposal.memory_md)]
+    assert kept == [DEPLOYS, ROLLBACK]
+    assert curation.latest(layout, "memory_md") == before  # nothing changed yet
+    assert GenerationSettings.objects.get(layout=layout).forget_unread_days == 30
+    assert client.get(response["Location"]).status_code == 200
+    viewer = viewer_client(layout)
+    url = reverse("memoryui:propose_forgetting", args=["agents", layout.pk])
+    assert viewer.post(url, {"days": 30}).status_code == 403
+    assert client.post(url, {"days": 0}).status_code == 400
+
+
+def test_the_usage_page_lists_entries_by_reads_and_reads_per_day_by_kind(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])
+    with django_assert_max_num_queries(20):
+        page = client.get(url).content.decode()
+    table = page.split('id="entry-usage"')[1]
+    assert table.index(BILLING) < table.index(ROLLBACK) < table.index(ORDERS)
+    per_day = page.split('id="reads-per-day"')[1].split("</table>")[0]
+    assert "2026-11-04" in per_day and "2026-11-02" in per_day
+    assert "Propose forgetting</button>" not in page  # a viewer cannot

@@ -67,6 +67,13 @@ class GenerationSettings(models.Model):
         help_text="Tokens (sent and received) phase two may use before the run fails; "
         "empty for no limit.",
     )
+    # Usage (memoryui.usage): "propose forgetting" proposes removing the entries no
+    # agent read in this many days (entries younger than that stay).
+    forget_unread_days = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text="Propose forgetting the entries no agent read in this many days.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
