@@ -483,7 +483,15 @@ def test_forgetting_is_a_proposal_a_person_decides(used_layout):
     assert kept == [DEPLOYS, ROLLBACK]
     assert curation.latest(layout, "memory_md") == before  # nothing changed yet
     assert GenerationSettings.objects.get(layout=layout).forget_unread_days == 30
-    assert client.get(response["Location"]).status_code == 200
+    review_page = client.get(response["Location"]).content.decode()
+    # Each card says how often agents read the entry it removes.
+    cards = {
+        c.split('class="entry-title">')[1].split("<")[0]: c
+        for c in review_page.split("<article")[1:]
+        if 'class="entry-title">' in c
+    }
+    assert ">read 2 times</span>" in cards[BILLING]
+    assert ">never read</span>" in cards[ORDERS]
     viewer = viewer_client(layout)
     url = reverse("memoryui:propose_forgetting", args=["agents", layout.pk])
     assert viewer.post(url, {"days": 30}).status_code == 403

@@ -607,6 +607,7 @@ def get_proposal(
                     "approval": card.approval,
                     "viewed": card.viewed,
                     "flags": sorted(k for k, v in card.flags.items() if v),
+                    "reads": card.read.reads if card.read is not None else None,
                 }
             )
     return {
