@@ -290,6 +290,23 @@ def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]
     return usage
 
 
+def entries_by_reads(
+    layout: Layout, version: MemoryVersion | None
+) -> list[tuple[review.Entry, EntryUsage]]:
+    """The non-blank entries of ``version`` with their usage, most read first (what the
+    Usage page and the API list)."""
+    if version is None or version.blob_id is None:
+        return []
+    used = entry_usage(layout, version)
+    rows = [
+        (entry, used.get(entry.key) or EntryUsage())
+        for entry in review.entries(documents.text(version.blob_id))
+        if entry.text.strip()
+    ]
+    rows.sort(key=lambda row: (-row[1].reads, -row[1].runs))
+    return rows
+
+
 @lru_cache(maxsize=16)
 def _keys_per_block(sha256: str) -> tuple[tuple[str, ...], ...]:
     """The review keys (``generation.review``) inside each top-level block of a

@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from generation import memory_reads, review
-from memoryui import curation, forgetting
+from memoryui import curation, forgetting, tokens
 from memoryui.importer import import_workspace
 from memoryui.models import (
     EntryRead,
@@ -510,3 +510,38 @@ def test_the_usage_page_lists_entries_by_reads_and_reads_per_day_by_kind(
     per_day = page.split('id="reads-per-day"')[1].split("</table>")[0]
     assert "2026-11-04" in per_day and "2026-11-02" in per_day
     assert "Propose forgetting</button>" not in page  # a viewer cannot
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+def test_the_api_pages_usage_per_entry_and_the_layouts_reads(
+    used_layout, django_assert_max_num_queries
+):
+    user = make_user("reader")
+    Membership.objects.create(user=user, workspace=used_layout.workspace, role=Role.VIEWER)
+    auth = {"HTTP_AUTHORIZATION": "Bearer " + tokens.create_token(user, "t", ["agents"]).secret}
+    base = f"/api/workspaces/agents/layouts/{used_layout.pk}/usage"
+    client = Client()
+
+    first = client.get(f"{base}/entries", {"limit": 2}, **auth).json()
+    assert first["count"] == 5
+    assert [(e["title"], e["reads"], e["runs"]) for e in first["items"]] == [
+        (BILLING, 2, 2),
+        (ROLLBACK, 1, 1),
+    ]
+    assert first["items"][1]["failing_runs"] == 1 and first["items"][1]["states"] == {"failed": 1}
+    rest = client.get(f"{base}/entries", {"limit": 2, "offset": 2}, **auth).json()["items"]
+    assert {e["reads"] for e in rest} == {0}
+
+    with django_assert_max_num_queries(12):
+        reads = client.get(f"{base}/reads", **auth).json()
+    assert reads["count"] == 3
+    assert [(r["rollout_id"], r["how"], r["terminal_state"]) for r in reads["items"]] == [
+        ("r-bad", "range", "failed"),
+        ("r-ok", "range", "completed"),
+        ("r-ok", "search", "completed"),
+    ]
+    assert titles(reads["items"][0]["entries"]) == [ROLLBACK]
+    assert client.get(f"{base}/reads", {"kind": "skill"}, **auth).json()["count"] == 0
+    assert client.get(f"{base}/reads", {"kind": "nonsense"}, **auth).status_code == 422

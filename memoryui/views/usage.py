@@ -13,9 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from generation import review
-
-from .. import curation, documents, forgetting, usage
+from .. import curation, forgetting, usage
 from ..forms import PageForm
 from ..models import GenerationSettings, MemoryRead, MemoryVersion, Role
 from ..roles import has_role, workspace_view
@@ -37,13 +35,7 @@ def layout_usage(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     if not paging.is_valid():
         return bad_request(request, paging, workspace=layout.workspace)
     version = curation.latest(layout, MemoryVersion.Document.MEMORY_MD)
-    rows = []
-    if version is not None and version.blob_id is not None:
-        used = usage.entry_usage(layout, version)
-        for entry in review.entries(documents.text(version.blob_id)):
-            if entry.text.strip():
-                rows.append((entry, used.get(entry.key) or usage.EntryUsage()))
-        rows.sort(key=lambda row: (-row[1].reads, -row[1].runs))
+    rows = usage.entries_by_reads(layout, version)
     page = Paginator(rows, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
     per_day = (
         MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
