@@ -608,6 +608,12 @@ def _item_reads(
     output = outputs.get(call_id, "") if isinstance(call_id, str) else ""
     if kind == "function_call":
         name = item.get("name")
+        if name not in ("exec_command", LOAD_SKILL):
+            return None
+        raw = item.get("arguments")
+        if name == "exec_command" and isinstance(raw, str):
+            if not _mentions_memory(raw, "", memories_dir):
+                return None  # most calls: no JSON to decode
         args = _arguments(item)
         if name == "exec_command" and isinstance(args.get("cmd"), str):
             workdir = args.get("workdir")
