@@ -8,17 +8,18 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from urllib.parse import quote
 
 from django.db.models import Count, Max, Min
 from django.urls import reverse
+from django.utils import timezone
 
-from generation import memory_reads, review, tree
+from generation import memory_md, memory_reads, phase_two, review, tree
 
 from . import documents
-from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout
+from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
 
 # Kept per read: the command that read (what the rollout page shows beside it).
 COMMAND_CHARS = 2000
@@ -338,6 +339,45 @@ def block_usage(layout: Layout, version: MemoryVersion) -> list[EntryUsage]:
                 total.add(per_key[key])
         result.append(total)
     return result
+
+
+# --- phase two's selection by usage ----------------------------------------------------
+
+
+def usage_ranking(layout: Layout, unused_days: int) -> phase_two.UsageRanking:
+    """Each rollout's usage for phase two's selection by usage: the reads of the current
+    MEMORY.md's entries that cite it (its rollout summary or ``rollout_id=``), and the
+    last of them."""
+    version = MemoryVersion.objects.filter(
+        layout=layout, document=MemoryVersion.Document.MEMORY_MD
+    ).first()
+    reads: dict[str, int] = {}
+    last: dict[str, str] = {}
+    if version is not None and version.blob_id is not None:
+        used = entry_usage(layout, version)
+        summaries = dict(
+            RolloutSummary.objects.filter(layout=layout).values_list("file__path", "rollout_id")
+        )
+        prefix = layout.memories_dir + "/"
+        for entry in review.entries(documents.text(version.blob_id)):
+            if entry.key not in used or entry.kind == "task_group":
+                continue
+            cited = set(review.ROLLOUT_CITED_RE.findall(entry.text))
+            for path in memory_md.CITATION_RE.findall(entry.text):
+                if prefix + path in summaries:
+                    cited.add(summaries[prefix + path])
+            for rollout_id in cited:
+                reads[rollout_id] = reads.get(rollout_id, 0) + used[entry.key].reads
+                when = used[entry.key].last_read
+                if when is not None:
+                    last[rollout_id] = max(last.get(rollout_id, ""), _iso(when))
+    cutoff = _iso(timezone.now() - timedelta(days=unused_days))
+    return phase_two.UsageRanking(reads=reads, last_read=last, cutoff=cutoff)
+
+
+def _iso(when: datetime) -> str:
+    """As the SDK writes ``updated_at``: UTC, ``isoformat()`` (compared as strings)."""
+    return when.astimezone(UTC).isoformat()
 
 
 # --- the rollout page ------------------------------------------------------------------

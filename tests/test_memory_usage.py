@@ -26,7 +26,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from generation import memory_reads, review
+from generation import memory_reads, phase_two, review
 from memoryui import curation, forgetting, tokens
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -40,7 +40,7 @@ from memoryui.models import (
     Proposal,
     Role,
 )
-from memoryui.usage import entry_usage
+from memoryui.usage import entry_usage, usage_ranking
 from tests.factories import curate, make_user
 from tests.scripted_model import Reply
 from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
@@ -545,3 +545,57 @@ def test_the_api_pages_usage_per_entry_and_the_layouts_reads(
     assert titles(reads["items"][0]["entries"]) == [ROLLBACK]
     assert client.get(f"{base}/reads", {"kind": "skill"}, **auth).json()["count"] == 0
     assert client.get(f"{base}/reads", {"kind": "nonsense"}, **auth).status_code == 422
+
+
+# --- phase two's selection by usage ---------------------------------------------------
+
+
+def raw(rollout_id: str, updated_at: str) -> str:
+    return (
+        f"rollout_id: {rollout_id}\nupdated_at: {updated_at}\n"
+        f"rollout_path: sessions/{rollout_id}.jsonl\n"
+        f"rollout_summary_file: rollout_summaries/{rollout_id}_x.md\n"
+        "terminal_state: completed\n\n- a note\n"
+    )
+
+
+def test_selection_by_usage_ranks_by_reads_then_last_use_and_leaves_out_the_unused():
+    texts = [
+        raw("a", "2026-11-01T00:00:00+00:00"),
+        raw("b", "2026-11-25T00:00:00+00:00"),
+        raw("c", "2026-10-01T00:00:00+00:00"),
+        raw("d", "2026-10-02T00:00:00+00:00"),
+        raw("e", "2026-11-30T00:00:00+00:00"),
+    ]
+    ranking = phase_two.UsageRanking(
+        reads={"a": 5, "d": 2, "e": 2},
+        last_read={
+            "a": "2026-11-20T00:00:00+00:00",
+            "d": "2026-11-10T00:00:00+00:00",
+            "e": "2026-11-05T00:00:00+00:00",
+        },
+        cutoff="2026-10-15T00:00:00+00:00",
+    )
+    # By hand: a (5 reads), then e and d (2 each; e last used 30 Nov, its own date, d
+    # 10 Nov), then b (never read, new on 25 Nov); c is unused since 1 Oct: left out.
+    plan = phase_two.plan_phase_two(texts, None, 3, by_usage=ranking)
+    assert [i.rollout_id for i in plan.selected] == ["a", "e", "d"]
+    everything = phase_two.plan_phase_two(texts, None, 10, by_usage=ranking)
+    assert [i.rollout_id for i in everything.selected] == ["a", "e", "d", "b"]
+    kept = phase_two.plan_phase_two(texts, None, 3, protected=["c"], by_usage=ranking)
+    assert [i.rollout_id for i in kept.selected] == ["a", "e", "c"]
+    # Without the option: the SDK's selection, the newest first.
+    assert [i.rollout_id for i in phase_two.plan_phase_two(texts, None, 3).selected] == [
+        "e",
+        "b",
+        "a",
+    ]
+
+
+def test_a_rollouts_usage_is_the_reads_of_the_entries_that_cite_it(used_layout):
+    ranking = usage_ranking(used_layout, 30)
+    assert ranking.reads == {"r1": 2, "r2": 1}
+    assert ranking.last_read == {
+        "r1": "2026-11-03T10:00:00+00:00",
+        "r2": "2026-11-04T10:00:00+00:00",
+    }
