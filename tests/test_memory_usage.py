@@ -599,3 +599,28 @@ def test_a_rollouts_usage_is_the_reads_of_the_entries_that_cite_it(used_layout):
         "r1": "2026-11-03T10:00:00+00:00",
         "r2": "2026-11-04T10:00:00+00:00",
     }
+
+
+def test_a_read_lands_on_the_version_the_agent_had_at_the_runs_time(used_layout, tmp_path):
+    curate(used_layout, "memory_md", LATER)  # version 2, made now
+    line = LATER.splitlines().index("- keys, rotation") + 1
+    write_rollout(
+        tmp_path / "ws",
+        "r-later",
+        rollout_line(
+            "r-later",
+            "2030-01-01T00:00:00+00:00",
+            "completed",
+            ("rg -n rotation memories/MEMORY.md", f"{line}:- keys, rotation"),
+        ),
+    )
+    import_workspace(tmp_path / "ws", "agents")
+    read = MemoryRead.objects.get(rollout__rollout_id="r-later")
+    assert read.version.number == 2
+    assert [e.key for e in read.entries.all()] == [
+        key_of(LATER, "Task 3: Rotate the keys, success")
+    ]
+    # The earlier rollouts' reads stay on version 1, read before version 2 was made.
+    assert set(
+        MemoryRead.objects.exclude(pk=read.pk).values_list("version__number", flat=True)
+    ) == {1}
