@@ -624,3 +624,17 @@ def test_a_read_lands_on_the_version_the_agent_had_at_the_runs_time(used_layout,
     assert set(
         MemoryRead.objects.exclude(pk=read.pk).values_list("version__number", flat=True)
     ) == {1}
+
+
+def test_an_approved_forgetting_proposal_removes_the_entries_and_keeps_the_rest(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    proposal = forgetting.propose_forgetting(layout, 30, None)
+    assert proposal is not None
+
+    curation.approve(proposal, user=make_user("ada"))
+
+    current = curation.text_of(curation.latest(layout, "memory_md"))
+    assert [e.title for e in review.entries(current)] == [DEPLOYS, ROLLBACK]
+    summary = curation.text_of(curation.latest(layout, "memory_summary"))
+    assert summary == SUMMARY
