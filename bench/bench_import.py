@@ -377,7 +377,7 @@ class Breakdown:
         from django.db.models import Model, QuerySet
 
         from generation import tree
-        from memoryui import importer
+        from memoryui import importer, usage
 
         self.wrap_iterator(tree, "read_source", "read files (tree.read_source)")
         for name in (
@@ -393,6 +393,8 @@ class Breakdown:
         for name in ("_store_blobs", "_parse", "_record_versions", "sync_layouts"):
             self.wrap(importer._Sync, name, f"importer._Sync.{name}")
         self.wrap(importer, "_upsert_by_file", "importer._upsert_by_file")
+        for name in ("find_reads", "record_reads"):  # memory reads (memoryui.usage)
+            self.wrap(usage, name, f"usage.{name}")
         self.wrap(QuerySet, "bulk_create", lambda qs, *a, **k: f"bulk_create {qs.model.__name__}")
         self.wrap(QuerySet, "bulk_update", lambda qs, *a, **k: f"bulk_update {qs.model.__name__}")
         self.wrap(Model, "__init__", lambda obj, *a, **k: f"{type(obj).__name__}.__init__")

@@ -43,23 +43,33 @@ def plan_phase_two(
     previous: tree.Selection | None,
     limit: int,
     protected: Iterable[str] = (),
+    by_usage: UsageRanking | None = None,
 ) -> PhaseTwoInput:
     """The SDK's selection (the ``limit`` newest raw memories), how it differs from the
     previous ``phase_two_selection.json``, and ``raw_memories.md`` rebuilt from it.
 
     Raw memories whose rollout id is ``protected`` (people chose to keep them) are
     selected whatever their age, in place of the oldest others; the order stays the
-    SDK's."""
+    SDK's.
+
+    ``by_usage`` (a layout's option, off by default) ranks by usage instead, as Codex
+    does (``rank_by_usage``)."""
     texts = list(raw_memory_texts)
-    ranked = tree.select_for_consolidation(texts, len(texts))
-    keep = set(protected) & {item.rollout_id for item in ranked}
-    selected = tree.select_for_consolidation(texts, limit)
+    everything = tree.select_for_consolidation(texts, len(texts))
+    ranked = everything if by_usage is None else rank_by_usage(everything, by_usage)
+    keep = set(protected) & {item.rollout_id for item in everything}
+    if by_usage is None:
+        selected = tree.select_for_consolidation(texts, limit)
+    else:
+        selected = ranked[:limit]
     if keep - {item.rollout_id for item in selected}:
         others = limit - len(keep)
         chosen = {
             i.rollout_id for i in [r for r in ranked if r.rollout_id not in keep][: max(0, others)]
         }
-        selected = [i for i in ranked if i.rollout_id in keep or i.rollout_id in chosen]
+        in_ranking = {item.rollout_id for item in ranked}
+        order = ranked + [i for i in everything if i.rollout_id not in in_ranking]
+        selected = [i for i in order if i.rollout_id in keep or i.rollout_id in chosen]
     by_id: dict[str, str] = {}
     for text in texts:
         rollout_id = tree.read_headers(text, ("rollout_id",)).get("rollout_id", "")
@@ -73,6 +83,34 @@ def plan_phase_two(
         raw_memories_md=tree.merge_raw_memories(by_id[item.rollout_id] for item in selected),
         removed_items=[item for item in before if item.rollout_id in removed],
     )
+
+
+@dataclass(frozen=True)
+class UsageRanking:
+    """How often agents used each rollout's memory: ``reads`` of the MEMORY.md entries
+    that cite it and the ``last_read`` of them (ISO, UTC) by rollout id; raw memories
+    neither read nor updated since ``cutoff`` (ISO, UTC) are left out."""
+
+    reads: dict[str, int]
+    last_read: dict[str, str]
+    cutoff: str
+
+
+def rank_by_usage(items: list[tree.SelectionItem], usage: UsageRanking) -> list[tree.SelectionItem]:
+    """``items`` most used first (reads, then the latest of the last read and the raw
+    memory's own ``updated_at``, then the rollout id), without the ones unused since
+    the cutoff. A raw memory never read yet counts from its ``updated_at``, so a new one
+    is kept until it has had ``cutoff``'s time to be read."""
+
+    def last_use(item: tree.SelectionItem) -> str:
+        updated = item.updated_at if tree.updated_at_sort_key(item.updated_at)[0] else ""
+        return max(usage.last_read.get(item.rollout_id, ""), updated)
+
+    used = [item for item in items if last_use(item) >= usage.cutoff]
+    used.sort(
+        key=lambda i: (usage.reads.get(i.rollout_id, 0), last_use(i), i.rollout_id), reverse=True
+    )
+    return used
 
 
 def selection_lines(plan: PhaseTwoInput) -> str:

@@ -13,6 +13,7 @@ from .models import (
     Comment,
     EntryCheck,
     EntryDecision,
+    EntryRead,
     EntryView,
     GenerationRun,
     GenerationSettings,
@@ -23,6 +24,7 @@ from .models import (
     LintAllowance,
     LintResult,
     Membership,
+    MemoryRead,
     MemoryVersion,
     Notification,
     OperationStat,
@@ -345,6 +347,28 @@ class LintResultAdmin(admin.ModelAdmin):
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(admin.ModelAdmin):
     list_display = ["name", "seen_at"]
+
+
+# Found by imports in the rollouts: read-only, as the rollouts they come from.
+@admin.register(MemoryRead)
+class MemoryReadAdmin(admin.ModelAdmin):
+    list_display = ["rollout", "segment", "item", "kind", "path", "how", "read_at"]
+    list_filter = ["kind", "how"]
+    list_select_related = ["rollout"]
+    raw_id_fields = ["layout", "rollout", "version"]
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(EntryRead)
+class EntryReadAdmin(admin.ModelAdmin):
+    list_display = ["key", "rollout", "segment", "read_at", "terminal_state"]
+    list_select_related = ["rollout"]
+    raw_id_fields = ["read", "layout", "version", "rollout"]
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 # --- the API, the remote snapshot store, webhooks ----------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 from urllib.parse import quote
 
 from django.urls import reverse
@@ -189,6 +190,7 @@ class EntryView:
     key: str = ""
     pinned: bool = False
     stale: bool = False
+    usage: Any = None  # memoryui.usage.EntryUsage: how often agents read it
 
     @property
     def unsupported(self) -> bool:

@@ -65,17 +65,22 @@ class GenerationSettingsForm(forms.ModelForm):
             "prompt_set",
             "phase_two_max_turns",
             "phase_two_token_budget",
+            "select_by_usage",
+            "selection_unused_days",
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Left out of a post (an older form, a script): keep what the layout has.
-        for name in ("prompt_set", "phase_two_max_turns"):
+        for name in ("prompt_set", "phase_two_max_turns", "selection_unused_days"):
             self.fields[name].required = False
 
     def clean_prompt_set(self) -> str:
         return self.cleaned_data.get("prompt_set") or self.instance.prompt_set
+
+    def clean_selection_unused_days(self) -> int:
+        return self.cleaned_data.get("selection_unused_days") or self.instance.selection_unused_days
 
     def clean_phase_two_max_turns(self) -> int:
         return self.cleaned_data.get("phase_two_max_turns") or self.instance.phase_two_max_turns
@@ -180,11 +185,16 @@ class PageForm(forms.Form):
     )
 
 
+USAGE_FILTERS = [("", "All entries"), ("never", "Never read"), ("failing", "Read by failing runs")]
+
+
 class VersionForm(forms.Form):
     """``?version=`` (and the entry finder) of the MEMORY.md and summary pages."""
 
     version = forms.IntegerField(required=False, min_value=1)
     q = forms.CharField(required=False, max_length=200)
+    # MEMORY.md's entries by how agents used them (``memoryui.usage``).
+    usage = forms.ChoiceField(required=False, choices=USAGE_FILTERS)
 
 
 class CompareForm(forms.Form):

@@ -41,7 +41,7 @@ from generation import tree
 from generation.kinds import FileKind
 from generation.tree import LayoutDirs, Problem
 
-from . import observability, skills
+from . import observability, skills, usage
 from .models import (
     EPOCH,
     Blob,
@@ -334,6 +334,7 @@ class _Sync:
         self.now = started
         self.items: dict[str, _Item] = {}
         self.problems: list[dict[str, str]] = []
+        self.found_reads: list[usage.FoundReads] = []
         self.root: Path | None = None
         # A directory listed exactly as at the previous import (``_listing``): its run,
         # whose outcome this import repeats without looking at any file or stored row.
@@ -634,6 +635,11 @@ class _Sync:
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
         new_versions = self._record_versions(new + changed, layouts)
+        # After the versions: a read maps to the MEMORY.md the agent had then.
+        usage.record_reads(
+            self.found_reads,
+            [i.file_id for i in changed if i.kind == FileKind.ROLLOUT and i.file_id],
+        )
         self._record_skill_versions(new + changed, missing, layouts)
         _analyze_after(len(new) + len(changed))
         self._step(5)
@@ -711,6 +717,11 @@ class _Sync:
             self._write_files(chunk_new, chunk_changed)
             parsed.write(chunk_new, chunk_changed)
             for item in chunk:
+                if item.path in parsed.reads and item.file_id is not None:
+                    segments, reads = parsed.reads[item.path]
+                    self.found_reads.append(
+                        usage.FoundReads(item.file_id, item.layout_id or 0, segments, reads)
+                    )
                 item.data = None
         self._step(3)
         _update_many(
@@ -1024,6 +1035,8 @@ class _Parsed:
     raw_memories: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     summaries: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     documents: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Rollouts that read memory: path -> (segments, reads) (``memoryui.usage``).
+    reads: dict[str, tuple[list[Any], list[Any]]] = field(default_factory=dict)
 
     DOCUMENT_COLUMNS = ["layout_id", "rollout_id", "kind", "body"]
     ROLLOUT_COLUMNS = [
@@ -1092,6 +1105,10 @@ class _Parsed:
                     SearchDocument.Kind.TRANSCRIPT,
                     tree.rollout_search_text(rollout),
                 )
+                if item.memories_dir is not None:
+                    segments, reads = usage.find_reads(rollout, item.memories_dir, _parse_datetime)
+                    if reads:
+                        parsed.reads[item.path] = (segments, reads)
             elif kind == FileKind.RAW_MEMORY and item.layout_id is not None:
                 text, bad = tree.decode_text(item.data)
                 notes.append(bad or "")

@@ -43,6 +43,7 @@ from . import (
     entry_checks,
     notifications,
     observability,
+    usage,
     webhooks,
 )
 from .models import (
@@ -129,6 +130,8 @@ def _snapshot(gs: GenerationSettings) -> dict[str, Any]:
         "prompt_set": gs.prompt_set,
         "phase_two_max_turns": gs.phase_two_max_turns,
         "phase_two_token_budget": gs.phase_two_token_budget,
+        "select_by_usage": gs.select_by_usage,
+        "selection_unused_days": gs.selection_unused_days,
     }
 
 
@@ -650,6 +653,11 @@ def _consolidate_claimed(run_id: int) -> None:
         int(snapshot.get("max_raw_memories_for_consolidation", 256)),
         protected=ProtectedRawMemory.objects.filter(layout=run.layout).values_list(
             "rollout_id", flat=True
+        ),
+        by_usage=(
+            usage.usage_ranking(run.layout, int(snapshot.get("selection_unused_days", 30)))
+            if snapshot.get("select_by_usage")
+            else None
         ),
     )
     config = model_config(snapshot, snapshot["phase_two_model"])

@@ -25,6 +25,7 @@ from .models import (
     Proposal,
     RejectedEntry,
 )
+from .usage import EntryUsage, entry_usage
 
 Document = MemoryVersion.Document
 Entry = tuple[str, str]  # (document, key)
@@ -69,6 +70,8 @@ class Marks:
     stale: set[Entry] = field(default_factory=set)
     checks: entry_checks.Checks = field(default_factory=dict)
     poisoned: set[Entry] = field(default_factory=set)
+    # How often agents read each entry of the base MEMORY.md (memoryui.usage), by key.
+    usage: dict[str, EntryUsage] = field(default_factory=dict)
 
     def check(self, document: str, change: review.Change) -> EntryCheck | None:
         """The check of the text approval would apply: a reviewer's edit, else the
@@ -124,7 +127,9 @@ class Marks:
         approved = only(
             ApprovedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
         )
+        base = proposal.base_memory_md
         return cls(
+            usage=entry_usage(proposal.layout, base) if base is not None and base.blob_id else {},
             decisions={(d.document, d.key): d for d in decisions},
             viewed=set(viewed.values_list("document", "key")),
             pinned=set(pins.values_list("document", "key")),
@@ -151,6 +156,9 @@ class Card:
     viewed: bool
     flags: dict[str, bool]
     check: EntryCheck | None = None
+    # How often agents read the entry (or entries) it changes or removes; None for an
+    # added entry, and for memory_summary.md (read whole, by injection).
+    read: EntryUsage | None = None
 
     @property
     def edited_text(self) -> str:
@@ -187,7 +195,18 @@ def card(document: str, change: review.Change, marks: Marks, *, unsupported: boo
             "poisoning": entry in marks.poisoned,
         },
         check=marks.check(document, change),
+        read=_read(document, change, marks),
     )
+
+
+def _read(document: str, change: review.Change, marks: Marks) -> EntryUsage | None:
+    if document != Document.MEMORY_MD or (change.status == "added" and not change.previous):
+        return None
+    total = EntryUsage()
+    for key in change.previous or (change.key,):
+        if key in marks.usage:
+            total.add(marks.usage[key])
+    return total
 
 
 def approval_state(document: str, change: review.Change, marks: Marks) -> tuple[str, int | None]:

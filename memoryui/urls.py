@@ -23,6 +23,7 @@ from .views import (
     snapshot_store,
     summary,
     tokens,
+    usage,
     versions,
     webhooks,
     workspaces,
@@ -59,6 +60,8 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(layout, layouts.layout_detail, name="layout_detail"),
     path(layout + "memory/", layouts.memory_md, name="memory_md"),
     path(layout + "summary/", layouts.memory_summary, name="memory_summary"),
+    path(layout + "usage/", usage.layout_usage, name="layout_usage"),
+    path(layout + "usage/forget/", usage.propose_forgetting, name="propose_forgetting"),
     path(layout + "citations/<str:filename>/", layouts.citation, name="citation"),
     # rollouts
     path(layout + "rollouts/", rollouts.rollout_list, name="rollout_list"),

@@ -51,6 +51,8 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:rollout_item": {"GET": V},
     "memoryui:memory_md": {"GET": V},
     "memoryui:memory_summary": {"GET": V},
+    "memoryui:layout_usage": {"GET": V},
+    "memoryui:propose_forgetting": {"POST": A},
     "memoryui:summary_edit": {"GET": E, "POST": E},
     "memoryui:summary_preview": {"POST": E},
     "memoryui:citation": {"GET": V},

@@ -182,6 +182,18 @@ ENDPOINTS = [
         lambda lay, p, r: ("get", reverse("memoryui:memory_summary", args=["a", lay.pk]), None),
     ),
     (
+        "usage per entry",
+        Role.VIEWER,
+        lambda lay, p, r: ("get", api(lay, "/usage/entries"), None),
+        lambda lay, p, r: ("get", reverse("memoryui:layout_usage", args=["a", lay.pk]), None),
+    ),
+    (
+        "memory reads",
+        Role.VIEWER,
+        lambda lay, p, r: ("get", api(lay, "/usage/reads"), None),
+        lambda lay, p, r: ("get", reverse("memoryui:layout_usage", args=["a", lay.pk]), None),
+    ),
+    (
         "versions",
         Role.VIEWER,
         lambda lay, p, r: ("get", api(lay, "/documents/memory_md/versions"), None),

@@ -18,10 +18,11 @@ from pydantic import ConfigDict
 from generation import review, tree
 from generation.export import ExportError
 
-from .. import curation, documents, pipeline, review_cards, search, skills
+from .. import curation, documents, pipeline, review_cards, search, skills, usage
 from ..models import (
     GenerationRun,
     ImportRun,
+    MemoryRead,
     MemoryVersion,
     Proposal,
     RawMemory,
@@ -247,6 +248,104 @@ def list_versions(request: HttpRequest, name: str, layout_id: int, document: Doc
     lay = layout(request, name, layout_id, Role.VIEWER)
     versions = MemoryVersion.objects.filter(layout=lay, document=document).select_related("author")
     return [_version_out(v) for v in versions.order_by("-number")]
+
+
+class EntryUsageOut(Schema):
+    key: str
+    kind: str
+    title: str
+    reads: int
+    runs: int
+    failing_runs: int
+    states: dict[str, int]
+    first_read: datetime | None
+    last_read: datetime | None
+
+
+@api.get(
+    "/workspaces/{name}/layouts/{layout_id}/usage/entries",
+    response={200: list[EntryUsageOut], **ERRORS},
+    tags=["memory"],
+)
+@paginate(Pages)
+def list_entry_usage(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    version: int | None = Query(None, ge=1, description="a MEMORY.md version; default: current"),
+):
+    """How often agents read each MEMORY.md entry (its earlier forms' reads included),
+    most read first: what the layout's Usage page lists."""
+    lay = layout(request, name, layout_id, Role.VIEWER)
+    v = _version(lay, "memory_md", version)
+    return [
+        {
+            "key": entry.key,
+            "kind": entry.kind,
+            "title": entry.title,
+            "reads": used.reads,
+            "runs": used.runs,
+            "failing_runs": used.read_by_failing_runs,
+            "states": used.states,
+            "first_read": used.first_read,
+            "last_read": used.last_read,
+        }
+        for entry, used in usage.entries_by_reads(lay, v)
+    ]
+
+
+class MemoryReadOut(Schema):
+    rollout_id: str
+    segment: int
+    item: int
+    kind: str
+    path: str
+    how: str
+    command: str
+    read_at: datetime | None
+    terminal_state: str
+    memory_md_version: int | None
+    entries: list[str]
+
+    @staticmethod
+    def resolve_rollout_id(read: MemoryRead) -> str:
+        return read.rollout.rollout_id
+
+    @staticmethod
+    def resolve_memory_md_version(read: MemoryRead) -> int | None:
+        return read.version.number if read.version else None
+
+    @staticmethod
+    def resolve_entries(read: MemoryRead) -> list[str]:
+        return [e.key for e in read.entries.all()]
+
+
+@api.get(
+    "/workspaces/{name}/layouts/{layout_id}/usage/reads",
+    response={200: list[MemoryReadOut], **ERRORS},
+    tags=["memory"],
+)
+@paginate(Pages)
+def list_memory_reads(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    kind: str = Query("", description="one kind: " + ", ".join(MemoryRead.Kind.values)),
+):
+    """Every read of the layout's memory found in its rollouts, latest first, with the
+    MEMORY.md entries (keys of that version) each printed."""
+    lay = layout(request, name, layout_id, Role.VIEWER)
+    reads = MemoryRead.objects.filter(layout=lay)
+    if kind:
+        if kind not in MemoryRead.Kind.values:
+            raise HttpError(422, f"kind: one of {', '.join(MemoryRead.Kind.values)}")
+        reads = reads.filter(kind=kind)
+    # A queryset: the page is cut in the database, then its rows' entries prefetched.
+    return (
+        reads.select_related("rollout", "version")
+        .prefetch_related("entries")
+        .order_by("-read_at", "-pk")
+    )
 
 
 class SkillFileOut(Schema):
@@ -607,6 +706,7 @@ def get_proposal(
                     "approval": card.approval,
                     "viewed": card.viewed,
                     "flags": sorted(k for k, v in card.flags.items() if v),
+                    "reads": card.read.reads if card.read is not None else None,
                 }
             )
     return {

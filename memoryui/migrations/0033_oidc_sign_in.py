@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0030_job_leases_password_resets'),
+        ('memoryui', '0032_memory_usage'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

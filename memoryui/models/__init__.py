@@ -8,6 +8,7 @@ import Layout``), which is how the rest of the code imports them:
 - ``workspaces``: workspaces, layouts, imported files and their bytes, import runs/jobs
 - ``rollouts``: what the importer parsed (rollouts, raw memories, summaries, search text)
 - ``versions``: versions of ``MEMORY.md``, ``memory_summary.md`` and skill files
+- ``usage``: which memory files and entries agents read, from the rollouts
 - ``generation``: generation settings, runs, phase one's jobs and results
 - ``review``: proposals and what people decide on their entries (pins, approvals ...)
 - ``people``: roles, memberships and the audit log
@@ -49,6 +50,7 @@ from .review import (
 )
 from .rollouts import EPOCH, RawMemory, Rollout, RolloutSummary, SearchDocument
 from .teams import GroupRole, Notification, ProviderIdentity, Watch
+from .usage import EntryRead, MemoryRead
 from .versions import MemoryVersion, SkillFileVersion
 from .workspaces import (
     Blob,
@@ -71,6 +73,7 @@ __all__ = [
     "Comment",
     "EntryCheck",
     "EntryDecision",
+    "EntryRead",
     "EntryRef",
     "EntryView",
     "FileQuerySet",
@@ -85,6 +88,7 @@ __all__ = [
     "LintAllowance",
     "LintResult",
     "Membership",
+    "MemoryRead",
     "MemoryVersion",
     "Notification",
     "OperationStat",

@@ -67,6 +67,25 @@ class GenerationSettings(models.Model):
         help_text="Tokens (sent and received) phase two may use before the run fails; "
         "empty for no limit.",
     )
+    # Usage (memoryui.usage): "propose forgetting" proposes removing the entries no
+    # agent read in this many days (entries younger than that stay).
+    forget_unread_days = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text="Propose forgetting the entries no agent read in this many days.",
+    )
+    # Off: phase two selects exactly as the SDK does (the newest raw memories).
+    select_by_usage = models.BooleanField(
+        default=False,
+        help_text="Phase two selects the raw memories whose tasks agents read most and last "
+        "(as Codex does) instead of the newest, leaving out those unused in the days below.",
+    )
+    selection_unused_days = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text="With selection by usage: leave out raw memories neither read nor updated "
+        "in this many days.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

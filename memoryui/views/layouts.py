@@ -13,8 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from .. import charts, documents, figures, writeback
-from ..forms import PageForm, VersionForm
+from .. import charts, documents, figures, usage, writeback
+from ..forms import USAGE_FILTERS, PageForm, VersionForm
 from ..models import (
     Layout,
     MemoryVersion,
@@ -146,6 +146,12 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
+    used = usage.block_usage(layout, version) if version else []
+    shown = form.cleaned_data["usage"]
+    if shown == "never":
+        top = [(i, block) for i, block in top if not used[i].reads]
+    elif shown == "failing":
+        top = [(i, block) for i, block in top if used[i].read_by_failing_runs]
     page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
     cited = (
         {c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations}
@@ -166,19 +172,21 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
             "version": version,
             "versions": _versions(layout, document),
             "page": page,
-            "entries": _entry_views(layout, version, page.object_list, links),
+            "entries": _entry_views(layout, version, page.object_list, links, used),
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "agent_changes": MemoryVersion.objects.filter(
                 layout=layout, document=MemoryVersion.Document.MEMORY_MD, needs_review=True
             ).count(),
             "total": total,
             "query": query,
+            "usage": shown,
+            "usage_choices": USAGE_FILTERS,
             "problem": documents.decode_problem(version.blob_id) if version else None,
         },
     )
 
 
-def _entry_views(layout, version, blocks, links):
+def _entry_views(layout, version, blocks, links, used):
     keys = documents.entry_keys(version.blob_id)
     pinned = set(
         Pin.objects.filter(layout=layout, document=version.document).values_list("key", flat=True)
@@ -194,6 +202,7 @@ def _entry_views(layout, version, blocks, links):
             documents.outline(version.blob_id, i),
         )
         view.key = keys[i]
+        view.usage = used[i]
         view.pinned = view.key in pinned
         cited = {c.rollout_id for c in view.citations if c.rollout_id}
         # Stale: every rollout it rests on was forgotten by the last selection.

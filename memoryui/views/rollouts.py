@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 
 from generation import tree
 
-from .. import documents, search, transcript
+from .. import documents, search, transcript, usage
 from ..forms import PageForm, RolloutFilterForm
 from ..models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from ..roles import workspace_view
@@ -139,6 +139,11 @@ def rollout_detail(
         item_url=partial(_item_url, rollout),
     )
     raw_memories, summaries = _memory_docs(rollout)
+    memory_reads = usage.reads_by_item(rollout)
+    for segment in page.segments:
+        for entry in segment.entries:
+            for item in entry.items:
+                item.memory_reads = memory_reads.get((item.segment, item.index), [])
     return render(
         request,
         "memoryui/rollout_detail.html",
@@ -167,6 +172,7 @@ def rollout_item(
     item = transcript.build_single(parsed, segment, index, item_url=partial(_item_url, rollout))
     if item is None:
         raise Http404("No such item in this rollout.")
+    item.memory_reads = usage.reads_by_item(rollout).get((item.segment, item.index), [])
     context = {
         "rollout": rollout,
         "layout": rollout.layout,

@@ -1,0 +1,436 @@
+"""Memory usage from the rollouts: the reads an import finds (``generation.memory_reads``)
+recorded against the ``MEMORY.md`` version the agent had then, and each entry's usage
+counted across versions, through unchanged entries and the pairs of changed ones
+(``generation.review``). A new entry starts at zero."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from urllib.parse import quote
+
+from django.db.models import Count, Max, Min
+from django.urls import reverse
+from django.utils import timezone
+
+from generation import memory_md, memory_reads, phase_two, review, tree
+
+from . import documents
+from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
+
+# Kept per read: the command that read (what the rollout page shows beside it).
+COMMAND_CHARS = 2000
+
+
+@dataclass
+class FoundReads:
+    """What an import found in one rollout file: its segments' (updated_at, terminal
+    state), 1-based, and the reads of its items."""
+
+    file_id: int
+    layout_id: int
+    segments: list[tuple[datetime | None, str]]
+    items: list[memory_reads.ItemReads]
+
+
+def find_reads(
+    rollout: tree.ParsedRollout,
+    memories_dir: str,
+    parse_datetime: Callable[[str], datetime | None],
+) -> tuple[list[tuple[datetime | None, str]], list[memory_reads.ItemReads]]:
+    """The reads of every segment of a parsed rollout (no database)."""
+    items: list[memory_reads.ItemReads] = []
+    for number, segment in enumerate(rollout.segments, 1):
+        items.extend(
+            memory_reads.segment_reads(segment.input, segment.generated_items, number, memories_dir)
+        )
+    if not items:
+        return [], []
+    segments = [(parse_datetime(s.updated_at), s.terminal_state) for s in rollout.segments]
+    return segments, items
+
+
+@dataclass
+class _Versions:
+    """A layout's MEMORY.md versions, oldest first, to find the one of a time."""
+
+    times: list[datetime] = field(default_factory=list)
+    versions: list[tuple[int, str]] = field(default_factory=list)  # (pk, blob sha256)
+
+    def at(self, when: datetime | None) -> tuple[int, str] | None:
+        """The latest version made by ``when``; before the first one known, the first
+        (the agent can only have had that one or an older text memoryui never saw)."""
+        if not self.versions:
+            return None
+        if when is None:
+            return self.versions[-1]
+        index = bisect.bisect_right(self.times, when) - 1
+        return self.versions[max(index, 0)]
+
+
+def _versions_of(layout_ids: Iterable[int]) -> dict[int, _Versions]:
+    found: dict[int, _Versions] = {}
+    rows = (
+        MemoryVersion.objects.filter(
+            layout_id__in=set(layout_ids), document=MemoryVersion.Document.MEMORY_MD
+        )
+        .order_by("layout_id", "number")
+        .values_list("layout_id", "pk", "blob_id", "created_at")
+    )
+    for layout_id, pk, blob, created in rows:
+        versions = found.setdefault(layout_id, _Versions())
+        versions.times.append(created)
+        versions.versions.append((pk, blob))
+    return found
+
+
+def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] = ()) -> int:
+    """Write the reads an import found; a rollout file read again (``replaced``)
+    loses the reads recorded from its earlier text first. Returns the reads written."""
+    replaced = list(replaced_file_ids)
+    for start in range(0, len(replaced), 500):
+        MemoryRead.objects.filter(rollout__file_id__in=replaced[start : start + 500]).delete()
+    if not found:
+        return 0
+    rollout_of = dict(
+        Rollout.objects.filter(file_id__in=[f.file_id for f in found]).values_list("file_id", "pk")
+    )
+    versions = _versions_of(f.layout_id for f in found)
+    reads: list[MemoryRead] = []
+    hits: list[tuple[str, ...]] = []
+    for rollout_reads in found:
+        rollout_id = rollout_of.get(rollout_reads.file_id)
+        if rollout_id is None:
+            continue
+        for item in rollout_reads.items:
+            when, state = rollout_reads.segments[item.segment - 1]
+            for read in item.reads:
+                version = None
+                keys: tuple[str, ...] = ()
+                if read.kind == memory_reads.MEMORY_MD:
+                    layout_versions = versions.get(rollout_reads.layout_id)
+                    version = layout_versions.at(when) if layout_versions else None
+                    if version is not None:
+                        keys = memory_reads.entry_hits(read, documents.text(version[1]))
+                reads.append(
+                    MemoryRead(
+                        layout_id=rollout_reads.layout_id,
+                        rollout_id=rollout_id,
+                        segment=item.segment,
+                        item=item.index,
+                        kind=read.kind,
+                        path=read.path[:1024],
+                        how=read.how,
+                        command=item.command[:COMMAND_CHARS],
+                        read_at=when,
+                        terminal_state=state[:32],
+                        version_id=version[0] if version else None,
+                        entry_count=len(keys),
+                    )
+                )
+                hits.append(keys)
+    MemoryRead.objects.bulk_create(reads, batch_size=500)
+    EntryRead.objects.bulk_create(
+        (
+            EntryRead(
+                read_id=read.pk,
+                layout_id=read.layout_id,
+                version_id=read.version_id,
+                key=key[:1000],
+                rollout_id=read.rollout_id,
+                segment=read.segment,
+                read_at=read.read_at,
+                terminal_state=read.terminal_state,
+            )
+            for read, keys in zip(reads, hits, strict=True)
+            if read.version_id is not None
+            for key in keys
+        ),
+        batch_size=500,
+    )
+    return len(reads)
+
+
+# --- usage per entry ------------------------------------------------------------------
+
+
+@dataclass
+class EntryUsage:
+    """How often agents read one entry (and the entries it was before)."""
+
+    reads: int = 0
+    runs: int = 0
+    first_read: datetime | None = None
+    last_read: datetime | None = None
+    # Runs that read it, per terminal state (completed, failed, interrupted ...).
+    states: dict[str, int] = field(default_factory=dict)
+    # The runs themselves, (rollout pk, segment) -> terminal state, to add entries up.
+    run_states: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
+
+    def add(self, other: EntryUsage) -> None:
+        """Count ``other``'s reads in too (a run that read both counts once)."""
+        self.reads += other.reads
+        for when in (other.first_read, other.last_read):
+            if when is None:
+                continue
+            if self.first_read is None or when < self.first_read:
+                self.first_read = when
+            if self.last_read is None or when > self.last_read:
+                self.last_read = when
+        self.run_states.update(other.run_states)
+        self.runs = len(self.run_states)
+        self.states = {}
+        for state in self.run_states.values():
+            self.states[state] = self.states.get(state, 0) + 1
+
+    @property
+    def read_by_failing_runs(self) -> int:
+        return sum(n for state, n in self.states.items() if state in FAILING_STATES)
+
+
+FAILING_STATES = frozenset(
+    {"failed", "interrupted", "cancelled", "max_turns_exceeded", "guardrail_tripped"}
+)
+
+
+@lru_cache(maxsize=64)
+def _earlier_keys(before: str, after: str) -> dict[str, tuple[str, ...]]:
+    """Each entry key of ``after`` -> the keys of ``before`` it is (unchanged, moved,
+    changed in place, or paired as renamed, rewritten, merged or split); an added
+    entry has none."""
+    old_keys = {e.key for e in review.entries(before)}
+    result: dict[str, tuple[str, ...]] = {}
+    for change in review.compare(before, after):
+        if change.status == "removed":
+            continue
+        olds = set(change.previous)
+        if change.status != "added" and change.key in old_keys and not change.pairing:
+            olds.add(change.key)
+        for _, side, key, _ in change.pieces:
+            if side == "old":
+                olds.add(key)
+        for key in (change.key, *change.also):
+            result[key] = tuple(sorted(olds))
+    return result
+
+
+def lineage(layout: Layout, version: MemoryVersion, since: int = 1) -> dict[tuple[int, str], str]:
+    """(version pk, key) of every earlier form of each entry of ``version``, back to
+    version number ``since`` -> the entry's key in ``version``."""
+    rows = list(
+        MemoryVersion.objects.filter(
+            layout=layout,
+            document=MemoryVersion.Document.MEMORY_MD,
+            number__lte=version.number,
+            number__gte=since,
+        )
+        .order_by("-number")
+        .values_list("pk", "blob_id")
+    )
+    if not rows:
+        return {}
+    current = documents.text(rows[0][1])
+    forms = {key: {key} for key in (e.key for e in review.entries(current))}
+    result = {(rows[0][0], key): key for key in forms}
+    later = current
+    for pk, blob in rows[1:]:
+        earlier = documents.text(blob)
+        back = _earlier_keys(documents.same_text(earlier), documents.same_text(later))
+        for key, keys in forms.items():
+            forms[key] = {old for k in keys for old in back.get(k, ())}
+            for old in forms[key]:
+                result[(pk, old)] = key
+        later = earlier
+    return result
+
+
+def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]:
+    """Usage of each entry of ``version`` (a MEMORY.md version), its earlier forms'
+    reads included. Two queries, whatever the number of entries."""
+    read_versions = (
+        MemoryVersion.objects.filter(
+            layout=layout,
+            document=MemoryVersion.Document.MEMORY_MD,
+            number__lte=version.number,
+        )
+        .filter(pk__in=EntryRead.objects.filter(layout=layout).values("version_id"))
+        .aggregate(oldest=Min("number"))["oldest"]
+    )
+    usage: dict[str, EntryUsage] = {}
+    if read_versions is None:
+        return usage
+    forms = lineage(layout, version, since=read_versions)
+    rows = (
+        EntryRead.objects.filter(layout=layout, version_id__in={pk for pk, _ in forms})
+        .values("version_id", "key", "rollout_id", "segment", "terminal_state")
+        .annotate(n=Count("id"), first=Min("read_at"), last=Max("read_at"))
+        .order_by()
+    )
+    for row in rows:
+        key = forms.get((row["version_id"], row["key"]))
+        if key is None:
+            continue
+        entry = usage.setdefault(key, EntryUsage())
+        entry.reads += row["n"]
+        run = (row["rollout_id"], row["segment"])
+        if run not in entry.run_states:
+            state = row["terminal_state"] or "unknown"
+            entry.run_states[run] = state
+            entry.states[state] = entry.states.get(state, 0) + 1
+        if row["first"] is not None and (
+            entry.first_read is None or row["first"] < entry.first_read
+        ):
+            entry.first_read = row["first"]
+        if row["last"] is not None and (entry.last_read is None or row["last"] > entry.last_read):
+            entry.last_read = row["last"]
+    for entry in usage.values():
+        entry.runs = len(entry.run_states)
+    return usage
+
+
+def entries_by_reads(
+    layout: Layout, version: MemoryVersion | None
+) -> list[tuple[review.Entry, EntryUsage]]:
+    """The non-blank entries of ``version`` with their usage, most read first (what the
+    Usage page and the API list)."""
+    if version is None or version.blob_id is None:
+        return []
+    used = entry_usage(layout, version)
+    rows = [
+        (entry, used.get(entry.key) or EntryUsage())
+        for entry in review.entries(documents.text(version.blob_id))
+        if entry.text.strip()
+    ]
+    rows.sort(key=lambda row: (-row[1].reads, -row[1].runs))
+    return rows
+
+
+@lru_cache(maxsize=16)
+def _keys_per_block(sha256: str) -> tuple[tuple[str, ...], ...]:
+    """The review keys (``generation.review``) inside each top-level block of a
+    document (a task group's head and its tasks and sections), by character offset."""
+    ends = []
+    end = 0
+    for block in documents.parsed(sha256).children:
+        end += len(block.dump())
+        ends.append(end)
+    keys: list[list[str]] = [[] for _ in ends]
+    offset = 0
+    for entry in review.entries(documents.text(sha256)):
+        index = bisect.bisect_right(ends, offset)
+        if index < len(keys):
+            keys[index].append(entry.key)
+        offset += len(entry.text)
+    return tuple(tuple(k) for k in keys)
+
+
+def block_usage(layout: Layout, version: MemoryVersion) -> list[EntryUsage]:
+    """Usage of each top-level block of ``version`` (what the MEMORY.md page lists):
+    its own entries' usage added up."""
+    per_key = entry_usage(layout, version)
+    result = []
+    for keys in _keys_per_block(version.blob_id):
+        total = EntryUsage()
+        for key in keys:
+            if key in per_key:
+                total.add(per_key[key])
+        result.append(total)
+    return result
+
+
+# --- phase two's selection by usage ----------------------------------------------------
+
+
+def usage_ranking(layout: Layout, unused_days: int) -> phase_two.UsageRanking:
+    """Each rollout's usage for phase two's selection by usage: the reads of the current
+    MEMORY.md's entries that cite it (its rollout summary or ``rollout_id=``), and the
+    last of them."""
+    version = MemoryVersion.objects.filter(
+        layout=layout, document=MemoryVersion.Document.MEMORY_MD
+    ).first()
+    reads: dict[str, int] = {}
+    last: dict[str, str] = {}
+    if version is not None and version.blob_id is not None:
+        used = entry_usage(layout, version)
+        summaries = dict(
+            RolloutSummary.objects.filter(layout=layout).values_list("file__path", "rollout_id")
+        )
+        prefix = layout.memories_dir + "/"
+        for entry in review.entries(documents.text(version.blob_id)):
+            if entry.key not in used or entry.kind == "task_group":
+                continue
+            cited = set(review.ROLLOUT_CITED_RE.findall(entry.text))
+            for path in memory_md.CITATION_RE.findall(entry.text):
+                if prefix + path in summaries:
+                    cited.add(summaries[prefix + path])
+            for rollout_id in cited:
+                reads[rollout_id] = reads.get(rollout_id, 0) + used[entry.key].reads
+                when = used[entry.key].last_read
+                if when is not None:
+                    last[rollout_id] = max(last.get(rollout_id, ""), _iso(when))
+    cutoff = _iso(timezone.now() - timedelta(days=unused_days))
+    return phase_two.UsageRanking(reads=reads, last_read=last, cutoff=cutoff)
+
+
+def _iso(when: datetime) -> str:
+    """As the SDK writes ``updated_at``: UTC, ``isoformat()`` (compared as strings)."""
+    return when.astimezone(UTC).isoformat()
+
+
+# --- the rollout page ------------------------------------------------------------------
+
+HOW_LABELS = {
+    memory_reads.WHOLE: "the whole file",
+    memory_reads.RANGE: "some lines",
+    memory_reads.SEARCH: "searched",
+    memory_reads.LOAD_SKILL: "load_skill",
+}
+
+
+@dataclass
+class ItemRead:
+    """One read as the rollout page lists it under the call that made it."""
+
+    kind: str
+    path: str
+    how: str
+    url: str
+    entries: list[tuple[str, str]]  # (title, url of the entry on the MEMORY.md page)
+
+
+def reads_by_item(rollout: Rollout) -> dict[tuple[int, int], list[ItemRead]]:
+    """The reads of a rollout by (segment, item), each entry with a link to it on the
+    MEMORY.md page (of the version read). Two queries."""
+    reads = list(
+        MemoryRead.objects.filter(rollout=rollout)
+        .select_related("version")
+        .prefetch_related("entries")
+        .order_by("segment", "item", "pk")
+    )
+    if not reads:
+        return {}
+    layout = rollout.layout
+    args = [layout.workspace.name, layout.pk]
+    memory_url = reverse("memoryui:memory_md", args=args)
+    titles: dict[str, dict[str, str]] = {}
+    result: dict[tuple[int, int], list[ItemRead]] = {}
+    for read in reads:
+        url = ""
+        entries: list[tuple[str, str]] = []
+        if read.kind == MemoryRead.Kind.MEMORY_MD:
+            url = memory_url
+            if read.version is not None:
+                blob = read.version.blob_id
+                if blob not in titles:
+                    titles[blob] = {e.key: e.title for e in review.entries(documents.text(blob))}
+                for entry in read.entries.all():
+                    title = titles[blob].get(entry.key, entry.key)
+                    link = f"{memory_url}?version={read.version.number}&q={quote(title)}"
+                    entries.append((title, link))
+        result.setdefault((read.segment, read.item), []).append(
+            ItemRead(read.kind, read.path, HOW_LABELS.get(read.how, read.how), url, entries)
+        )
+    return result

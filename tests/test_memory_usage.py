@@ -1,0 +1,640 @@
+"""Memory usage from the rollouts: an agent run by the SDK itself (``Runner.run`` in a
+``UnixLocalSandboxClient`` sandbox with ``Memory()``) reads its memory with the shell
+and ``load_skill``; the import finds each read and the entries it printed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from agents import RunConfig, Runner
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import SandboxAgent
+from agents.sandbox.capabilities.capabilities import Capabilities
+from agents.sandbox.capabilities.memory import Memory
+from agents.sandbox.capabilities.skills import LocalDirLazySkillSource, Skills
+from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
+from agents.sandbox.entries import LocalDir
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from generation import memory_reads, phase_two, review
+from memoryui import curation, forgetting, tokens
+from memoryui.importer import import_workspace
+from memoryui.models import (
+    EntryRead,
+    GenerationSettings,
+    Layout,
+    Membership,
+    MemoryRead,
+    MemoryVersion,
+    Pin,
+    Proposal,
+    Role,
+)
+from memoryui.usage import entry_usage, usage_ranking
+from tests.factories import curate, make_user
+from tests.scripted_model import Reply
+from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
+
+LAYOUT = MemoryLayoutConfig(memories_dir="memories", sessions_dir="sessions")
+
+MEMORY_MD = """\
+# Task Group: deploys
+scope: deploying services
+
+## Task 1: Deploy billing, success
+
+### rollout_summary_files
+- rollout_summaries/r1_deploy-billing.md (rollout_id=r1)
+
+### keywords
+- billing, runbook
+
+## Task 2: Roll back search, failed
+
+### rollout_summary_files
+- rollout_summaries/r2_rollback.md (rollout_id=r2)
+
+### keywords
+- rollback, search
+
+# Task Group: databases
+scope: database migrations
+
+## Task 1: Migrate the orders table, success
+
+### rollout_summary_files
+- rollout_summaries/r3_orders.md (rollout_id=r3)
+
+### keywords
+- migration, orders
+"""
+SUMMARY = "## User Profile\n\nDeploys billing and search; runs migrations.\n"
+SKILL = "---\nname: deploy\ndescription: Deploy a service with the runbook.\n---\n\nRun it.\n"
+
+# Titles of the entries of MEMORY_MD, by what the tests call them.
+DEPLOYS = "deploys"
+BILLING = "Task 1: Deploy billing, success"
+ROLLBACK = "Task 2: Roll back search, failed"
+DATABASES = "databases"
+ORDERS = "Task 1: Migrate the orders table, success"
+
+
+def titles(keys) -> list[str]:
+    by_key = {e.key: e.title for e in review.entries(MEMORY_MD)}
+    return [by_key[k] for k in keys]
+
+
+def workspace_with_memory(root: Path) -> None:
+    memories = root / "memories"
+    (memories / "rollout_summaries").mkdir(parents=True)
+    (memories / "skills" / "deploy").mkdir(parents=True)
+    (memories / "raw_memories").mkdir()
+    (memories / "MEMORY.md").write_text(MEMORY_MD)
+    (memories / "memory_summary.md").write_text(SUMMARY)
+    (memories / "rollout_summaries" / "r1_deploy-billing.md").write_text(
+        "session_id: s1\nupdated_at: 2026-11-01T10:00:00+00:00\nrollout_path: sessions/r1.jsonl\n"
+        "terminal_state: completed\n\n# Deploy billing\n\nFollowed the runbook.\n"
+    )
+    (memories / "skills" / "deploy" / "SKILL.md").write_text(SKILL)
+    (root / "sessions").mkdir()
+
+
+def exec_command(cmd: str, workdir: str | None = None) -> tuple[str, dict]:
+    return ("exec_command", {"cmd": cmd, **({"workdir": workdir} if workdir else {})})
+
+
+def run_agent(model, root: Path, *turns: tuple[str, dict], monkeypatch) -> None:
+    """One SDK run in a sandbox over ``root`` whose model makes ``turns`` (one tool
+    call each), then answers. The run's rollout is written under ``sessions/``."""
+    # The sandbox's shell finds rg where this interpreter's tools are.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    model.script(*(Reply.tools(turn) for turn in turns), Reply(raw_text="Done."))
+    # The lazy skills come from the workspace's memory folder, a path under the
+    # current directory (the SDK reads no other host folder without a grant).
+    monkeypatch.chdir(root)
+
+    async def session_run() -> None:
+        client = UnixLocalSandboxClient()
+        session = await client.create(manifest=Manifest(root=str(root)))
+        await session.start()
+        agent = SandboxAgent(
+            name="deployer",
+            instructions="Deploy services when asked.",
+            model=sdk_model(model),
+            capabilities=[
+                *Capabilities.default(),
+                Memory(
+                    layout=LAYOUT,
+                    generate=MemoryGenerateConfig(
+                        phase_one_model=sdk_model(model), phase_two_model=sdk_model(model)
+                    ),
+                ),
+                Skills(
+                    lazy_from=LocalDirLazySkillSource(source=LocalDir(src=Path("memories/skills")))
+                ),
+            ],
+        )
+        result = await Runner.run(
+            agent,
+            "Deploy billing.",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+        )
+        assert result.final_output == "Done."
+        # Not closed: closing would run the SDK's memory generation (phase one and two).
+
+    asyncio.run(session_run())
+
+
+def reads_of(layout: Layout) -> list[MemoryRead]:
+    return list(
+        MemoryRead.objects.filter(layout=layout)
+        .prefetch_related("entries")
+        .order_by("segment", "item", "pk")
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_tracing")
+def test_each_read_of_an_sdk_run_lands_on_exactly_the_entries_it_printed(
+    model, tmp_path, monkeypatch
+):
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    run_agent(
+        model,
+        root,
+        exec_command("rg -n runbook memories/MEMORY.md"),
+        exec_command("sed -n 20,26p memories/MEMORY.md"),
+        exec_command("cat memories/rollout_summaries/r1_deploy-billing.md"),
+        exec_command("cd memories && grep 'rollback, search' MEMORY.md"),
+        exec_command("cat MEMORY.md | head -n 3", workdir="memories"),
+        exec_command("echo memories/MEMORY.md && ls memories/skills > /dev/null"),
+        ("load_skill", {"skill_name": "deploy"}),
+        monkeypatch=monkeypatch,
+    )
+    assert list((root / "sessions").glob("*.jsonl"))
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    reads = reads_of(layout)
+
+    found = [(r.kind, r.path, r.how, titles(e.key for e in r.entries.all())) for r in reads]
+    assert found == [
+        ("memory_md", "MEMORY.md", "search", [BILLING]),
+        ("memory_md", "MEMORY.md", "range", [DATABASES, ORDERS]),
+        ("rollout_summary", "rollout_summaries/r1_deploy-billing.md", "whole", []),
+        ("memory_md", "MEMORY.md", "search", [ROLLBACK]),
+        ("memory_md", "MEMORY.md", "range", [DEPLOYS]),
+        ("skill", "skills/deploy/SKILL.md", "load_skill", []),
+    ]
+    version = MemoryVersion.objects.get(layout=layout, document="memory_md")
+    assert {r.version_id for r in reads if r.kind == "memory_md"} == {version.pk}
+    assert all(r.terminal_state == "completed" and r.read_at is not None for r in reads)
+    # Each read is the item of the rollout that made it: the call, not its output.
+    assert reads[0].command == "rg -n runbook memories/MEMORY.md"
+    assert len({r.item for r in reads}) == len(reads)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_tracing")
+def test_a_reimport_of_unchanged_files_adds_nothing_and_a_new_rollout_adds_its_reads(
+    model, tmp_path, monkeypatch
+):
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    run_agent(model, root, exec_command("rg -n orders memories/MEMORY.md"), monkeypatch=monkeypatch)
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    assert MemoryRead.objects.filter(layout=layout).count() == 1
+    first = list(EntryRead.objects.values_list("pk", "key"))
+
+    import_workspace(root, "agents")
+    assert list(EntryRead.objects.values_list("pk", "key")) == first
+
+    run_agent(model, root, exec_command("sed -n 4,11p memories/MEMORY.md"), monkeypatch=monkeypatch)
+    import_workspace(root, "agents")
+    reads = reads_of(layout)
+    assert [titles(e.key for e in r.entries.all()) for r in reads] == [[ORDERS], [BILLING]]
+
+
+def test_commands_that_only_mention_a_memory_path_read_nothing():
+    for cmd in (
+        "echo memories/MEMORY.md",
+        "ls memories/rollout_summaries",
+        "printf '%s\\n' memories/skills/deploy/SKILL.md",
+        "touch memories/MEMORY.md",
+        "echo hi > memories/MEMORY.md",
+        "test -f memories/MEMORY.md && echo yes",
+    ):
+        assert memory_reads.command_reads(cmd, "memories", output="yes") == [], cmd
+
+
+def test_reads_follow_the_shell_quoting_cd_pipelines_and_lists():
+    reads = memory_reads.command_reads
+    assert reads("cd memories/x && cat ../MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    ]
+    assert reads("cd /tmp && cat memories/MEMORY.md", "memories") == []
+    assert reads('cat "memories/rollout_summaries/a b.md"', "memories") == [
+        memory_reads.Read("rollout_summary", "rollout_summaries/a b.md", "whole")
+    ]
+    assert reads("tail -n 4 /home/u/ws/memories/MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "range", ((-4, -1),))
+    ]
+    searched = reads(
+        "rg -n -i deploy memories",
+        "memories",
+        output="memories/MEMORY.md:3:deploy\nmemories/skills/d/SKILL.md:1:deploy\n",
+    )
+    assert [(r.path, r.numbered) for r in searched] == [
+        ("MEMORY.md", (3,)),
+        ("skills/d/SKILL.md", (1,)),
+    ]
+    assert reads("(cd memories; cat MEMORY.md) && cat MEMORY.md", "memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    ]
+
+
+def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
+    tail = memory_reads.Read("memory_md", "MEMORY.md", "range", ((-2, -1),))
+    assert titles(memory_reads.entry_hits(tail, MEMORY_MD)) == [ORDERS]
+    whole = memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    assert titles(memory_reads.entry_hits(whole, MEMORY_MD)) == [
+        DEPLOYS,
+        BILLING,
+        ROLLBACK,
+        DATABASES,
+        ORDERS,
+    ]
+
+
+# --- usage per entry, across versions ---------------------------------------------------
+
+
+def rollout_line(rollout_id: str, when: str, state: str, *cmds: tuple[str, str]) -> str:
+    """One run segment as the SDK writes it: each (command, output) an exec_command call
+    and its output."""
+    items: list[dict] = []
+    for n, (cmd, output) in enumerate(cmds):
+        call_id = f"call_{n}"
+        items.append(
+            {
+                "arguments": json.dumps({"cmd": cmd}),
+                "call_id": call_id,
+                "name": "exec_command",
+                "type": "function_call",
+            }
+        )
+        items.append(
+            {
+                "call_id": call_id,
+                "output": f"Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\n"
+                f"Output:\n{output}",
+                "type": "function_call_output",
+            }
+        )
+    segment = {
+        "updated_at": when,
+        "rollout_id": rollout_id,
+        "input": [{"content": "Go.", "role": "user"}],
+        "generated_items": items,
+        "terminal_metadata": {
+            "terminal_state": state,
+            "exception_type": None,
+            "exception_message": None,
+            "has_final_output": state == "completed",
+        },
+    }
+    return json.dumps(segment, separators=(",", ":")) + "\n"
+
+
+def write_rollout(root: Path, rollout_id: str, *segments: str) -> None:
+    (root / "sessions" / f"{rollout_id}.jsonl").write_text("".join(segments))
+
+
+RENAMED = MEMORY_MD.replace(
+    "## Task 2: Roll back search, failed", "## Task 2: Revert the search deploy, failed"
+).replace("- billing, runbook", "- billing, runbook, canary")
+ADDED = "## Task 3: Rotate the keys, success\n\n### keywords\n- keys, rotation\n\n"
+LATER = RENAMED.replace("# Task Group: databases", ADDED + "# Task Group: databases")
+
+
+def key_of(text: str, title: str) -> str:
+    return next(e.key for e in review.entries(text) if e.title == title)
+
+
+@pytest.fixture
+def used_layout(db, tmp_path) -> Layout:
+    """MEMORY_MD imported with two rollouts: "r-ok" (two completed runs) read the
+    billing task twice, "r-bad" (a failed run) the rollback task once."""
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    write_rollout(
+        root,
+        "r-ok",
+        rollout_line(
+            "r-ok",
+            "2026-11-02T10:00:00+00:00",
+            "completed",
+            ("rg -n runbook memories/MEMORY.md", "10:- billing, runbook"),
+        ),
+        rollout_line(
+            "r-ok", "2026-11-03T10:00:00+00:00", "completed", ("sed -n 4,6p memories/MEMORY.md", "")
+        ),
+    )
+    write_rollout(
+        root,
+        "r-bad",
+        rollout_line(
+            "r-bad", "2026-11-04T10:00:00+00:00", "failed", ("sed -n 12,18p memories/MEMORY.md", "")
+        ),
+    )
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    return layout
+
+
+@pytest.mark.django_db
+def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_at_zero(
+    used_layout,
+):
+    layout = used_layout
+    curate(layout, "memory_md", LATER)
+    latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
+    assert latest is not None and latest.number == 2
+
+    usage = entry_usage(layout, latest)
+
+    billing = usage[key_of(LATER, BILLING)]
+    assert (billing.reads, billing.runs, billing.states) == (2, 2, {"completed": 2})
+    assert billing.first_read.isoformat() == "2026-11-02T10:00:00+00:00"
+    assert billing.last_read.isoformat() == "2026-11-03T10:00:00+00:00"
+    revert = usage[key_of(LATER, "Task 2: Revert the search deploy, failed")]
+    assert (revert.reads, revert.runs, revert.states) == (1, 1, {"failed": 1})
+    assert revert.read_by_failing_runs == 1
+    assert key_of(LATER, "Task 3: Rotate the keys, success") not in usage
+    assert key_of(LATER, ORDERS) not in usage  # never read
+
+
+# --- where people see it ---------------------------------------------------------------
+
+
+def viewer_client(layout: Layout) -> Client:
+    user = make_user("viewer")
+    Membership.objects.create(user=user, workspace=layout.workspace, role=Role.VIEWER)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_memory_page_shows_each_entrys_reads_and_filters_never_read_and_failing(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:memory_md", args=["agents", used_layout.pk])
+    with django_assert_max_num_queries(14):
+        page = client.get(url).content.decode()
+    deploys, databases = page.split('<article class="entry')[1:3]
+    assert "Read 3 times by 3 runs, " in deploys
+    assert "1 of them failing" in deploys
+    assert "never read" in databases and "Read " not in databases
+
+    never = client.get(url, {"usage": "never"}).content.decode()
+    assert "Task Group: databases" in never and "Task Group: deploys" not in never
+    failing = client.get(url, {"usage": "failing"}).content.decode()
+    assert "Task Group: deploys" in failing and "Task Group: databases" not in failing
+    assert client.get(url, {"usage": "sometimes"}).status_code == 400
+
+
+def test_the_rollout_page_marks_the_calls_that_read_memory_and_links_their_entries(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:rollout_detail", args=["agents", used_layout.pk, "r-ok"])
+    with django_assert_max_num_queries(14):
+        page = client.get(url).content.decode()
+    assert page.count(">reads memory</span>") == 2
+    memory_url = reverse("memoryui:memory_md", args=["agents", used_layout.pk])
+    link = f'<a href="{memory_url}?version=1&amp;q=Task%201%3A%20Deploy%20billing%2C%20success">'
+    assert page.count(link + BILLING + "</a>") == 2
+    # The output that answered the call is not marked: the call is.
+    assert page.count('class="memory-reads"') == 2
+
+
+# --- forgetting, proposed -------------------------------------------------------------
+
+
+def aged(layout: Layout, read_days_ago: dict[str, int], version_days_ago: int) -> None:
+    """Move the layout's history back: its MEMORY.md versions made ``version_days_ago``
+    days ago, each read of an entry titled T ``read_days_ago[T]`` days ago."""
+    now = timezone.now()
+    MemoryVersion.objects.filter(layout=layout).update(
+        created_at=now - timedelta(days=version_days_ago)
+    )
+    by_title = {e.title: e.key for e in review.entries(MEMORY_MD)}
+    for title, days in read_days_ago.items():
+        entry_reads = EntryRead.objects.filter(layout=layout, key=by_title[title])
+        MemoryRead.objects.filter(pk__in=entry_reads.values("read_id")).update(
+            read_at=now - timedelta(days=days)
+        )
+        entry_reads.update(read_at=now - timedelta(days=days))
+
+
+def test_propose_forgetting_proposes_exactly_the_unread_unpinned_old_entries(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    young = MEMORY_MD.replace("# Task Group: databases", ADDED + "# Task Group: databases")
+    curate(layout, "memory_md", young)  # Task 3 is new today: left alone
+
+    assert [f.title for f in forgetting.forgettable(layout, 30)] == [BILLING, DATABASES, ORDERS]
+    Pin.objects.create(
+        layout=layout, document="memory_md", key=key_of(young, ORDERS), text="", title=ORDERS
+    )
+    assert [f.title for f in forgetting.forgettable(layout, 30)] == [BILLING]
+    assert [f.title for f in forgetting.forgettable(layout, 3)] == [BILLING, ROLLBACK]
+
+
+def test_forgetting_is_a_proposal_a_person_decides(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    admin = make_user("ada")
+    Membership.objects.create(user=admin, workspace=layout.workspace, role=Role.ADMIN)
+    client = Client()
+    client.force_login(admin)
+    before = curation.latest(layout, "memory_md")
+
+    response = client.post(
+        reverse("memoryui:propose_forgetting", args=["agents", layout.pk]), {"days": 30}
+    )
+
+    proposal = Proposal.objects.get(layout=layout)
+    assert response.status_code == 302 and response["Location"].endswith(f"/{proposal.pk}/")
+    assert proposal.status == Proposal.Status.PENDING
+    kept = [e.title for e in review.entries(proposal.memory_md)]
+    assert kept == [DEPLOYS, ROLLBACK]
+    assert curation.latest(layout, "memory_md") == before  # nothing changed yet
+    assert GenerationSettings.objects.get(layout=layout).forget_unread_days == 30
+    review_page = client.get(response["Location"]).content.decode()
+    # Each card says how often agents read the entry it removes.
+    cards = {
+        c.split('class="entry-title">')[1].split("<")[0]: c
+        for c in review_page.split("<article")[1:]
+        if 'class="entry-title">' in c
+    }
+    assert ">read 2 times</span>" in cards[BILLING]
+    assert ">never read</span>" in cards[ORDERS]
+    viewer = viewer_client(layout)
+    url = reverse("memoryui:propose_forgetting", args=["agents", layout.pk])
+    assert viewer.post(url, {"days": 30}).status_code == 403
+    assert client.post(url, {"days": 0}).status_code == 400
+
+
+def test_the_usage_page_lists_entries_by_reads_and_reads_per_day_by_kind(
+    used_layout, django_assert_max_num_queries
+):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])
+    with django_assert_max_num_queries(20):
+        page = client.get(url).content.decode()
+    table = page.split('id="entry-usage"')[1]
+    assert table.index(BILLING) < table.index(ROLLBACK) < table.index(ORDERS)
+    per_day = page.split('id="reads-per-day"')[1].split("</table>")[0]
+    assert "2026-11-04" in per_day and "2026-11-02" in per_day
+    assert "Propose forgetting</button>" not in page  # a viewer cannot
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+def test_the_api_pages_usage_per_entry_and_the_layouts_reads(
+    used_layout, django_assert_max_num_queries
+):
+    user = make_user("reader")
+    Membership.objects.create(user=user, workspace=used_layout.workspace, role=Role.VIEWER)
+    auth = {"HTTP_AUTHORIZATION": "Bearer " + tokens.create_token(user, "t", ["agents"]).secret}
+    base = f"/api/workspaces/agents/layouts/{used_layout.pk}/usage"
+    client = Client()
+
+    first = client.get(f"{base}/entries", {"limit": 2}, **auth).json()
+    assert first["count"] == 5
+    assert [(e["title"], e["reads"], e["runs"]) for e in first["items"]] == [
+        (BILLING, 2, 2),
+        (ROLLBACK, 1, 1),
+    ]
+    assert first["items"][1]["failing_runs"] == 1 and first["items"][1]["states"] == {"failed": 1}
+    rest = client.get(f"{base}/entries", {"limit": 2, "offset": 2}, **auth).json()["items"]
+    assert {e["reads"] for e in rest} == {0}
+
+    with django_assert_max_num_queries(12):
+        reads = client.get(f"{base}/reads", **auth).json()
+    assert reads["count"] == 3
+    assert [(r["rollout_id"], r["how"], r["terminal_state"]) for r in reads["items"]] == [
+        ("r-bad", "range", "failed"),
+        ("r-ok", "range", "completed"),
+        ("r-ok", "search", "completed"),
+    ]
+    assert titles(reads["items"][0]["entries"]) == [ROLLBACK]
+    assert client.get(f"{base}/reads", {"kind": "skill"}, **auth).json()["count"] == 0
+    assert client.get(f"{base}/reads", {"kind": "nonsense"}, **auth).status_code == 422
+
+
+# --- phase two's selection by usage ---------------------------------------------------
+
+
+def raw(rollout_id: str, updated_at: str) -> str:
+    return (
+        f"rollout_id: {rollout_id}\nupdated_at: {updated_at}\n"
+        f"rollout_path: sessions/{rollout_id}.jsonl\n"
+        f"rollout_summary_file: rollout_summaries/{rollout_id}_x.md\n"
+        "terminal_state: completed\n\n- a note\n"
+    )
+
+
+def test_selection_by_usage_ranks_by_reads_then_last_use_and_leaves_out_the_unused():
+    texts = [
+        raw("a", "2026-11-01T00:00:00+00:00"),
+        raw("b", "2026-11-25T00:00:00+00:00"),
+        raw("c", "2026-10-01T00:00:00+00:00"),
+        raw("d", "2026-10-02T00:00:00+00:00"),
+        raw("e", "2026-11-30T00:00:00+00:00"),
+    ]
+    ranking = phase_two.UsageRanking(
+        reads={"a": 5, "d": 2, "e": 2},
+        last_read={
+            "a": "2026-11-20T00:00:00+00:00",
+            "d": "2026-11-10T00:00:00+00:00",
+            "e": "2026-11-05T00:00:00+00:00",
+        },
+        cutoff="2026-10-15T00:00:00+00:00",
+    )
+    # By hand: a (5 reads), then e and d (2 each; e last used 30 Nov, its own date, d
+    # 10 Nov), then b (never read, new on 25 Nov); c is unused since 1 Oct: left out.
+    plan = phase_two.plan_phase_two(texts, None, 3, by_usage=ranking)
+    assert [i.rollout_id for i in plan.selected] == ["a", "e", "d"]
+    everything = phase_two.plan_phase_two(texts, None, 10, by_usage=ranking)
+    assert [i.rollout_id for i in everything.selected] == ["a", "e", "d", "b"]
+    kept = phase_two.plan_phase_two(texts, None, 3, protected=["c"], by_usage=ranking)
+    assert [i.rollout_id for i in kept.selected] == ["a", "e", "c"]
+    # Without the option: the SDK's selection, the newest first.
+    assert [i.rollout_id for i in phase_two.plan_phase_two(texts, None, 3).selected] == [
+        "e",
+        "b",
+        "a",
+    ]
+
+
+def test_a_rollouts_usage_is_the_reads_of_the_entries_that_cite_it(used_layout):
+    ranking = usage_ranking(used_layout, 30)
+    assert ranking.reads == {"r1": 2, "r2": 1}
+    assert ranking.last_read == {
+        "r1": "2026-11-03T10:00:00+00:00",
+        "r2": "2026-11-04T10:00:00+00:00",
+    }
+
+
+def test_a_read_lands_on_the_version_the_agent_had_at_the_runs_time(used_layout, tmp_path):
+    curate(used_layout, "memory_md", LATER)  # version 2, made now
+    line = LATER.splitlines().index("- keys, rotation") + 1
+    write_rollout(
+        tmp_path / "ws",
+        "r-later",
+        rollout_line(
+            "r-later",
+            "2030-01-01T00:00:00+00:00",
+            "completed",
+            ("rg -n rotation memories/MEMORY.md", f"{line}:- keys, rotation"),
+        ),
+    )
+    import_workspace(tmp_path / "ws", "agents")
+    read = MemoryRead.objects.get(rollout__rollout_id="r-later")
+    assert read.version.number == 2
+    assert [e.key for e in read.entries.all()] == [
+        key_of(LATER, "Task 3: Rotate the keys, success")
+    ]
+    # The earlier rollouts' reads stay on version 1, read before version 2 was made.
+    assert set(
+        MemoryRead.objects.exclude(pk=read.pk).values_list("version__number", flat=True)
+    ) == {1}
+
+
+def test_an_approved_forgetting_proposal_removes_the_entries_and_keeps_the_rest(used_layout):
+    layout = used_layout
+    aged(layout, {BILLING: 40, ROLLBACK: 5}, version_days_ago=100)
+    proposal = forgetting.propose_forgetting(layout, 30, None)
+    assert proposal is not None
+
+    curation.approve(proposal, user=make_user("ada"))
+
+    current = curation.text_of(curation.latest(layout, "memory_md"))
+    assert [e.title for e in review.entries(current)] == [DEPLOYS, ROLLBACK]
+    summary = curation.text_of(curation.latest(layout, "memory_summary"))
+    assert summary == SUMMARY
