@@ -90,9 +90,11 @@ def rendered_sections(sha256: str) -> tuple[Section, ...]:
 
 @lru_cache(maxsize=16)
 def entry_keys(sha256: str) -> tuple[str, ...]:
-    """The review keys (generation.review) of the top-level entries, in order."""
+    """The review keys (generation.review) of the top-level entries, in order: one per
+    block of ``parsed`` (a task group's own key, not those of the tasks under it)."""
 
-    return tuple(e.key for e in review.entries(content(sha256).decode("utf-8", "replace")))
+    text = content(sha256).decode("utf-8", "replace")
+    return tuple(e.key for e in review.entries(text) if not e.group)
 
 
 @lru_cache(maxsize=16)

@@ -470,3 +470,28 @@ def test_deciding_all_leaves_entries_another_reviewer_decided_and_one_changes_th
     made = proposal.decisions.get(document=MD, key=key)
     assert (made.user.username, made.decision) == ("alice", "accept")
     assert proposal.decisions.exclude(key=key).exclude(user__username="bob").count() == 0
+
+
+@pytest.mark.django_db
+def test_each_task_group_on_the_memory_md_page_pins_and_edits_itself(fixtures_dir):
+    """The MEMORY.md page's Pin and Edit name each task group's own key: a reviewer who
+    pins the second group pins that group, not a task of the first."""
+    import re
+
+    from django.urls import reverse
+
+    from memoryui.importer import import_workspace
+    from memoryui.models import Layout, MemoryVersion, Role
+
+    import_workspace(fixtures_dir / "medium-300" / "workspace", "m")
+    layout = Layout.objects.get(workspace__name="m", memories_dir="memories")
+    version = MemoryVersion.objects.filter(layout=layout, document=MD).latest("number")
+    text = bytes(version.blob.data).decode()
+    groups = [e.key for e in review.entries(text) if not e.group]
+    assert len(groups) > 2 and all(k.startswith("task_group:") for k in groups)
+
+    page = login(member(Role.EDITOR, layout, "ed")).get(
+        reverse("memoryui:memory_md", args=["m", layout.pk])
+    )
+    shown = re.findall(r'name="key" value="([^"]+)"', page.content.decode())
+    assert [k.replace("&#x27;", "'").replace("&amp;", "&") for k in shown] == groups
