@@ -3,14 +3,17 @@ one wins and the other is told what happened; a reservation is taken on purpose 
 holds for every decision; pins and protections are intents, not toggles, and a pin
 follows its entry's text."""
 
+import re
 import threading
 
 import pytest
 from django.db import connection
 from django.test import Client
+from django.urls import reverse
 
 from generation import review
 from memoryui import curation, pipeline
+from memoryui.importer import import_workspace
 from memoryui.models import (
     AuditEvent,
     Layout,
@@ -476,13 +479,6 @@ def test_deciding_all_leaves_entries_another_reviewer_decided_and_one_changes_th
 def test_each_task_group_on_the_memory_md_page_pins_and_edits_itself(fixtures_dir):
     """The MEMORY.md page's Pin and Edit name each task group's own key: a reviewer who
     pins the second group pins that group, not a task of the first."""
-    import re
-
-    from django.urls import reverse
-
-    from memoryui.importer import import_workspace
-    from memoryui.models import Layout, MemoryVersion, Role
-
     import_workspace(fixtures_dir / "medium-300" / "workspace", "m")
     layout = Layout.objects.get(workspace__name="m", memories_dir="memories")
     version = MemoryVersion.objects.filter(layout=layout, document=MD).latest("number")
