@@ -87,11 +87,12 @@ def celery(env: dict[str, str], *argv: str) -> subprocess.Popen:
     return process
 
 
-def worker(env: dict[str, str], name: str, pool: str) -> subprocess.Popen:
+def worker(env: dict[str, str], name: str, pool: str, *more: str) -> subprocess.Popen:
     node = f"{name}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     return celery(
         env,
         "worker",
+        *more,
         "-Q",
         "celery",
         f"--pool={pool}",
@@ -239,6 +240,39 @@ def test_a_sandbox_upload_whose_pool_process_is_killed_is_merged_once(
         log = "".join(stop(p) for p in processes)
     assert "WorkerLostError" in log or "SIGKILL" in log, log
     assert_imported_once(job, "fleet", log)
+    assert list((var / "scratch").iterdir()) == []
+
+
+def test_with_the_file_system_broker_a_killed_workers_import_is_taken_over_after_a_restart(
+    stored, archive, tmp_path
+):
+    """bin/start's broker gives nothing back (kombu deletes a message as it reads it) and
+    its beat runs in its one worker: the import goes on once that worker is started again."""
+    source = put(stored, f"uploads/{uuid.uuid4().hex}/big.tar", archive)
+    # Queued a while ago and never sent: the first beat of the worker sends it.
+    job = ImportJob.objects.create(
+        name="dev",
+        kind=ImportJob.Kind.UPLOAD,
+        source_path=source,
+        original_name="big.tar",
+        created_at=workspaces.timezone.now() - workspaces.timedelta(seconds=10),
+    )
+    var = tmp_path / "var"
+    env = {**environment(stored, "filesystem://", var)}
+    beat_in = ("--beat", f"--schedule={tmp_path / 'beat-schedule'}")
+    first = worker(env, "dev", "threads", *beat_in)
+    processes = [first]
+    try:
+        wait_for(mid_import(job, var), 120, "the import to be reading files", first)
+        stop(first, signal.SIGKILL)
+        assert ImportJob.objects.get(pk=job.pk).status == ImportJob.Status.RUNNING
+        again = worker(env, "dev", "threads", *beat_in)  # the same worker, started again
+        processes.append(again)
+        done = ImportJob.objects.filter(pk=job.pk, status=ImportJob.Status.DONE)
+        wait_for(done.exists, 180, "the restarted worker to finish the import", again)
+    finally:
+        log = "".join(stop(p) for p in processes)
+    assert_imported_once(job, "dev", log)
     assert list((var / "scratch").iterdir()) == []
 
 
