@@ -24,6 +24,7 @@ from .models import (
     Membership,
     MemoryVersion,
     OperationStat,
+    PasswordResetRequest,
     PhaseOneJob,
     PhaseOneResult,
     Pin,
@@ -305,6 +306,15 @@ class LintResultAdmin(admin.ModelAdmin):
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(admin.ModelAdmin):
     list_display = ["name", "seen_at"]
+
+
+@admin.register(PasswordResetRequest)
+class PasswordResetRequestAdmin(admin.ModelAdmin):
+    """The last hour's reset forms and mails, as the limits count them (deleting one lets
+    one more through)."""
+
+    list_display = ["created_at", "user", "address"]
+    readonly_fields = ["created_at", "user", "address"]
 
 
 # --- the API, the remote snapshot store, webhooks ----------------------------------------
