@@ -322,3 +322,54 @@ def _a_dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
+
+
+def test_an_import_whose_workers_died_three_times_fails_saying_so(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    past = workspaces.timezone.now() - workspaces.timedelta(seconds=1)
+    job = ImportJob.objects.create(
+        name="oom",
+        kind=ImportJob.Kind.DIRECTORY,
+        source_path=str(tmp_path),
+        status=ImportJob.Status.RUNNING,
+        attempts=workspaces.MAX_IMPORT_ATTEMPTS,
+        lease_until=past,
+    )
+    left = object_storage.job_folder(job.pk)
+    left.mkdir(parents=True)
+    (left / "big.tar").write_bytes(b"x")
+    # A live worker's job is not taken from it, however often its message arrives.
+    ImportJob.objects.filter(pk=job.pk).update(lease_until=past + workspaces.timedelta(seconds=60))
+    assert workspaces.run_import_job(job.pk) is None
+    ImportJob.objects.filter(pk=job.pk).update(lease_until=past)
+
+    failed = workspaces.run_import_job(job.pk)
+
+    assert failed is not None and failed.status == ImportJob.Status.FAILED
+    assert "its worker died 3 times" in failed.error and failed.taken_over_at is not None
+    assert not left.exists() and not Workspace.objects.filter(name="oom").exists()
+
+
+def test_beat_sends_an_import_again_only_once_a_lease_has_passed(settings):
+    settings.MEMORYUI_JOB_LEASE_SECONDS = 60
+    now = workspaces.timezone.now()
+    ago = workspaces.timedelta
+
+    def job(**fields) -> int:
+        return ImportJob.objects.create(
+            name="j", kind=ImportJob.Kind.UPLOAD, source_path="x", **fields
+        ).pk
+
+    fresh = job(created_at=now - ago(seconds=5))
+    lost = job(created_at=now - ago(seconds=90))
+    old = now - ago(seconds=900)
+    held = job(status="running", created_at=old, lease_until=now + ago(seconds=30))
+    dead = job(status="running", created_at=old, lease_until=now - ago(seconds=1))
+    done = job(status="done", created_at=old)
+
+    assert sorted(workspaces.take_stalled_imports(now)) == sorted([lost, dead])
+    # Sent again: not once more at beat's next look, but a lease later if still not taken.
+    assert workspaces.take_stalled_imports(now + ago(seconds=30)) == []
+    later = workspaces.take_stalled_imports(now + ago(seconds=61))
+    # By then the held job's lease (30 s) has run out too: its worker stopped renewing.
+    assert sorted(later) == sorted([fresh, lost, dead, held]) and done not in later
