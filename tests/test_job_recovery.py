@@ -373,3 +373,22 @@ def test_beat_sends_an_import_again_only_once_a_lease_has_passed(settings):
     later = workspaces.take_stalled_imports(now + ago(seconds=61))
     # By then the held job's lease (30 s) has run out too: its worker stopped renewing.
     assert sorted(later) == sorted([fresh, lost, dead, held]) and done not in later
+
+
+def test_a_locked_sqlite_database_skips_the_imports_not_the_runs_recovery(monkeypatch, caplog):
+    from django.db import OperationalError  # noqa: PLC0415
+
+    from memoryui import pipeline, tasks  # noqa: PLC0415
+
+    def locked(*args, **kwargs):
+        raise OperationalError("database is locked")
+
+    looked = []
+    monkeypatch.setattr(workspaces, "take_stalled_imports", locked)
+    monkeypatch.setattr(
+        pipeline, "take_stalled", lambda: looked.append(1) or pipeline.Stalled([], [])
+    )
+
+    tasks.recover_stalled_runs()
+
+    assert looked == [1] and "import jobs not looked at this time" in caplog.text
