@@ -28,6 +28,7 @@ from .models import (
     MemoryVersion,
     Notification,
     OperationStat,
+    PasswordResetRequest,
     PhaseOneJob,
     PhaseOneResult,
     Pin,
@@ -369,6 +370,15 @@ class EntryReadAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(PasswordResetRequest)
+class PasswordResetRequestAdmin(admin.ModelAdmin):
+    """The last hour's reset forms and mails, as the limits count them (deleting one lets
+    one more through)."""
+
+    list_display = ["created_at", "user", "address"]
+    readonly_fields = ["created_at", "user", "address"]
 
 
 # --- the API, the remote snapshot store, webhooks ----------------------------------------

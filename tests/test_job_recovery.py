@@ -87,11 +87,12 @@ def celery(env: dict[str, str], *argv: str) -> subprocess.Popen:
     return process
 
 
-def worker(env: dict[str, str], name: str, pool: str) -> subprocess.Popen:
+def worker(env: dict[str, str], name: str, pool: str, *more: str) -> subprocess.Popen:
     node = f"{name}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     return celery(
         env,
         "worker",
+        *more,
         "-Q",
         "celery",
         f"--pool={pool}",
@@ -242,6 +243,39 @@ def test_a_sandbox_upload_whose_pool_process_is_killed_is_merged_once(
     assert list((var / "scratch").iterdir()) == []
 
 
+def test_with_the_file_system_broker_a_killed_workers_import_is_taken_over_after_a_restart(
+    stored, archive, tmp_path
+):
+    """bin/start's broker gives nothing back (kombu deletes a message as it reads it) and
+    its beat runs in its one worker: the import goes on once that worker is started again."""
+    source = put(stored, f"uploads/{uuid.uuid4().hex}/big.tar", archive)
+    # Queued a while ago and never sent: the first beat of the worker sends it.
+    job = ImportJob.objects.create(
+        name="dev",
+        kind=ImportJob.Kind.UPLOAD,
+        source_path=source,
+        original_name="big.tar",
+        created_at=workspaces.timezone.now() - workspaces.timedelta(seconds=10),
+    )
+    var = tmp_path / "var"
+    env = {**environment(stored, "filesystem://", var)}
+    beat_in = ("--beat", f"--schedule={tmp_path / 'beat-schedule'}")
+    first = worker(env, "dev", "threads", *beat_in)
+    processes = [first]
+    try:
+        wait_for(mid_import(job, var), 120, "the import to be reading files", first)
+        stop(first, signal.SIGKILL)
+        assert ImportJob.objects.get(pk=job.pk).status == ImportJob.Status.RUNNING
+        again = worker(env, "dev", "threads", *beat_in)  # the same worker, started again
+        processes.append(again)
+        done = ImportJob.objects.filter(pk=job.pk, status=ImportJob.Status.DONE)
+        wait_for(done.exists, 180, "the restarted worker to finish the import", again)
+    finally:
+        log = "".join(stop(p) for p in processes)
+    assert_imported_once(job, "dev", log)
+    assert list((var / "scratch").iterdir()) == []
+
+
 def test_a_worker_starting_removes_what_dead_processes_left_in_the_scratch_folder(
     settings, tmp_path
 ):
@@ -288,3 +322,73 @@ def _a_dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
+
+
+def test_an_import_whose_workers_died_three_times_fails_saying_so(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    past = workspaces.timezone.now() - workspaces.timedelta(seconds=1)
+    job = ImportJob.objects.create(
+        name="oom",
+        kind=ImportJob.Kind.DIRECTORY,
+        source_path=str(tmp_path),
+        status=ImportJob.Status.RUNNING,
+        attempts=workspaces.MAX_IMPORT_ATTEMPTS,
+        lease_until=past,
+    )
+    left = object_storage.job_folder(job.pk)
+    left.mkdir(parents=True)
+    (left / "big.tar").write_bytes(b"x")
+    # A live worker's job is not taken from it, however often its message arrives.
+    ImportJob.objects.filter(pk=job.pk).update(lease_until=past + workspaces.timedelta(seconds=60))
+    assert workspaces.run_import_job(job.pk) is None
+    ImportJob.objects.filter(pk=job.pk).update(lease_until=past)
+
+    failed = workspaces.run_import_job(job.pk)
+
+    assert failed is not None and failed.status == ImportJob.Status.FAILED
+    assert "its worker died 3 times" in failed.error and failed.taken_over_at is not None
+    assert not left.exists() and not Workspace.objects.filter(name="oom").exists()
+
+
+def test_beat_sends_an_import_again_only_once_a_lease_has_passed(settings):
+    settings.MEMORYUI_JOB_LEASE_SECONDS = 60
+    now = workspaces.timezone.now()
+    ago = workspaces.timedelta
+
+    def job(**fields) -> int:
+        return ImportJob.objects.create(
+            name="j", kind=ImportJob.Kind.UPLOAD, source_path="x", **fields
+        ).pk
+
+    fresh = job(created_at=now - ago(seconds=5))
+    lost = job(created_at=now - ago(seconds=90))
+    old = now - ago(seconds=900)
+    held = job(status="running", created_at=old, lease_until=now + ago(seconds=30))
+    dead = job(status="running", created_at=old, lease_until=now - ago(seconds=1))
+    done = job(status="done", created_at=old)
+
+    assert sorted(workspaces.take_stalled_imports(now)) == sorted([lost, dead])
+    # Sent again: not once more at beat's next look, but a lease later if still not taken.
+    assert workspaces.take_stalled_imports(now + ago(seconds=30)) == []
+    later = workspaces.take_stalled_imports(now + ago(seconds=61))
+    # By then the held job's lease (30 s) has run out too: its worker stopped renewing.
+    assert sorted(later) == sorted([fresh, lost, dead, held]) and done not in later
+
+
+def test_a_locked_sqlite_database_skips_the_imports_not_the_runs_recovery(monkeypatch, caplog):
+    from django.db import OperationalError  # noqa: PLC0415
+
+    from memoryui import pipeline, tasks  # noqa: PLC0415
+
+    def locked(*args, **kwargs):
+        raise OperationalError("database is locked")
+
+    looked = []
+    monkeypatch.setattr(workspaces, "take_stalled_imports", locked)
+    monkeypatch.setattr(
+        pipeline, "take_stalled", lambda: looked.append(1) or pipeline.Stalled([], [])
+    )
+
+    tasks.recover_stalled_runs()
+
+    assert looked == [1] and "import jobs not looked at this time" in caplog.text

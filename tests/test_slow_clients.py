@@ -160,7 +160,10 @@ def test_slow_uploads_and_stalled_restores_never_hold_the_web_server(deployment,
     # The upload, at 10 MB/s: longer than gunicorn's 30 s timeout.
     prod.step(f"uploading {size / 1e6:.0f} MB at {RATE / 1e6:.0f} MB/s")
     started = time.monotonic()
-    status, location, sending = throttled_upload(base, s, archive, "slow")
+    try:
+        status, location, sending = throttled_upload(base, s, archive, "slow")
+    except OSError as exc:
+        raise AssertionError(f"the upload was cut off: {exc}\n{prod.log()}") from exc
     answered = time.monotonic() - started
     prod.step(f"body sent in {sending:.1f} s, answered {status} after {answered:.1f} s")
     web_log = (prod.logs / "web.log").read_text(errors="replace")
