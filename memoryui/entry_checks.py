@@ -81,9 +81,15 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
     layout = proposal.layout
     found = Sources()
     if everyone:
-        found.selected = [
-            i["rollout_id"] for i in proposal.selection if isinstance(i, dict) and "rollout_id" in i
-        ][:MAX_SELECTED]
+        # An agent's proposal has no selection: the rollouts of its uploads stand in.
+        found.selected = (
+            [
+                i["rollout_id"]
+                for i in proposal.selection
+                if isinstance(i, dict) and "rollout_id" in i
+            ]
+            or [str(r) for r in proposal.inputs]
+        )[:MAX_SELECTED]
     for result in _run_results(proposal):
         for path, text in (result.get("files") or {}).items():
             if path in cited:
@@ -115,6 +121,9 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
 
 
 def _run_results(proposal: Proposal) -> list[dict[str, Any]]:
+    if proposal.run_id is None:  # an agent's proposal: its rollouts' files are imported
+        return []
+    assert proposal.run is not None
     return [
         {"rollout_id": rollout_id, "files": files}
         for rollout_id, files in proposal.run.jobs.filter(result__isnull=False).values_list(

@@ -323,6 +323,9 @@ class _Sync:
     ) -> None:
         self.workspace = workspace
         self.merge = merge
+        # Agent versions awaiting review this import recorded, by layout (``_propose``).
+        self.agent_versions: dict[int, tuple[Layout, list[MemoryVersion]]] = {}
+        self.touched: list[_Item] = []
         self.limits = limits
         self.progress = progress
         self.now = started
@@ -549,7 +552,9 @@ class _Sync:
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
         if self.same_as is not None:
             return self._repeat(self.same_as, user, scheduled)
-        return self._report(*self._sync_rows(), user, scheduled)
+        result = self._report(*self._sync_rows(), user, scheduled)
+        self._propose(result.run)
+        return result
 
     def _sync_rows(
         self,
@@ -621,6 +626,7 @@ class _Sync:
             if old.present and path not in self.items and self.complete and not self.merge
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        self.touched = new + changed
         new_versions = self._record_versions(new + changed, layouts)
         self._record_skill_versions(new + changed, missing, layouts)
         _analyze_after(len(new) + len(changed))
@@ -827,7 +833,7 @@ class _Sync:
                 continue
             if self.merge and layout.versions.filter(document=document, blob_id=item.digest):
                 continue  # a text this layout had (a sandbox sending back what it got)
-            MemoryVersion.objects.create(
+            version = MemoryVersion.objects.create(
                 layout=layout,
                 document=document,
                 number=(latest.number + 1) if latest else 1,
@@ -838,7 +844,33 @@ class _Sync:
                 needs_review=latest is not None or bool(self.merge),
             )
             created.append(item.path)
+            if version.needs_review:
+                self.agent_versions.setdefault(layout.pk, (layout, []))[1].append(version)
         return created
+
+    def _propose(self, run: ImportRun) -> None:
+        """Each layout's agent versions awaiting review become (or update) the proposal
+        of the sandbox that wrote them (``agent_proposals``); its inputs are the
+        rollouts of the upload (of an import: those it found new or changed)."""
+        if not self.agent_versions:
+            return
+        from . import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
+
+        rollouts: dict[int, list[str]] = {}
+        items = self.items.values() if self.merge else self.touched
+        for item in items:
+            if item.kind == FileKind.ROLLOUT and item.layout_id is not None:
+                rollouts.setdefault(item.layout_id, []).append(
+                    _name(item.path).removesuffix(".jsonl")
+                )
+        for layout_id, (layout, versions) in self.agent_versions.items():
+            agent_proposals.record(
+                layout,
+                versions,
+                snapshot_id=self.merge,
+                import_run=run,
+                inputs=sorted(rollouts.get(layout_id, [])),
+            )
 
     def _reason(self, first: bool) -> str:
         if self.merge:

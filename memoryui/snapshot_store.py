@@ -379,6 +379,10 @@ def sandbox_archive(
                 return _write_download(fileobj, workspace, served, parsed, own_key, rows, previous)
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
+    if snapshot is not None:
+        versions = {str(s.layout.pk): s.versions for s in served}
+        if snapshot.served != versions:
+            UploadedSnapshot.objects.filter(pk=snapshot.pk).update(served=versions)
     AuditEvent.record(
         workspace,
         EXPORT_DOWNLOAD_ACTION,
