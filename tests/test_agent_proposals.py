@@ -7,12 +7,21 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from generation import review
 from memoryui import agent_proposals, curation, tokens
 from memoryui.importer import import_workspace
-from memoryui.models import AuditEvent, Layout, MemoryVersion, Proposal, UploadedSnapshot
+from memoryui.models import (
+    AuditEvent,
+    Layout,
+    MemoryVersion,
+    Proposal,
+    UploadedSnapshot,
+    Webhook,
+)
 from memoryui.served_memory import served_layouts
 
 MD = MemoryVersion.Document.MEMORY_MD
@@ -119,6 +128,16 @@ def test_an_uploads_change_is_one_proposal_decided_entry_by_entry(base, ws, tmp_
     assert served(base, "memory_summary.md") == summary
     assert not MemoryVersion.objects.filter(needs_review=True).exists()
     assert AuditEvent.objects.filter(action="proposal.create", target=f"proposal #{proposal.pk}")
+
+
+def test_a_webhook_says_an_agents_proposal_is_ready_and_from_which_sandbox(base, ws, tmp_path):
+    hook = Webhook.objects.create(
+        workspace=base.workspace, url="http://127.0.0.1:9/all", secret="s", events=[]
+    )
+    upload(ws, tmp_path, "sbx-a", agent_edit(text(base, MD)))
+    (delivery,) = hook.deliveries.filter(event="proposal.ready")
+    data = delivery.payload["data"]
+    assert (data["origin"], data["snapshot_id"], data["run"]) == ("upload", "sbx-a", None)
 
 
 def test_a_poisoned_task_is_quarantined_while_its_sibling_is_approved(
@@ -280,3 +299,22 @@ def test_the_history_pages_accept_and_revert_decide_the_whole_proposal(
     proposal.refresh_from_db()
     assert proposal.status == ("approved" if action == "accept" else "rejected")
     assert ("outreach, seats" in served(base, "MEMORY.md")) == (action == "accept")
+
+
+def test_lists_of_many_sandboxes_proposals_run_as_many_queries_as_of_one(
+    base, ws, tmp_path, admin_client
+):
+    before = text(base, MD)
+
+    def queries(url: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(url).status_code == 200
+        return len(captured)
+
+    pages = ["/", "/review/", f"/w/a/layouts/{base.pk}/proposals/"]
+    upload(ws, tmp_path, "sbx-0", before.replace("trial_events, outreach", "outreach, 0"))
+    one = [queries(url) for url in pages]
+    for i in range(1, 6):
+        upload(ws, tmp_path, f"sbx-{i}", before.replace("trial_events, outreach", f"outreach, {i}"))
+    assert Proposal.objects.count() == 6
+    assert [queries(url) for url in pages] == one
