@@ -13,6 +13,10 @@ pipeline's are: entry by entry, with the same checks, quarantine, edits and API.
 - One open proposal per sandbox (per layout): a later upload from the same sandbox that
   changes memory again updates it (its text, its versions, its rollouts); decisions on
   entries whose proposed text stayed the same are kept, the others are undone.
+- What the sandbox was served and its upload lacks (raw memories, rollout summaries
+  the SDK's consolidation pruned) is its forgetting, listed on the proposal: approving
+  marks those files gone from the workspace (no sandbox gets them, no consolidation
+  selects them), rejecting keeps them.
 - Approving it produces the approved version (``curation.approve``); rejecting it
   leaves the approved version served. Either way its agent versions stop awaiting
   review. Another open proposal from the same base is then reviewed against the new
@@ -50,11 +54,14 @@ def record(
     snapshot_id: str,
     import_run: ImportRun | None,
     inputs: Iterable[str],
+    forgotten: Iterable[str] = (),
 ) -> Proposal | None:
     """The open proposal of this sandbox (``snapshot_id``; "" for an import) made or
-    updated with the agent ``versions`` an import just recorded for ``layout``."""
+    updated with the agent ``versions`` an import just recorded for ``layout``, and the
+    raw memories and rollout summaries it ``forgot``."""
     pending = [v for v in versions if v.needs_review]
-    if not pending:
+    forgot = sorted(forgotten)
+    if not pending and not forgot:
         return None
     origin = Proposal.Origin.UPLOAD if snapshot_id else Proposal.Origin.IMPORT
     with transaction.atomic():
@@ -73,10 +80,10 @@ def record(
         texts = {v.document: documents.text(v.blob_id) for v in pending}
         inputs = list(dict.fromkeys(str(r) for r in inputs))
         if proposal is None:
-            proposal = _create(layout, origin, snapshot_id, import_run, inputs, texts)
+            proposal = _create(layout, origin, snapshot_id, import_run, inputs, texts, forgot)
             action = "proposal.create"
         else:
-            _update(proposal, import_run, inputs, texts)
+            _update(proposal, import_run, inputs, texts, forgot)
             action = "proposal.update"
         proposal.agent_versions.add(*pending)
         AuditEvent.record(
@@ -89,6 +96,7 @@ def record(
             snapshot_id=snapshot_id,
             versions=[f"{Document(v.document).label} v{v.number}" for v in pending],
             inputs=len(inputs),
+            forgotten=len(forgot),
         )
     return proposal
 
@@ -125,6 +133,7 @@ def _create(
     import_run: ImportRun | None,
     inputs: list[str],
     texts: dict[str, str],
+    forgotten: list[str],
 ) -> Proposal:
     bases = _bases(layout, snapshot_id)
     proposed = {d: texts.get(d, curation.text_of(bases[d])) for d in DOCUMENTS}
@@ -139,14 +148,22 @@ def _create(
         memory_md=proposed[Document.MEMORY_MD],
         memory_summary=proposed[Document.MEMORY_SUMMARY],
         raw_memories_md="",
+        forgotten=forgotten,
     )
 
 
 def _update(
-    proposal: Proposal, import_run: ImportRun | None, inputs: list[str], texts: dict[str, str]
+    proposal: Proposal,
+    import_run: ImportRun | None,
+    inputs: list[str],
+    texts: dict[str, str],
+    forgotten: list[str],
 ) -> None:
     """The sandbox changed memory again: its proposal proposes the new text. A decision
-    stays only where the entry's proposed text is what it was decided on."""
+    stays only where the entry's proposed text is what it was decided on. What it
+    forgot adds to what it had forgotten (while the proposal waits, its restores bring
+    those files back, so a later upload holding them again takes nothing back)."""
+    proposal.forgotten = sorted({*proposal.forgotten, *forgotten})
     fields = {
         Document.MEMORY_MD.value: "memory_md",
         Document.MEMORY_SUMMARY.value: "memory_summary",
@@ -160,7 +177,9 @@ def _update(
     proposal.inputs = list(dict.fromkeys([*proposal.inputs, *inputs]))
     if import_run is not None:
         proposal.import_run = import_run
-    proposal.save(update_fields=["memory_md", "memory_summary", "inputs", "import_run"])
+    proposal.save(
+        update_fields=["memory_md", "memory_summary", "inputs", "import_run", "forgotten"]
+    )
 
 
 def pending_for(version: MemoryVersion) -> Proposal | None:

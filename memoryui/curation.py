@@ -41,6 +41,7 @@ from .models import (
     Proposal,
     ProtectedRawMemory,
     RejectedEntry,
+    WorkspaceFile,
 )
 
 Document = MemoryVersion.Document
@@ -655,8 +656,11 @@ def approve(
         # Skill files: the changes people did not reject become current versions.
 
         skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
+        forgotten = _forget(proposal)
         _decided(proposal, Proposal.Status.APPROVED, user)
         detail: dict[str, Any] = {}
+        if forgotten:
+            detail["forgotten"] = forgotten
         if skill_versions:
             detail["skill_files"] = [v.path for v in skill_versions]
         if duplicates:
@@ -871,6 +875,20 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
         )
+
+
+def _forget(proposal: Proposal) -> list[str]:
+    """An agent's forgetting, approved: the raw memories and rollout summaries it
+    pruned are gone from the workspace from now on (as files gone from disk are: kept,
+    marked), so no sandbox is served them and no consolidation selects them."""
+    if not proposal.forgotten:
+        return []
+    files = WorkspaceFile.objects.present().filter(
+        workspace_id=proposal.layout.workspace_id, path__in=list(proposal.forgotten)
+    )
+    paths = sorted(files.values_list("path", flat=True))
+    files.update(missing_since=timezone.now())
+    return paths
 
 
 def _settle_agent_versions(

@@ -52,6 +52,7 @@ from .models import (
     Rollout,
     RolloutSummary,
     SearchDocument,
+    UploadedSnapshot,
     Workspace,
     WorkspaceFile,
 )
@@ -852,7 +853,8 @@ class _Sync:
         """Each layout's agent versions awaiting review become (or update) the proposal
         of the sandbox that wrote them (``agent_proposals``); its inputs are the
         rollouts of the upload (of an import: those it found new or changed)."""
-        if not self.agent_versions:
+        forgotten = self._forgotten()
+        if not self.agent_versions and not forgotten:
             return
         from . import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
 
@@ -863,14 +865,45 @@ class _Sync:
                 rollouts.setdefault(item.layout_id, []).append(
                     _name(item.path).removesuffix(".jsonl")
                 )
-        for layout_id, (layout, versions) in self.agent_versions.items():
+        for layout in Layout.objects.filter(pk__in={*self.agent_versions, *forgotten}):
             agent_proposals.record(
                 layout,
-                versions,
+                self.agent_versions.get(layout.pk, (layout, []))[1],
                 snapshot_id=self.merge,
                 import_run=run,
-                inputs=sorted(rollouts.get(layout_id, [])),
+                inputs=sorted(rollouts.get(layout.pk, [])),
+                forgotten=forgotten.get(layout.pk, []),
             )
+
+    def _forgotten(self) -> dict[int, list[str]]:
+        """Per layout the upload holds files of, the raw memories and rollout summaries
+        the sandbox's last download served it that its upload lacks and the workspace
+        still has: the agent pruned them (the SDK's consolidation does)."""
+        if not self.merge:
+            return {}
+        served = (
+            UploadedSnapshot.objects.filter(workspace=self.workspace, snapshot_id=self.merge)
+            .values_list("served", flat=True)
+            .first()
+        ) or {}
+        # Only layouts the upload holds files of: a sandbox without a layout's folder
+        # forgot nothing of it.
+        held = {item.layout_id for item in self.items.values() if item.layout_id is not None}
+        lacking = {
+            int(pk): [p for p in (got.get("files") or []) if p not in self.items]
+            for pk, got in served.items()
+            if isinstance(got, dict) and str(pk).isdigit() and int(pk) in held
+        }
+        lacking = {pk: paths for pk, paths in lacking.items() if paths}
+        if not lacking:
+            return {}
+        present = set(
+            WorkspaceFile.objects.present()
+            .filter(workspace=self.workspace, path__in=[p for ps in lacking.values() for p in ps])
+            .values_list("path", flat=True)
+        )
+        found = {pk: sorted(p for p in paths if p in present) for pk, paths in lacking.items()}
+        return {pk: paths for pk, paths in found.items() if paths}
 
     def _reason(self, first: bool) -> str:
         if self.merge:

@@ -59,6 +59,7 @@ from .writeback import DOCUMENT_FILES
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+FORGETTABLE = (WorkspaceFile.Kind.RAW_MEMORY, WorkspaceFile.Kind.ROLLOUT_SUMMARY)
 MAX_PROBLEMS_SHOWN = 5
 
 
@@ -380,7 +381,15 @@ def sandbox_archive(
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
     if snapshot is not None:
-        versions = {str(s.layout.pk): s.versions for s in served}
+        # What it was served: each document's version, and the raw memories and rollout
+        # summaries (its next upload lacking one is the agent's forgetting).
+        versions = {
+            str(s.layout.pk): {
+                **s.versions,
+                "files": [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE],
+            }
+            for s in served
+        }
         if snapshot.served != versions:
             UploadedSnapshot.objects.filter(pk=snapshot.pk).update(served=versions)
     AuditEvent.record(

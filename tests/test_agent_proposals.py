@@ -23,6 +23,7 @@ from memoryui.models import (
     Webhook,
 )
 from memoryui.served_memory import served_layouts
+from memoryui.snapshot_store import sandbox_archive
 
 MD = MemoryVersion.Document.MEMORY_MD
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
@@ -37,9 +38,18 @@ def base(ws) -> Layout:
     )
 
 
-def upload(ws: Path, tmp_path: Path, snapshot_id: str, memory_md: str, summary: str | None = None):
-    """What a sandbox's upload brings, merged as the remote snapshot store merges it."""
+def upload(
+    ws: Path,
+    tmp_path: Path,
+    snapshot_id: str,
+    memory_md: str,
+    summary: str | None = None,
+    extra: list[str] = (),  # type: ignore[assignment]
+):
+    """What a sandbox's upload brings, merged as the remote snapshot store merges it
+    (``extra``: more of the workspace's files, by path)."""
     files = {"memories/MEMORY.md": memory_md.encode()}
+    files.update({path: (ws / path).read_bytes() for path in extra})
     if summary is not None:
         files["memories/memory_summary.md"] = summary.encode()
     files[f"sessions/{ROLLOUT}.jsonl"] = (ws / "sessions" / f"{ROLLOUT}.jsonl").read_bytes()
@@ -318,3 +328,57 @@ def test_lists_of_many_sandboxes_proposals_run_as_many_queries_as_of_one(
         upload(ws, tmp_path, f"sbx-{i}", before.replace("trial_events, outreach", f"outreach, {i}"))
     assert Proposal.objects.count() == 6
     assert [queries(url) for url in pages] == one
+
+
+# --- the agent's forgetting -------------------------------------------------------------
+
+
+def test_what_a_sandbox_forgot_is_part_of_its_proposal_and_gone_once_approved(
+    base, ws, tmp_path, admin_user, admin_client
+):
+    pruned = "memories/raw_memories/prefs-6e64dc.md"
+    kept = sorted(
+        str(p.relative_to(ws))
+        for folder in ("raw_memories", "rollout_summaries")
+        for p in (ws / "memories" / folder).glob("*.md")
+        if str(p.relative_to(ws)) != pruned
+    )
+    first = upload(ws, tmp_path, "sbx-a", text(base, MD))  # sends back what it has
+    assert first.run is not None and not Proposal.objects.exists()
+    sandbox_archive(base.workspace, "sbx-a", user=None)  # its restore: what it was served
+    served_files = UploadedSnapshot.objects.get(snapshot_id="sbx-a").served[str(base.pk)]
+    assert pruned in served_files["files"]
+
+    upload(ws, tmp_path, "sbx-a", agent_edit(text(base, MD)), extra=kept)
+
+    (proposal,) = Proposal.objects.all()
+    assert proposal.forgotten == [pruned]
+    page = admin_client.get(f"/w/a/layouts/{base.pk}/proposals/{proposal.pk}/").content.decode()
+    assert "1 file the agent forgot" in page and pruned in page
+    curation.approve(proposal, user=admin_user)
+    restored = sandbox_archive(base.workspace, "sbx-a", user=None)
+    with restored.fileobj, tarfile.open(fileobj=restored.fileobj) as archive:
+        names = {m.name.removeprefix("./") for m in archive.getmembers()}
+    assert pruned not in names and set(kept) <= names
+    assert AuditEvent.objects.get(action="proposal.approve").detail["forgotten"] == [pruned]
+
+
+def test_a_rejected_forgetting_keeps_the_files(base, ws, tmp_path, admin_user):
+    pruned = "memories/raw_memories/prefs-6e64dc.md"
+    kept = sorted(
+        str(p.relative_to(ws))
+        for folder in ("raw_memories", "rollout_summaries")
+        for p in (ws / "memories" / folder).glob("*.md")
+        if str(p.relative_to(ws)) != pruned
+    )
+    upload(ws, tmp_path, "sbx-a", text(base, MD))
+    sandbox_archive(base.workspace, "sbx-a", user=None)
+    upload(ws, tmp_path, "sbx-a", text(base, MD), extra=kept)  # only a forgetting
+    (proposal,) = Proposal.objects.all()
+    assert proposal.forgotten == [pruned] and not proposal.agent_versions.exists()
+
+    curation.reject_proposal(proposal, user=admin_user)
+
+    restored = sandbox_archive(base.workspace, "sbx-a", user=None)
+    with restored.fileobj, tarfile.open(fileobj=restored.fileobj) as archive:
+        assert f"./{pruned}" in archive.getnames() or pruned in archive.getnames()

@@ -42,6 +42,9 @@ class Proposal(models.Model):
         ImportRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     inputs = models.JSONField(default=list, blank=True)
+    # Raw memories and rollout summaries (workspace paths) the sandbox was served and
+    # its uploads lack: the agent's forgetting, applied to the workspace on approval.
+    forgotten = models.JSONField(default=list, blank=True)
     agent_versions = models.ManyToManyField(
         MemoryVersion, blank=True, related_name="agent_proposals"
     )
