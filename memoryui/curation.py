@@ -41,6 +41,7 @@ from .models import (
     Proposal,
     ProtectedRawMemory,
     RejectedEntry,
+    WorkspaceFile,
 )
 
 Document = MemoryVersion.Document
@@ -111,6 +112,16 @@ class UnresolvedConflicts(Exception):
 
 def latest(layout: Layout, document: str) -> MemoryVersion | None:
     return versioning.latest(MemoryVersion, layout, document=document)
+
+
+def latest_approved(layout: Layout, document: str) -> MemoryVersion | None:
+    """The newest version not awaiting review: what sandboxes are served (lint aside),
+    and what a proposal's decisions are merged with."""
+    return (
+        MemoryVersion.objects.filter(layout=layout, document=document, needs_review=False)
+        .order_by("-number")
+        .first()
+    )
 
 
 def text_of(version: MemoryVersion | None) -> str:
@@ -378,7 +389,9 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
         (Document.MEMORY_SUMMARY, proposal.base_memory_summary, proposal.memory_summary),
     ):
         base_text = text_of(base)
-        current = latest(proposal.layout, document)
+        # What was approved since the proposal's base (an agent's version awaiting
+        # review is not: it is another proposal's).
+        current = latest_approved(proposal.layout, document)
         human = text_of(current) if current and (base is None or current.pk != base.pk) else None
         mine = {k: d for (doc, k), d in decisions.items() if doc == document}
         conflicts = []
@@ -614,6 +627,17 @@ def approve(
             _record_rejections(proposal, doc, user)
             _record_approvals(proposal, doc, user, kept_out)
             renamed = _renamed(doc)
+            if proposal.run_id is None:
+                version = _settle_agent_versions(
+                    proposal,
+                    doc.document,
+                    final,
+                    user=user,
+                    reason=f"approved agent proposal #{proposal.pk}",
+                    moved=_kept(renamed, final),
+                )
+                created.extend([version] if version else [])
+                continue
             current = latest(proposal.layout, doc.document)
             if versioning.unchanged(current, final.encode("utf-8")):
                 continue
@@ -632,8 +656,11 @@ def approve(
         # Skill files: the changes people did not reject become current versions.
 
         skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
+        forgotten = _forget(proposal)
         _decided(proposal, Proposal.Status.APPROVED, user)
         detail: dict[str, Any] = {}
+        if forgotten:
+            detail["forgotten"] = forgotten
         if skill_versions:
             detail["skill_files"] = [v.path for v in skill_versions]
         if duplicates:
@@ -829,6 +856,17 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
     meanwhile or another reviewer holds it."""
     with transaction.atomic():
         _lock_pending(proposal, user)
+        if proposal.run_id is None:  # an agent's: the approved text stays served
+            Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
+            for document in (Document.MEMORY_MD, Document.MEMORY_SUMMARY):
+                approved = text_of(latest_approved(proposal.layout, document))
+                _settle_agent_versions(
+                    proposal,
+                    document,
+                    approved,
+                    user=user,
+                    reason=f"rejected agent proposal #{proposal.pk}",
+                )
         _decided(proposal, Proposal.Status.REJECTED, user)
         AuditEvent.record(
             proposal.layout.workspace,
@@ -837,6 +875,56 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
         )
+
+
+def _forget(proposal: Proposal) -> list[str]:
+    """An agent's forgetting, approved: the raw memories and rollout summaries it
+    pruned are gone from the workspace from now on (as files gone from disk are: kept,
+    marked), so no sandbox is served them and no consolidation selects them."""
+    if not proposal.forgotten:
+        return []
+    files = WorkspaceFile.objects.present().filter(
+        workspace_id=proposal.layout.workspace_id, path__in=list(proposal.forgotten)
+    )
+    paths = sorted(files.values_list("path", flat=True))
+    files.update(missing_since=timezone.now())
+    return paths
+
+
+def _settle_agent_versions(
+    proposal: Proposal,
+    document: str,
+    final: str,
+    *,
+    user: Any,
+    reason: str,
+    moved: dict[str, str | None] | None = None,
+) -> MemoryVersion | None:
+    """An agent's proposal decided: its versions of ``document`` stop awaiting review,
+    and the newest approved version must then hold ``final`` (the approved text, or on
+    a rejection the text approved before): when it does not (the agent's own version,
+    now reviewed, is newer than the approved one, or the decisions changed its text), a
+    new version with ``final`` is saved. Returns it, or None."""
+    layout = proposal.layout
+    ours = proposal.agent_versions.filter(document=document, needs_review=True)
+    MemoryVersion.objects.filter(pk__in=list(ours.values_list("pk", flat=True))).update(
+        needs_review=False
+    )
+    if text_of(latest_approved(layout, document)) == final:
+        return None
+    current = latest(layout, document)
+    return save_document(
+        layout,
+        document,
+        final,
+        user=user,
+        author_kind=MemoryVersion.Author.AGENT
+        if reason.startswith("approved")
+        else MemoryVersion.Author.PERSON,
+        reason=reason,
+        based_on=current.number if current else None,
+        moved=moved,
+    )
 
 
 def reintroduced(proposal: Proposal) -> list[str]:

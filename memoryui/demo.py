@@ -4,6 +4,7 @@ demo's write-backs and exports never touch the repository's tracked files."""
 from __future__ import annotations
 
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from .models import Workspace
 
 SAMPLE = Path(settings.BASE_DIR) / "sample" / "small-a"
 DEMO_NAME = "small-a"
+# The sample's default layout as a sandbox's agent consolidated it (its README says how).
+SANDBOX_STATE = Path(settings.BASE_DIR) / "sample" / "small-a-sandbox"
+DEMO_SANDBOX = "demo-sandbox"
 
 
 def demo_workspace_dir() -> Path:
@@ -34,4 +38,21 @@ def prepare_demo_workspace(progress: Progress | None = None) -> Workspace:
     workspace = Workspace.objects.filter(name=DEMO_NAME).first()
     if workspace is None or workspace.source_path != str(target):
         workspace = import_workspace(target, DEMO_NAME, progress=progress).workspace
+        upload_agent_consolidation()
     return workspace
+
+
+def upload_agent_consolidation() -> None:
+    """Merge the sandbox state of ``sample/small-a-sandbox`` into the demo workspace as
+    the remote snapshot store merges a sandbox's upload (with the sample's rollouts, as
+    a sandbox's archive holds them): its agent's change to ``MEMORY.md`` and
+    ``memory_summary.md`` becomes a proposal awaiting review. Once: a text the layout
+    had already is no change."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / f"{DEMO_SANDBOX}.tar"
+        with tarfile.open(archive, "w") as tar:
+            for name in ("MEMORY.md", "memory_summary.md"):
+                tar.add(SANDBOX_STATE / "memories" / name, f"memories/{name}")
+            for rollout in sorted((SAMPLE / "sessions").glob("*.jsonl")):
+                tar.add(rollout, f"sessions/{rollout.name}")
+        import_workspace(archive, DEMO_NAME, merge=DEMO_SANDBOX)

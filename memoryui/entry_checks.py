@@ -107,9 +107,15 @@ def load_sources(proposal: Proposal, cited: set[str], *, everyone: bool = False)
     citing nothing (a summary section) is compared with."""
     found = Sources(allowed=proposal.layout.workspace.allowed_hosts())
     if everyone:
-        found.selected = [
-            i["rollout_id"] for i in proposal.selection if isinstance(i, dict) and "rollout_id" in i
-        ][:MAX_SELECTED]
+        # An agent's proposal has no selection: the rollouts of its uploads stand in.
+        found.selected = (
+            [
+                i["rollout_id"]
+                for i in proposal.selection
+                if isinstance(i, dict) and "rollout_id" in i
+            ]
+            or [str(r) for r in proposal.inputs]
+        )[:MAX_SELECTED]
     for result in _run_results(proposal):
         for path, text in (result.get("files") or {}).items():
             if path in cited:
@@ -147,6 +153,9 @@ def _load_workspace(layout: Layout, cited: set[str], found: Sources) -> Sources:
 
 
 def _run_results(proposal: Proposal) -> list[dict[str, Any]]:
+    if proposal.run_id is None:  # an agent's proposal: its rollouts' files are imported
+        return []
+    assert proposal.run is not None
     return [
         {"rollout_id": rollout_id, "files": files}
         for rollout_id, files in proposal.run.jobs.filter(result__isnull=False).values_list(

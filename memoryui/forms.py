@@ -17,7 +17,7 @@ from generation.tree import TERMINAL_STATES
 
 from . import outbound, webhooks
 from .importer import default_name, valid_workspace_name
-from .models import GenerationSettings, MemoryVersion, Role, Workspace
+from .models import GenerationSettings, MemoryVersion, Proposal, Role, Workspace
 from .skills import new_path_problem
 from .workspaces import PathRefused, resolve_source
 
@@ -296,6 +296,14 @@ class AssignForm(forms.Form):
 class AgentChangeForm(forms.Form):
     action = forms.ChoiceField(
         required=False, choices=[("", "accept"), ("accept", "accept"), ("revert", "revert")]
+    )
+
+
+class ProposalOriginForm(forms.Form):
+    """Which proposals a list shows: all, or those from one origin (``Proposal.Origin``)."""
+
+    origin = forms.ChoiceField(
+        required=False, choices=[("", "any origin"), *Proposal.Origin.choices]
     )
 
 

@@ -52,6 +52,7 @@ from .models import (
     Rollout,
     RolloutSummary,
     SearchDocument,
+    UploadedSnapshot,
     Workspace,
     WorkspaceFile,
 )
@@ -329,6 +330,9 @@ class _Sync:
     ) -> None:
         self.workspace = workspace
         self.merge = merge
+        # Agent versions awaiting review this import recorded, by layout (``_propose``).
+        self.agent_versions: dict[int, tuple[Layout, list[MemoryVersion]]] = {}
+        self.touched: list[_Item] = []
         self.limits = limits
         self.progress = progress
         self.now = started
@@ -558,7 +562,9 @@ class _Sync:
     def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
         if self.same_as is not None:
             return self._repeat(self.same_as, user, scheduled)
-        return self._report(*self._sync_rows(), user, scheduled)
+        result = self._report(*self._sync_rows(), user, scheduled)
+        self._propose(result.run)
+        return result
 
     def _sync_rows(
         self,
@@ -634,6 +640,7 @@ class _Sync:
             if old.present and path not in self.items and self.complete and not self.merge
         ]
         _update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        self.touched = new + changed
         new_versions = self._record_versions(new + changed, layouts)
         # After the versions: a read maps to the MEMORY.md the agent had then.
         usage.record_reads(
@@ -850,7 +857,7 @@ class _Sync:
                 continue
             if self.merge and layout.versions.filter(document=document, blob_id=item.digest):
                 continue  # a text this layout had (a sandbox sending back what it got)
-            MemoryVersion.objects.create(
+            version = MemoryVersion.objects.create(
                 layout=layout,
                 document=document,
                 number=(latest.number + 1) if latest else 1,
@@ -861,7 +868,65 @@ class _Sync:
                 needs_review=latest is not None or bool(self.merge),
             )
             created.append(item.path)
+            if version.needs_review:
+                self.agent_versions.setdefault(layout.pk, (layout, []))[1].append(version)
         return created
+
+    def _propose(self, run: ImportRun) -> None:
+        """Each layout's agent versions awaiting review become (or update) the proposal
+        of the sandbox that wrote them (``agent_proposals``); its inputs are the
+        rollouts of the upload (of an import: those it found new or changed)."""
+        forgotten = self._forgotten()
+        if not self.agent_versions and not forgotten:
+            return
+        from . import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
+
+        rollouts: dict[int, list[str]] = {}
+        items = self.items.values() if self.merge else self.touched
+        for item in items:
+            if item.kind == FileKind.ROLLOUT and item.layout_id is not None:
+                rollouts.setdefault(item.layout_id, []).append(
+                    _name(item.path).removesuffix(".jsonl")
+                )
+        for layout in Layout.objects.filter(pk__in={*self.agent_versions, *forgotten}):
+            agent_proposals.record(
+                layout,
+                self.agent_versions.get(layout.pk, (layout, []))[1],
+                snapshot_id=self.merge,
+                import_run=run,
+                inputs=sorted(rollouts.get(layout.pk, [])),
+                forgotten=forgotten.get(layout.pk, []),
+            )
+
+    def _forgotten(self) -> dict[int, list[str]]:
+        """Per layout the upload holds files of, the raw memories and rollout summaries
+        the sandbox's last download served it that its upload lacks and the workspace
+        still has: the agent pruned them (the SDK's consolidation does)."""
+        if not self.merge:
+            return {}
+        served = (
+            UploadedSnapshot.objects.filter(workspace=self.workspace, snapshot_id=self.merge)
+            .values_list("served", flat=True)
+            .first()
+        ) or {}
+        # Only layouts the upload holds files of: a sandbox without a layout's folder
+        # forgot nothing of it.
+        held = {item.layout_id for item in self.items.values() if item.layout_id is not None}
+        lacking = {
+            int(pk): [p for p in (got.get("files") or []) if p not in self.items]
+            for pk, got in served.items()
+            if isinstance(got, dict) and str(pk).isdigit() and int(pk) in held
+        }
+        lacking = {pk: paths for pk, paths in lacking.items() if paths}
+        if not lacking:
+            return {}
+        present = set(
+            WorkspaceFile.objects.present()
+            .filter(workspace=self.workspace, path__in=[p for ps in lacking.values() for p in ps])
+            .values_list("path", flat=True)
+        )
+        found = {pk: sorted(p for p in paths if p in present) for pk, paths in lacking.items()}
+        return {pk: paths for pk, paths in found.items() if paths}
 
     def _reason(self, first: bool) -> str:
         if self.merge:

@@ -66,6 +66,9 @@ class ServedLayout:
     layout: Layout
     files: dict[str, bytes] = field(default_factory=dict)  # workspace path -> bytes
     held: list[HeldBack] = field(default_factory=list)
+    # The version of each document served ("memory_md" -> number): an agent's change in
+    # the sandbox's next upload is based on it (``memoryui.agent_proposals``).
+    versions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,12 @@ class _Candidate:
     number: int
     needs_review: bool
     blob_id: str | None  # None: a deleted skill file
+
+
+_DOCUMENTS = {
+    FileKind.MEMORY_INDEX: MemoryVersion.Document.MEMORY_MD.value,
+    FileKind.MEMORY_SUMMARY: MemoryVersion.Document.MEMORY_SUMMARY.value,
+}
 
 
 def serves_unreviewed(workspace: Workspace) -> bool:
@@ -176,6 +185,8 @@ def _choose(
             continue
         result.files[path] = content
         served = candidate.number
+        if kind in _DOCUMENTS:
+            result.versions[_DOCUMENTS[kind]] = served
         break
     if served != latest.number:
         number, findings = linted or (latest.number, ())

@@ -64,6 +64,7 @@ ACTIVE = (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+FORGETTABLE = (WorkspaceFile.Kind.RAW_MEMORY, WorkspaceFile.Kind.ROLLOUT_SUMMARY)
 MAX_PROBLEMS_SHOWN = 5
 
 
@@ -436,6 +437,18 @@ def sandbox_archive(
                 return _write_download(fileobj, workspace, served, parsed, own_key, rows, previous)
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
+    if snapshot is not None:
+        # What it was served: each document's version, and the raw memories and rollout
+        # summaries (its next upload lacking one is the agent's forgetting).
+        versions = {
+            str(s.layout.pk): {
+                **s.versions,
+                "files": [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE],
+            }
+            for s in served
+        }
+        if snapshot.served != versions:
+            UploadedSnapshot.objects.filter(pk=snapshot.pk).update(served=versions)
     AuditEvent.record(
         workspace,
         EXPORT_DOWNLOAD_ACTION,

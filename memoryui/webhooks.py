@@ -244,7 +244,13 @@ def _proposal_ready(sender, instance: Proposal, created: bool, **kwargs: Any) ->
         emit(
             layout.workspace,
             "proposal.ready",
-            {"proposal": instance.pk, "layout": layout.memories_dir, "run": instance.run_id},
+            {
+                "proposal": instance.pk,
+                "layout": layout.memories_dir,
+                "run": instance.run_id,
+                "origin": instance.origin,
+                "snapshot_id": instance.snapshot_id or None,
+            },
         )
 
 

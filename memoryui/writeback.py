@@ -464,7 +464,8 @@ def _keep_equivalent_selection(planned: PlannedFile) -> PlannedFile:
 def proposal_to_write(layout: Layout) -> Proposal | None:
     """The latest approved proposal, unless a write-back already wrote it."""
     proposal = (
-        Proposal.objects.filter(layout=layout, status=Proposal.Status.APPROVED)
+        # An agent's approved proposal brings no files beyond its versions.
+        Proposal.objects.filter(layout=layout, status=Proposal.Status.APPROVED, run__isnull=False)
         .order_by("-decided_at", "-created_at", "-pk")
         .first()
     )

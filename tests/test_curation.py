@@ -481,13 +481,14 @@ def test_an_agents_own_edit_found_by_reimport_can_be_reverted(layout):
     change = MemoryVersion.objects.get(layout=layout, document=MD, needs_review=True)
     editor = login(member(Role.EDITOR, layout))
     assert "accept or revert" in editor.get(url("memory_md", layout)).content.decode()
-    assert "Revert</button>" in editor.get(url("versions", layout, MD)).content.decode()
+    # The whole version at once: reject all over the proposal the import made of it.
+    assert "Reject all</button>" in editor.get(url("versions", layout, MD)).content.decode()
 
     editor.post(url("agent_change", layout, MD, change.number), {"action": "revert"})
 
     assert current_text(layout) == original
     assert not MemoryVersion.objects.filter(needs_review=True).exists()
-    assert AuditEvent.objects.filter(action="agent_change.revert").exists()
+    assert AuditEvent.objects.filter(action="proposal.reject").exists()
 
 
 @pytest.mark.django_db

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryui import curation, pipeline, workspaces
-from memoryui.demo import SAMPLE, prepare_demo_workspace
+from memoryui import curation, entry_checks, pipeline, workspaces
+from memoryui.demo import DEMO_SANDBOX, SAMPLE, prepare_demo_workspace
 from memoryui.importer import import_workspace
 from memoryui.models import ImportRun, Layout, Proposal
 from memoryui.writeback import write_back
@@ -78,3 +78,26 @@ def test_a_demo_database_from_before_the_copy_is_moved_onto_the_copy(settings, t
     assert [w.path for w in write_back(layout).written] == ["memories/engineering/MEMORY.md"]
     assert "curated in the demo" in (copy / "memories" / "engineering" / "MEMORY.md").read_text()
     assert git_status(SAMPLE) == ""
+
+
+def test_the_demo_starts_with_an_agents_consolidation_to_review(settings, tmp_path, client):
+    """After bin/start the first page leads to a real review: the sample's sandbox
+    state (sample/small-a-sandbox) is a proposal of the sandbox demo-sandbox with an
+    edited, a merged, a removed and added tasks, one of them flagged."""
+    settings.VAR_DIR = tmp_path / "var"
+    workspace = prepare_demo_workspace()
+    (proposal,) = Proposal.objects.filter(layout__workspace=workspace)
+    assert (proposal.origin, proposal.snapshot_id) == ("upload", DEMO_SANDBOX)
+    (doc, summary) = curation.document_reviews(proposal)
+    statuses = sorted({(c.status, c.pairing) for c in curation.decidable(doc)})
+    assert statuses == [("added", ""), ("changed", ""), ("changed", "merged"), ("removed", "")]
+    assert curation.decidable(summary)
+    flagged = entry_checks.flagged_keys(proposal)
+    assert len(flagged) == 1 and "curl" in str(next(iter(flagged.values())))
+    # Started again: no second proposal.
+    prepare_demo_workspace()
+    assert Proposal.objects.filter(layout__workspace=workspace).count() == 1
+
+    client.force_login(make_user("demo", staff=True))
+    home = client.get("/").content.decode()
+    assert f"Review proposal #{proposal.pk}" in home and "demo-sandbox" in home

@@ -340,7 +340,7 @@ def test_a_persons_edit_that_looks_like_poisoning_is_saved_with_a_warning_and_au
 # --- agent versions found by an import ----------------------------------------------
 
 
-def test_an_agents_own_poisoned_edit_is_held_from_export_until_a_reviewer_accepts_it(
+def test_an_agents_own_poisoned_edit_is_held_from_export_and_accept_all_keeps_it_out(
     layout, tmp_path
 ):
     memory = f"{layout.workspace.source_path}/{ENG}/MEMORY.md"
@@ -374,9 +374,11 @@ def test_an_agents_own_poisoned_edit_is_held_from_export_until_a_reviewer_accept
     )
     assert "outside their layout" not in str(refused.value)
     assert "holds possible memory poisoning (fetches and runs code" in str(refused.value)
-    assert POISON in exported_memory(layout, tmp_path, "after")
-    event = AuditEvent.objects.get(action="agent_change.accept")
-    assert "fetches and runs code" in event.detail["poisoning_flags"][0]
+    # Accept all is an approval of the edit's proposal: the flagged entry stays
+    # quarantined (out of the approved text) until someone accepts it explicitly.
+    assert POISON not in exported_memory(layout, tmp_path, "after")
+    event = AuditEvent.objects.get(action="proposal.approve")
+    assert event.detail["quarantined"]
 
 
 def test_an_agents_own_benign_edit_is_not_held(layout, tmp_path):

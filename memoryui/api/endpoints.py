@@ -548,7 +548,14 @@ def get_rollout_raw(request: HttpRequest, name: str, layout_id: int, rollout_id:
 class ProposalOut(Schema):
     id: int
     status: str
-    run_id: int
+    origin: str = Field(
+        description='"pipeline": a generation run made it; "upload": an agent\'s change a '
+        'sandbox uploaded (snapshot_id); "import": an agent\'s change an import found'
+    )
+    run_id: int | None
+    snapshot_id: str | None
+    import_run_id: int | None
+    inputs: list[str] = Field(description="an agent's proposal: the rollouts of its uploads")
     created_at: datetime
     decided_by: str | None
     decided_at: datetime | None
@@ -607,7 +614,11 @@ def _proposal_out(p: Proposal) -> dict:
     return {
         "id": p.pk,
         "status": p.status,
+        "origin": p.origin,
         "run_id": p.run_id,
+        "snapshot_id": p.snapshot_id or None,
+        "import_run_id": p.import_run_id,
+        "inputs": list(p.inputs),
         "created_at": p.created_at,
         "decided_by": p.decided_by.get_username() if p.decided_by else None,
         "decided_at": p.decided_at,
@@ -641,11 +652,14 @@ def list_proposals(
     name: str,
     layout_id: int,
     status: Literal["pending", "approved", "rejected"] | None = None,
+    origin: Literal["pipeline", "upload", "import"] | None = None,
 ):
     lay = layout(request, name, layout_id, Role.VIEWER)
     found = Proposal.objects.filter(layout=lay).select_related("decided_by", "reserved_by")
     if status:
         found = found.filter(status=status)
+    if origin:
+        found = found.filter(origin=origin)
     return _Mapped(
         found.defer("raw_memories_md", "selection", "memory_md", "memory_summary"), _proposal_out
     )

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0026_file_blob_without_index'),
+        ('memoryui', '0027_agent_proposals'),
     ]
 
     operations = [

@@ -59,6 +59,9 @@ class UploadedSnapshot(models.Model):
     import_job = models.ForeignKey(
         "ImportJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # What its last download served it: {"<layout pk>": {"<document>": version number}},
+    # the base of the agent's next change (``memoryui.agent_proposals``).
+    served = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-uploaded_at", "-pk"]

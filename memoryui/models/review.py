@@ -10,20 +10,44 @@ from django.utils import timezone
 
 from .generation import GenerationRun
 from .versions import MemoryVersion
-from .workspaces import Layout
+from .workspaces import ImportRun, Layout
 
 
 class Proposal(models.Model):
     """A consolidation's result, waiting for a person: nothing reaches the workspace
-    until it is approved."""
+    until it is approved. Made by memoryui's pipeline (``run``), or by an agent: a
+    sandbox's upload or an import brought its own ``MEMORY.md`` / ``memory_summary.md``
+    (``agent_versions``, the versions it wrote, awaiting review), based on the version
+    it was served (``memoryui.agent_proposals``)."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Awaiting review"
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
 
+    class Origin(models.TextChoices):
+        PIPELINE = "pipeline", "pipeline run"
+        UPLOAD = "upload", "sandbox upload"
+        IMPORT = "import", "import"
+
     layout = models.ForeignKey(Layout, on_delete=models.CASCADE, related_name="proposals")
-    run = models.OneToOneField(GenerationRun, on_delete=models.CASCADE, related_name="proposal")
+    run = models.OneToOneField(
+        GenerationRun, null=True, blank=True, on_delete=models.CASCADE, related_name="proposal"
+    )
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.PIPELINE)
+    # An agent's proposal: the sandbox (its snapshot id; "" for an import), the import
+    # that brought it last, the rollouts of its uploads, and the versions it wrote.
+    snapshot_id = models.CharField(max_length=128, blank=True)
+    import_run = models.ForeignKey(
+        ImportRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    inputs = models.JSONField(default=list, blank=True)
+    # Raw memories and rollout summaries (workspace paths) the sandbox was served and
+    # its uploads lack: the agent's forgetting, applied to the workspace on approval.
+    forgotten = models.JSONField(default=list, blank=True)
+    agent_versions = models.ManyToManyField(
+        MemoryVersion, blank=True, related_name="agent_proposals"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     base_memory_md = models.ForeignKey(
         MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -116,11 +116,24 @@ def _keep(key: tuple[str, int], version_and_texts: tuple[str, str, str]) -> None
 @require_GET
 def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpResponse:
     layout = request.layout
-    proposals = Proposal.objects.filter(layout=layout).select_related("run", "decided_by")
+    form = forms.ProposalOriginForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form, workspace=layout.workspace)
+    proposals = Proposal.objects.filter(layout=layout).select_related(
+        "layout__workspace", "run", "decided_by"
+    )
+    if origin := form.cleaned_data["origin"]:
+        proposals = proposals.filter(origin=origin)
     return render(
         request,
         "memoryui/proposal_list.html",
-        {"layout": layout, "workspace": layout.workspace, "proposals": proposals[:100]},
+        {
+            "layout": layout,
+            "workspace": layout.workspace,
+            "proposals": proposals[:100],
+            "origin": origin,
+            "origins": Proposal.Origin.choices,
+        },
     )
 
 
@@ -503,6 +516,8 @@ def _reviewers(workspace: Workspace) -> list:
 def _run_files(proposal: Proposal) -> set[str]:
     """The files this proposal's run wrote (its rollout summaries among them)."""
     new_files: set[str] = set()
+    if proposal.run is None:  # an agent's proposal: what it cites is imported
+        return new_files
     for files in proposal.run.jobs.filter(result__isnull=False).values_list(
         "result__files", flat=True
     ):
@@ -751,12 +766,17 @@ def proposal_assign(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
 def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     """Proposals awaiting review in the workspaces where this person reviews, and how
     far each reviewer has got."""
+    form = forms.ProposalOriginForm(request.GET)
+    if not form.is_valid():
+        return bad_request(request, form)
     pending = (
         Proposal.objects.filter(status=Proposal.Status.PENDING)
         .select_related("layout__workspace", "assigned_to", "reserved_by", "run")
         .annotate(decided=Count("decisions"))
         .order_by("created_at")
     )
+    if origin := form.cleaned_data["origin"]:
+        pending = pending.filter(origin=origin)
     rows = [p for p in pending if has_role(request.user, p.layout.workspace, Role.REVIEWER)]
     progress = (
         EntryDecision.objects.filter(proposal__in=[p.pk for p in rows])
@@ -768,7 +788,14 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "memoryui/review_queue.html",
-        {"rows": rows, "mine": mine, "progress": progress, "now": timezone.now()},
+        {
+            "rows": rows,
+            "mine": mine,
+            "progress": progress,
+            "now": timezone.now(),
+            "origin": origin,
+            "origins": Proposal.Origin.choices,
+        },
     )
 
 

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from generation import review
 
-from .. import curation, diffs, entry_checks, forms
+from .. import agent_proposals, curation, diffs, entry_checks, forms
 from ..models import MemoryVersion, Role
 from ..roles import has_role, require_role, workspace_view
 from .common import HtmxHttpRequest, bad_request, document_or_404, key_slug
@@ -67,7 +67,9 @@ def versions(request: HtmxHttpRequest, name: str, layout_pk: int, document: str)
             "can_edit": has_role(request.user, layout.workspace, Role.EDITOR),
             "can_review": has_role(request.user, layout.workspace, Role.REVIEWER),
             "agent_changes": [
-                (v, entry_checks.agent_version_flags(v)) for v in all_versions if v.needs_review
+                (v, entry_checks.agent_version_flags(v), agent_proposals.pending_for(v))
+                for v in all_versions
+                if v.needs_review
             ],
         },
     )
@@ -152,8 +154,26 @@ def agent_change(
         number=number,
         needs_review=True,
     )
-    if form.cleaned_data["action"] == "revert":
+    revert = form.cleaned_data["action"] == "revert"
+    if revert:
         require_role(request.user, layout.workspace, Role.EDITOR)
+    proposal = agent_proposals.pending_for(version)
+    if proposal is not None:
+        # The whole version at once: accept all or reject all over its proposal, with
+        # the proposal's checks, quarantine and merge.
+        try:
+            if revert:
+                curation.reject_proposal(proposal, user=request.user)
+                messages.success(request, f"Proposal #{proposal.pk} (the agent's edit) rejected.")
+            else:
+                curation.approve(proposal, user=request.user)
+                messages.success(request, f"Proposal #{proposal.pk} (the agent's edit) approved.")
+        except curation.DecisionRefused as exc:
+            messages.error(request, str(exc))
+        except curation.UnresolvedConflicts as exc:
+            messages.error(request, f"{exc}: decide them on the proposal's review page.")
+            return redirect("memoryui:proposal_review", name, layout_pk, proposal.pk)
+    elif revert:
         restored = curation.revert_agent_change(version, user=request.user)
         messages.success(request, f"The agent's edit was reverted (version {restored.number}).")
     else:

@@ -28,7 +28,16 @@ from generation.tree import HeaderLimitExceeded, TreeError, check_tar_archive, h
 from .. import figures, object_storage, observability, snapshot_store, workspaces
 from ..forms import DirectoryForm, KnownHostsForm, SnapshotUploadForm, SyncForm, archive_suffix
 from ..importer import default_limits
-from ..models import AuditEvent, ImportJob, ImportRun, Layout, Role, Workspace, WorkspaceFile
+from ..models import (
+    AuditEvent,
+    ImportJob,
+    ImportRun,
+    Layout,
+    Proposal,
+    Role,
+    Workspace,
+    WorkspaceFile,
+)
 from ..roles import has_role, signed_in, workspace_view
 from .common import HtmxHttpRequest
 
@@ -327,7 +336,18 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
     workspaces = [w for w in annotated if has_role(request.user, w, Role.VIEWER)]
     runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
     rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
-    return render(request, "memoryui/workspace_list.html", {"rows": rows})
+    # The oldest proposal awaiting review where this person reviews: where to start.
+    reviewable = [w.pk for w in workspaces if has_role(request.user, w, Role.REVIEWER)]
+    pending = Proposal.objects.filter(
+        layout__workspace__in=reviewable, status=Proposal.Status.PENDING
+    ).select_related("layout__workspace", "run")
+    waiting = pending.count() if reviewable else 0
+    first = pending.order_by("created_at", "pk").first() if waiting else None
+    return render(
+        request,
+        "memoryui/workspace_list.html",
+        {"rows": rows, "waiting": waiting, "first_pending": first},
+    )
 
 
 @workspace_view(Role.VIEWER)

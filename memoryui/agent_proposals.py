@@ -1,0 +1,191 @@
+"""An agent's own change to ``MEMORY.md`` / ``memory_summary.md`` as a proposal.
+
+With the SDK's ``Memory()`` the agent consolidates inside its sandbox and persists the
+result: an upload to the remote snapshot store (or a re-import of a folder sandboxes
+write to) brings a version memoryui did not serve. The importer records it as an agent
+version awaiting review (the gate of ``memoryui.served_memory``: sandboxes keep getting
+the latest approved version) and hands it here, where it becomes a proposal of origin
+*upload* (naming the sandbox by its snapshot id) or *import*, reviewed as the
+pipeline's are: entry by entry, with the same checks, quarantine, edits and API.
+
+- Its base is the version the sandbox was served: what the sandbox's last download
+  served it (``UploadedSnapshot.served``), else the latest approved version.
+- One open proposal per sandbox (per layout): a later upload from the same sandbox that
+  changes memory again updates it (its text, its versions, its rollouts); decisions on
+  entries whose proposed text stayed the same are kept, the others are undone.
+- What the sandbox was served and its upload lacks (raw memories, rollout summaries
+  the SDK's consolidation pruned) is its forgetting, listed on the proposal: approving
+  marks those files gone from the workspace (no sandbox gets them, no consolidation
+  selects them), rejecting keeps them.
+- Approving it produces the approved version (``curation.approve``); rejecting it
+  leaves the approved version served. Either way its agent versions stop awaiting
+  review. Another open proposal from the same base is then reviewed against the new
+  approved version, with the three-way merge and its conflicts (``curation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+
+from generation import review
+
+from . import curation, documents
+from .models import (
+    AuditEvent,
+    EntryDecision,
+    ImportRun,
+    Layout,
+    MemoryVersion,
+    Proposal,
+    UploadedSnapshot,
+)
+
+Document = MemoryVersion.Document
+DOCUMENTS = (Document.MEMORY_MD, Document.MEMORY_SUMMARY)
+
+
+def record(
+    layout: Layout,
+    versions: list[MemoryVersion],
+    *,
+    snapshot_id: str,
+    import_run: ImportRun | None,
+    inputs: Iterable[str],
+    forgotten: Iterable[str] = (),
+) -> Proposal | None:
+    """The open proposal of this sandbox (``snapshot_id``; "" for an import) made or
+    updated with the agent ``versions`` an import just recorded for ``layout``, and the
+    raw memories and rollout summaries it ``forgot``."""
+    pending = [v for v in versions if v.needs_review]
+    forgot = sorted(forgotten)
+    if not pending and not forgot:
+        return None
+    origin = Proposal.Origin.UPLOAD if snapshot_id else Proposal.Origin.IMPORT
+    with transaction.atomic():
+        Layout.objects.select_for_update().filter(pk=layout.pk).first()
+        proposal = (
+            Proposal.objects.select_for_update()
+            .filter(
+                layout=layout,
+                status=Proposal.Status.PENDING,
+                run__isnull=True,
+                origin=origin,
+                snapshot_id=snapshot_id,
+            )
+            .first()
+        )
+        texts = {v.document: documents.text(v.blob_id) for v in pending}
+        inputs = list(dict.fromkeys(str(r) for r in inputs))
+        if proposal is None:
+            proposal = _create(layout, origin, snapshot_id, import_run, inputs, texts, forgot)
+            action = "proposal.create"
+        else:
+            _update(proposal, import_run, inputs, texts, forgot)
+            action = "proposal.update"
+        proposal.agent_versions.add(*pending)
+        AuditEvent.record(
+            layout.workspace,
+            action,
+            actor="remote snapshot store" if snapshot_id else "import",
+            layout=layout,
+            target=f"proposal #{proposal.pk}",
+            origin=origin,
+            snapshot_id=snapshot_id,
+            versions=[f"{Document(v.document).label} v{v.number}" for v in pending],
+            inputs=len(inputs),
+            forgotten=len(forgot),
+        )
+    return proposal
+
+
+def _bases(layout: Layout, snapshot_id: str) -> dict[str, MemoryVersion | None]:
+    """Per document, the version the sandbox was served (its last download's), else
+    the latest approved one."""
+    served: dict[str, Any] = {}
+    if snapshot_id:
+        row = (
+            UploadedSnapshot.objects.filter(
+                workspace_id=layout.workspace_id, snapshot_id=snapshot_id
+            )
+            .values_list("served", flat=True)
+            .first()
+        )
+        served = (row or {}).get(str(layout.pk)) or {}
+    bases: dict[str, MemoryVersion | None] = {}
+    for document in DOCUMENTS:
+        number = served.get(document)
+        version = (
+            MemoryVersion.objects.filter(layout=layout, document=document, number=number).first()
+            if isinstance(number, int)
+            else None
+        )
+        bases[document] = version or curation.latest_approved(layout, document)
+    return bases
+
+
+def _create(
+    layout: Layout,
+    origin: str,
+    snapshot_id: str,
+    import_run: ImportRun | None,
+    inputs: list[str],
+    texts: dict[str, str],
+    forgotten: list[str],
+) -> Proposal:
+    bases = _bases(layout, snapshot_id)
+    proposed = {d: texts.get(d, curation.text_of(bases[d])) for d in DOCUMENTS}
+    return Proposal.objects.create(
+        layout=layout,
+        origin=origin,
+        snapshot_id=snapshot_id,
+        import_run=import_run,
+        inputs=inputs,
+        base_memory_md=bases[Document.MEMORY_MD],
+        base_memory_summary=bases[Document.MEMORY_SUMMARY],
+        memory_md=proposed[Document.MEMORY_MD],
+        memory_summary=proposed[Document.MEMORY_SUMMARY],
+        raw_memories_md="",
+        forgotten=forgotten,
+    )
+
+
+def _update(
+    proposal: Proposal,
+    import_run: ImportRun | None,
+    inputs: list[str],
+    texts: dict[str, str],
+    forgotten: list[str],
+) -> None:
+    """The sandbox changed memory again: its proposal proposes the new text. A decision
+    stays only where the entry's proposed text is what it was decided on. What it
+    forgot adds to what it had forgotten (while the proposal waits, its restores bring
+    those files back, so a later upload holding them again takes nothing back)."""
+    proposal.forgotten = sorted({*proposal.forgotten, *forgotten})
+    fields = {
+        Document.MEMORY_MD.value: "memory_md",
+        Document.MEMORY_SUMMARY.value: "memory_summary",
+    }
+    for document, text in texts.items():
+        before = {e.key: e.text for e in review.entries(getattr(proposal, fields[document]))}
+        after = {e.key: e.text for e in review.entries(text)}
+        stale = [k for k in before.keys() | after.keys() if before.get(k) != after.get(k)]
+        EntryDecision.objects.filter(proposal=proposal, document=document, key__in=stale).delete()
+        setattr(proposal, fields[document], text)
+    proposal.inputs = list(dict.fromkeys([*proposal.inputs, *inputs]))
+    if import_run is not None:
+        proposal.import_run = import_run
+    proposal.save(
+        update_fields=["memory_md", "memory_summary", "inputs", "import_run", "forgotten"]
+    )
+
+
+def pending_for(version: MemoryVersion) -> Proposal | None:
+    """The open proposal an agent version awaiting review belongs to."""
+    return (
+        version.agent_proposals.filter(status=Proposal.Status.PENDING)
+        .select_related("layout__workspace", "base_memory_md", "base_memory_summary")
+        .first()
+    )
