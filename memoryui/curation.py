@@ -672,7 +672,7 @@ def _final_text(doc: DocumentReview, kept_out: frozenset[str]) -> str:
     for conflict in merged.conflicts:
         if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
             parts[conflict.key] = conflict.model
-    return review.renumber(review.join(t for t in parts.values() if t), like=doc.proposed_text)
+    return review.renumber(review.join(t for t in parts.values() if t))
 
 
 def _record_rejections(proposal: Proposal, doc: DocumentReview, user: Any) -> None:

@@ -31,16 +31,68 @@ def blocks(text: str) -> list[str]:
     return re.split(r"(?m)^(?=#{1,2} )", text)[1:]
 
 
-def numbered(parts: list[str]) -> str:
-    """The blocks joined, the tasks of each group numbered from 1 as the SDK does."""
-    out, n = [], 0
+CITED = re.compile(r"rollout_summaries/[^ )\n]+\.md")
+REFERENCE = re.compile(r"\[Task (\d+)\]")
+PLACEHOLDER = re.compile(r"( ?)\[Task @([^\]]+)\]")
+
+
+def by_group(parts: list[str]) -> list[list[str]]:
+    """The blocks cut into task groups (a group's head first)."""
+    groups: list[list[str]] = []
     for part in parts:
-        if part.startswith("# Task Group:"):
-            n = 0
-        elif part.startswith("## Task "):
-            n += 1
-            part = re.sub(r"^## Task \d+:", f"## Task {n}:", part)
-        out.append(part)
+        if part.startswith("# Task Group:") or not groups:
+            groups.append([])
+        groups[-1].append(part)
+    return groups
+
+
+def tagged(parts: list[str]) -> list[str]:
+    """The SDK's blocks with each ``[Task n]`` of a section written as the rollout the
+    task cites first (``[Task @file]``), so that ``numbered`` can number it as its task
+    is numbered wherever the task goes."""
+    out = []
+    for group in by_group(parts):
+        first = {
+            m.group(1): CITED.search(p).group(0)  # type: ignore[union-attr]
+            for p in group
+            if (m := re.match(r"## Task (\d+):", p))
+        }
+        for part in group:
+            if not part.startswith("## Task "):
+                part = REFERENCE.sub(lambda m, first=first: f"[Task @{first[m.group(1)]}]", part)
+            out.append(part)
+    return out
+
+
+def untagged(part: str, cited: str) -> str:
+    """A block without its references to the task citing ``cited`` first."""
+    return part.replace(f" [Task @{cited}]", "")
+
+
+def numbered(parts: list[str]) -> str:
+    """The blocks joined, the tasks of each group numbered from 1 as the SDK does and
+    each reference numbered as the task of the group citing its rollout is (one to a
+    task no longer in the group taken out)."""
+    out = []
+    for group in by_group(parts):
+        n, number = 0, {}
+        tasks = []
+        for part in group:
+            if part.startswith("## Task "):
+                n += 1
+                part = re.sub(r"^## Task \d+:", f"## Task {n}:", part)
+                for cited in CITED.findall(part):
+                    number.setdefault(cited, n)
+            tasks.append(part)
+        for part in tasks:
+            if not part.startswith("## Task "):
+                part = PLACEHOLDER.sub(
+                    lambda m, number=number: (
+                        f"{m.group(1)}[Task {number[m.group(2)]}]" if m.group(2) in number else ""
+                    ),
+                    part,
+                )
+            out.append(part)
     return "".join(out)
 
 
@@ -78,7 +130,22 @@ class World:
 
     def __init__(self, fixtures_dir: Path) -> None:
         sdk = (fixtures_dir / "medium-300/workspace/memories/MEMORY.md").read_text()
-        parts = blocks(sdk)
+        parts = tagged(blocks(sdk))
+        # The tasks the proposal moves, merges or splits are not referred to: a model
+        # would reword those references, which the review shows as changes of their own.
+        touched = [
+            cite_line(parts[find(parts, group, n)])
+            for group, n in (
+                ("operations incidents", 3),
+                ("acme_metrics bug fixes", 5),
+                ("acme_metrics bug fixes", 6),
+                ("user working preferences", 1),
+                ("user working preferences", 2),
+            )
+        ]
+        for line in touched:
+            cited = CITED.search(line).group(0)  # type: ignore[union-attr]
+            parts = [untagged(p, cited) for p in parts]
         # One task that already cites two rollouts (an earlier consolidation merged
         # them), so the proposal can split it again.
         first, second = find(parts, "user working preferences", 1), 0
