@@ -820,7 +820,8 @@ def _ordered(parts: list[_Part]) -> list[str]:
     """Top-level entries in order, each task group's tasks and sections under it in
     order, its tasks numbered 1, 2, ... and the ``[Task n]`` references in it following
     them; a task whose group is gone stays after the entry it followed."""
-    final: dict[tuple[str, str, int], int | None] = {}  # (side, group, number) -> number
+    # (side, group, number) of a task -> (the group it is in now, its number there)
+    final: dict[tuple[str, str, int], tuple[str, int] | None] = {}
     for part in parts:
         if not part.text:
             for side, group, number in part.stands_for:
@@ -838,7 +839,8 @@ def _ordered(parts: list[_Part]) -> list[str]:
             i = bisect.bisect_right(positions, part.position)  # the block before it
         blocks[i][1].append(part)
     texts: dict[int, str] = {}
-    for _, members in blocks:
+    for top, members in blocks:
+        here = top.key if top is not None else ""
         n = 0
         for member in members:
             match = TASK_HEADING_RE.match(member.text)
@@ -849,23 +851,29 @@ def _ordered(parts: list[_Part]) -> list[str]:
                 texts[id(member)] = TASK_HEADING_RE.sub(rf"\g<1>{n}\g<3>", member.text, 1)
             for side, group, number in member.stands_for:
                 if number is not None and final.get((side, group, number)) is None:
-                    final[(side, group, number)] = n
+                    final[(side, group, number)] = (here, n)
     out = []
     for top, members in blocks:
+        here = top.key if top is not None else ""
         if top is not None:
             out.append(top.text)
         for member in members:
             text = texts.get(id(member), member.text)
-            out.append(_references(text, member.side, member.group, final))
+            out.append(_references(text, member.side, member.group, here, final))
     return out
 
 
 def _references(
-    text: str, side: str, group: str, final: dict[tuple[str, str, int], int | None]
+    text: str,
+    side: str,
+    group: str,
+    here: str,
+    final: dict[tuple[str, str, int], tuple[str, int] | None],
 ) -> str:
-    """``text`` with each ``[Task n]`` of its group numbered as its task is now; one
-    whose task was left out is taken out (with the space before it); one to no known
-    task stays as it is."""
+    """``text`` (from ``group`` of ``side``, now in ``here``) with each ``[Task n]``
+    numbered as its task is now; one whose task was left out or is in another group
+    now is taken out (with the space before it); one to no known task stays as it
+    is."""
     if "[Task " not in text:
         return text
 
@@ -874,8 +882,8 @@ def _references(
         if key not in final:
             return match.group(0)
         now = final[key]
-        if now is not None:
-            return f"{match.group(1)}[Task {now}]"
+        if now is not None and now[0] == here:
+            return f"{match.group(1)}[Task {now[1]}]"
         # Taken out; the space before it stays when another reference follows.
         return match.group(1) if match.string.startswith("[Task ", match.end()) else ""
 
