@@ -417,6 +417,18 @@ def _assembled(
     )
 
 
+def approved_texts(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, str]:
+    """Per document, the text approving now would make of the proposal: the decisions
+    so far, undecided entries as proposed, quarantined ones nobody decided kept out."""
+    held = quarantined(proposal, reviews)
+    return {
+        doc.document: _assembled(
+            doc.base_text, doc.proposed_text, doc.decisions, frozenset(held.get(doc.document, {}))
+        )
+        for doc in reviews
+    }
+
+
 def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, dict[str, list]]:
     """Per document, the entries with a poisoning flag that no reviewer decided, and
     their flags: approval keeps them out (the current text stays) until someone accepts

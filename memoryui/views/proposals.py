@@ -217,7 +217,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
-            "lint": findings,
+            **_lint_banner(proposal, findings, reviews),
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
@@ -328,6 +328,35 @@ def _lint_entries(
             if change.proposed and any(n in change.proposed for n in needles):
                 found.add((document, change.key))
     return found
+
+
+def _lint_banner(
+    proposal: Proposal, findings: list, reviews: list[curation.DocumentReview] | None = None
+) -> dict[str, list]:
+    """The lint findings that will block a write-back of what approving now makes
+    (``lint``), and those only in text the decisions leave out (``lint_aside``: a
+    rejected entry, a quarantined one nobody decided), which will not."""
+    if not any(f.line for f in findings):
+        return {"lint": findings, "lint_aside": []}
+    if reviews is None:
+        reviews = curation.document_reviews(proposal)
+    approved = curation.approved_texts(proposal, reviews)
+    texts = {
+        MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
+        MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
+    }
+    warn: list = []
+    aside: list = []
+    for finding in findings:
+        document = next(
+            (d for d, name in DOCUMENT_FILES.items() if finding.path.rsplit("/", 1)[-1] == name),
+            None,
+        )
+        lines = texts[document].splitlines() if document else []
+        line = lines[finding.line - 1].strip() if 0 < (finding.line or 0) <= len(lines) else ""
+        left_out = document is not None and line and line not in approved.get(document, "")
+        (aside if left_out else warn).append(finding)
+    return {"lint": warn, "lint_aside": aside}
 
 
 def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
@@ -664,6 +693,10 @@ def card_response(
     }
     card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
     bar = render_to_string("memoryui/proposal_review.html#progress", context, request=request)
+    findings = _lint(proposal)
+    if findings:  # the banner follows the decision
+        context.update(_lint_banner(proposal, findings))
+        bar += render_to_string("memoryui/proposal_review.html#lint", context, request=request)
     return HttpResponse(card + bar)
 
 
