@@ -136,6 +136,15 @@ def renumber(text: str) -> str:
     )
 
 
+def numbered_like(text: str, like: str) -> str:
+    """``text`` with its first task heading numbered as ``like``'s (to compare the two
+    without the number)."""
+    number = _task_number(like)
+    if number is None or _task_number(text) in (None, number):
+        return text
+    return TASK_HEADING_RE.sub(rf"\g<1>{number}\g<3>", text, count=1)
+
+
 def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 

@@ -417,13 +417,24 @@ def _assembled(
     )
 
 
-def approved_texts(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, str]:
+def approved_texts(
+    proposal: Proposal,
+    reviews: list[DocumentReview],
+    poisoned: set[tuple[str, str]] | None = None,
+) -> dict[str, str]:
     """Per document, the text approving now would make of the proposal: the decisions
-    so far, undecided entries as proposed, quarantined ones nobody decided kept out."""
-    held = quarantined(proposal, reviews)
+    so far, undecided entries as proposed, quarantined ones nobody decided kept out
+    (``poisoned``: the (document, key) of the flagged entries, when already read)."""
+    if poisoned is None:
+        held = {d: set(keys) for d, keys in quarantined(proposal, reviews).items()}
+    else:
+        held = {
+            doc.document: {k for d, k in poisoned if d == doc.document and k not in doc.decisions}
+            for doc in reviews
+        }
     return {
         doc.document: _assembled(
-            doc.base_text, doc.proposed_text, doc.decisions, frozenset(held.get(doc.document, {}))
+            doc.base_text, doc.proposed_text, doc.decisions, frozenset(held.get(doc.document, ()))
         )
         for doc in reviews
     }

@@ -240,6 +240,9 @@ class EntryCheck(EntryRef):
     claim_count = models.PositiveIntegerField(default=0)
     unsupported = models.PositiveIntegerField(default=0)
     tool_only = models.PositiveIntegerField(default=0)
+    # Its title and keyword bullets (checked too, counted apart from the sentences).
+    label_count = models.PositiveIntegerField(default=0)
+    labels_missing = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -217,7 +217,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
-            **_lint_banner(proposal, findings, reviews),
+            **_lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
@@ -331,7 +331,10 @@ def _lint_entries(
 
 
 def _lint_banner(
-    proposal: Proposal, findings: list, reviews: list[curation.DocumentReview] | None = None
+    proposal: Proposal,
+    findings: list,
+    reviews: list[curation.DocumentReview] | None = None,
+    poisoned: set[tuple[str, str]] | None = None,
 ) -> dict[str, list]:
     """The lint findings that will block a write-back of what approving now makes
     (``lint``), and those only in text the decisions leave out (``lint_aside``: a
@@ -340,7 +343,7 @@ def _lint_banner(
         return {"lint": findings, "lint_aside": []}
     if reviews is None:
         reviews = curation.document_reviews(proposal)
-    approved = curation.approved_texts(proposal, reviews)
+    approved = curation.approved_texts(proposal, reviews, poisoned)
     texts = {
         MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
         MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
@@ -427,8 +430,10 @@ def _row(
         head, tail, more = "", "", 0
     else:
         head, tail, more = _fold(change.current if change.status == "removed" else applied)
-    diff = (
-        diffs.side_by_side(change.current, change.proposed, context=2)
+    diff = (  # a task's number is the proposal's on both sides: renumbering is no change
+        diffs.side_by_side(
+            review.numbered_like(change.current, change.proposed), change.proposed, context=2
+        )
         if change.status == "changed"
         else None
     )
@@ -499,6 +504,8 @@ def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
         "claim_count": check.claim_count,
         "unsupported": check.unsupported,
         "tool_only": check.tool_only,
+        "label_count": check.label_count,
+        "labels_missing": check.labels_missing,
     }
 
 
