@@ -513,7 +513,10 @@ def _paired_in_place(slots: list[Change]) -> list[Change]:
             for c in added
             if c.slot not in taken
             and c.kind == change.kind
-            and _went_into(c.proposed, before, after, cites_before - cites_after)
+            and (
+                _went_into(c.proposed, before, after, cites_before - cites_after)
+                or _split_off(c.proposed, change.current, cites_before)
+            )
         ]
         if not merged and not split:
             continue
@@ -553,6 +556,34 @@ def _went_into(
     if len(vocabulary & set(whole)) < PART_CONTAINED * len(vocabulary):
         return False  # most of its words are not even there
     return _contained(words, whole) >= PART_CONTAINED and _contained(words, other) < CITED_SHARE
+
+
+def _split_off(part: str, whole: str, cites_whole: set[str]) -> bool:
+    """Whether the added entry ``part`` is a piece split off ``whole`` that still cites
+    the same rollouts (the model made two tasks of one): it cites only rollouts
+    ``whole`` cited, and at least half of its own words (its title's included; not its
+    citations or the SDK's headings) are ``whole``'s. Text decides; citations only
+    narrow the candidates."""
+    cites = set(memory_md.CITATION_RE.findall(part))
+    if not cites or not cites <= cites_whole:
+        return False
+    mine, theirs = set(content_words(part)), set(content_words(whole))
+    return len(mine) >= 2 and len(mine & theirs) >= SPLIT_SHARE * len(mine)
+
+
+SPLIT_SHARE = 0.5
+_STRUCTURE = re.compile(
+    r"^#{1,6}[ \t]+(?:rollout_summary_files|keywords)[ \t]*$|^.*rollout_summaries/.*$"
+    r"|^#{1,6}[ \t]+Task[ \t]+\d+[ \t]*:|,[ \t]*outcome[ \t]+\S+[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def content_words(text: str) -> tuple[str, ...]:
+    """The words an entry says, its title included: without its citation lines, the
+    SDK's ``rollout_summary_files``/``keywords`` headings, a task's number and outcome
+    (what any two tasks of one rollout share)."""
+    return _words(_STRUCTURE.sub("", text))
 
 
 def _contained(part: tuple[str, ...], whole: tuple[str, ...]) -> float:
@@ -719,10 +750,11 @@ def _in_place(before: list[str], after: list[str]) -> set[str]:
 # --- duplicates --------------------------------------------------------------------
 #
 # Two entries of one document say the same thing twice when they share most of their
-# cited rollouts (at least half of the fewer's) and most of their words (at least half
-# of the distinct words of the shorter one's body are in the other's).
+# cited rollouts (at least half of the fewer's) and most of their own words: at least
+# three quarters of the distinct words of the shorter one (``content_words``: not the
+# citation lines, which two different tasks of one rollout share) are in the other's.
 DUPLICATE_CITED = 0.5
-DUPLICATE_WORDS = 0.5
+DUPLICATE_WORDS = 0.75
 
 
 def duplicates(text: str) -> list[tuple[Entry, Entry]]:
@@ -751,7 +783,7 @@ def _duplicate(a: tuple[Entry, set[str]], b: tuple[Entry, set[str]]) -> bool:
     (first, cites_a), (second, cites_b) = a, b
     if len(cites_a & cites_b) < DUPLICATE_CITED * min(len(cites_a), len(cites_b)):
         return False
-    words_a, words_b = set(_body(first.text)), set(_body(second.text))
+    words_a, words_b = set(content_words(first.text)), set(content_words(second.text))
     small, large = sorted((words_a, words_b), key=len)
     return bool(small) and len(small & large) >= DUPLICATE_WORDS * len(small)
 

@@ -180,6 +180,17 @@ def test_the_reviewers_ten_changes_approve_byte_for_byte_the_decided_files(layou
     curation.approve(proposal, user=reviewer)
 
     assert sorted({label(c) for c in changes}) == sorted(DECISIONS)
+    # The split is one change though both halves cite the same rollout, and of the
+    # proposal's entries only the reworded copy is a duplicate (not the split's halves).
+    [split] = [c for c in changes if label(c) == "split"]
+    assert split.pairing == "split" and len(split.also) == 1
+    duplicates = [(a.title, b.title) for a, b in review.duplicates(proposal.memory_md)]
+    assert duplicates == [
+        (
+            "Task 6: fix-slugify-unicode, outcome success",
+            "Task 7: fix-slugify-unicode again, outcome success",
+        )
+    ]
     memory = curation.text_of(curation.latest(layout, MD))
     assert memory == (EXPECTED / "MEMORY.md").read_text()
     assert (
