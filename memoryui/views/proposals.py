@@ -677,7 +677,8 @@ def card_response(
     if change is None:
         raise Http404("No such entry in this proposal.")
     marks = review_cards.Marks.load(proposal, request.user, key=key)
-    _note_lint_and_stale(marks, proposal, {document: [change]}, _lint(proposal))
+    findings = _lint(proposal)
+    _note_lint_and_stale(marks, proposal, {document: [change]}, findings)
     marks.note_checks(proposal, {document: [change]}, key=key)
     cites = _citation_status(proposal, [change]).get(key, [])
     place = form.place(document)
@@ -700,8 +701,7 @@ def card_response(
     }
     card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
     bar = render_to_string("memoryui/proposal_review.html#progress", context, request=request)
-    findings = _lint(proposal)
-    if findings:  # the banner follows the decision
+    if (document, key) in marks.lint:  # the banner follows a decision on what it lists
         context.update(_lint_banner(proposal, findings))
         bar += render_to_string("memoryui/proposal_review.html#lint", context, request=request)
     return HttpResponse(card + bar)
