@@ -761,17 +761,73 @@ def decidable(doc: DocumentReview) -> list[review.Change]:
 
 @dataclass(frozen=True)
 class Duplicate:
-    """Two entries of what approving would make that are likely one entry twice."""
+    """Two entries of what approving would make that are likely one entry twice;
+    ``ack``: what a reviewer said of this pair ("keep": keep both, "different": not a
+    duplicate; "" while nobody has)."""
 
     document: str
     keys: tuple[str, str]
     titles: tuple[str, str]
+    ack: str = ""
+    ack_by: str = ""
+
+    @property
+    def pair(self) -> str:
+        return pair_id(self.document, self.keys)
 
 
-def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT) -> list[Duplicate]:
+DUPLICATE_ACKS = {"keep": "kept both", "different": "not a duplicate"}
+
+
+def pair_id(document: str, keys: tuple[str, str] | list[str]) -> str:
+    return " ".join([document, *sorted(keys)])
+
+
+def acknowledge_duplicate(
+    proposal: Proposal, document: str, keys: tuple[str, str], ack: str, *, user: Any
+) -> None:
+    """Remember a reviewer's word on one likely duplicate pair ("keep" both, or
+    "different": not a duplicate; "" takes it back), audited. Approval then lets that
+    pair through; each other pair still needs its own."""
+    if ack and ack not in DUPLICATE_ACKS:
+        raise ValueError(ack)
+    with transaction.atomic():
+        locked = _lock_pending(proposal, user)
+        acks = dict(Proposal.objects.values_list("duplicate_acks", flat=True).get(pk=locked.pk))
+        pair = pair_id(document, keys)
+        if ack:
+            acks[pair] = {"ack": ack, "by": str(user), "at": timezone.now().isoformat()}
+        else:
+            acks.pop(pair, None)
+        Proposal.objects.filter(pk=proposal.pk).update(duplicate_acks=acks)
+        proposal.duplicate_acks = acks
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.duplicate",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            document=document,
+            keys=sorted(keys),
+            ack=ack or "undone",
+        )
+
+
+def open_duplicates(found: list[Duplicate]) -> list[Duplicate]:
+    """The likely duplicates nobody has said anything of: approval waits for them."""
+    return [d for d in found if not d.ack]
+
+
+def duplicates(
+    reviews: list[DocumentReview],
+    undecided: str = UNDECIDED_ACCEPT,
+    acks: dict[str, dict] | None = None,
+) -> list[Duplicate]:
     """The duplicates (``review.duplicates``) in the documents approval would make with
     the decisions so far and ``undecided`` for the rest, when at least one of the two
-    is an entry this proposal adds or changes."""
+    is an entry this proposal adds or changes (not two pieces of one split), with what
+    reviewers said of each pair (``acks``: the proposal's ``duplicate_acks``)."""
+    acks = acks or {}
     found = []
     for doc in reviews:
         decisions = {k: d.decision for k, d in doc.decisions.items()}
@@ -786,10 +842,21 @@ def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT)
             if change.proposed
             for key in (change.key, *change.also)
         }
+        piece_of = {key: c.key for c in decidable(doc) for key in (c.key, *c.also)}
         for first, second in review.duplicates(result):
+            if piece_of.get(first.key, first.key) == piece_of.get(second.key, second.key):
+                continue  # two pieces of one split: decided as one change
             if first.key in touched or second.key in touched:
+                keys = (first.key, second.key)
+                said = acks.get(pair_id(doc.document, keys), {})
                 found.append(
-                    Duplicate(doc.document, (first.key, second.key), (first.title, second.title))
+                    Duplicate(
+                        doc.document,
+                        keys,
+                        (first.title, second.title),
+                        said.get("ack", ""),
+                        said.get("by", ""),
+                    )
                 )
     return found
 

@@ -501,6 +501,22 @@ class CommentPlaceForm(CommentForm, ReviewPlaceForm):
     pass
 
 
+class DuplicateAckForm(ReviewPlaceForm):
+    """A reviewer's word on one likely duplicate pair (``first``, ``second``: its
+    entries' keys): keep both, not a duplicate, or (empty) take it back. ``key``: the
+    card it was said on (the one the answer shows)."""
+
+    document = forms.ChoiceField(choices=_documents)
+    key = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    first = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    second = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    anchor = AnchorField()
+    ack = forms.ChoiceField(
+        choices=[("keep", "keep both"), ("different", "not a duplicate"), ("", "undo")],
+        required=False,
+    )
+
+
 class ApproveForm(forms.Form):
     undecided = forms.ChoiceField(
         choices=[

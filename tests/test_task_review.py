@@ -475,3 +475,69 @@ def test_people_and_the_model_changing_different_tasks_of_a_group_merge_without_
     assert merged.text == world.apply(
         {"insert", "reword jobkit bug fixes", "reword acme_metrics bug fixes", "merge"}
     )
+
+
+@pytest.mark.django_db
+def test_a_duplicate_is_badged_on_both_cards_and_acknowledged_pair_by_pair(layout, world):
+    reviewer = member(Role.REVIEWER, layout)
+    proposal = proposal_over(layout, world.base, world.apply({"duplicate", "insert"}))
+    client = Client()
+    client.force_login(reviewer)
+    [copy] = [
+        c
+        for c in review.compare(world.base, proposal.memory_md)
+        if c.status == "added" and " again," in c.title
+    ]
+    [(first, second)] = review.duplicates(proposal.memory_md)
+    approve = url("proposal_approve", layout, proposal.pk)
+
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    refused = client.post(approve, {"undecided": "accept"}, headers=HTMX)
+    card = client.post(
+        url("proposal_duplicate", layout, proposal.pk),
+        {
+            "document": MD,
+            "key": copy.key,
+            "first": first.key,
+            "second": second.key,
+            "ack": "different",
+            "anchor": "x",
+        },
+        headers=HTMX,
+    ).content.decode()
+    approved = client.post(approve, {"undecided": "accept"}, headers=HTMX)
+
+    # The copy's card carries the badge, linking to the other entry's card (unchanged,
+    # so on the page of all entries).
+    assert page.count('class="duplicate-of"') == 1
+    assert re.search(r'duplicate</span> of <a href="[^"]*show=all[^"]*#entry-memory_md-', page)
+    assert "Keep both</button>" in page and "Not a duplicate</button>" in page
+    assert "Not approved" in refused.content.decode()
+    assert card.count("<article") == 1 and "not a duplicate, " in card
+    assert approved.status_code == 204  # no blanket tick: the pair's own answer
+    assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.APPROVED
+    ack = AuditEvent.objects.get(action="proposal.duplicate")
+    assert ack.detail["ack"] == "different" and sorted(ack.detail["keys"]) == sorted(
+        [first.key, second.key]
+    )
+
+
+@pytest.mark.django_db
+def test_a_rejected_copy_is_no_duplicate_and_accepting_it_again_badges_it(layout, world):
+    reviewer = member(Role.REVIEWER, layout)
+    proposal = proposal_over(layout, world.base, world.apply({"duplicate"}))
+    client = Client()
+    client.force_login(reviewer)
+    [copy] = [c for c in review.compare(world.base, proposal.memory_md) if c.status == "added"]
+
+    def decide(decision: str) -> str:
+        return client.post(
+            url("proposal_decide", layout, proposal.pk),
+            {"document": MD, "key": copy.key, "decision": decision, "anchor": "x"},
+            headers=HTMX,
+        ).content.decode()
+
+    rejected, accepted = decide("reject"), decide("accept")
+
+    assert 'class="duplicate-of"' not in rejected
+    assert 'class="duplicate-of"' in accepted and "Not a duplicate</button>" in accepted

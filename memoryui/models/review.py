@@ -46,6 +46,9 @@ class Proposal(models.Model):
     # People's decision per skill file: {"skills/<name>/SKILL.md": "accept" | "reject"};
     # a file nobody decided is accepted with the proposal.
     skill_decisions = models.JSONField(default=dict, blank=True)
+    # Likely duplicates a reviewer looked at, per pair ("document key key", the keys
+    # sorted): {"ack": "keep" (keep both) or "different" (not a duplicate), "by", "at"}.
+    duplicate_acks = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -144,6 +144,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     _note_lint_and_stale(marks, proposal, decidable, findings)
     marks.note_checks(proposal, decidable)
     new_files = _run_files(proposal)
+    doubles = duplicate_marks(proposal, reviews)
     sections = []
     for doc in reviews:
         cites_all = (
@@ -183,6 +184,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 comments.get(change.key, []),
                 {"show": show, "page": page.number},
                 (doc.proposed_text, doc.base_text),
+                doubles.get((doc.document, change.key), []),
             )
             for change in page.object_list
         ]
@@ -330,6 +332,44 @@ def _lint_entries(
     return found
 
 
+def duplicate_marks(
+    proposal: Proposal, reviews: list[curation.DocumentReview]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(document, card key) -> the likely duplicates its entry is part of in what
+    approving now makes (pending entries as accepted): the other entry, a link to its
+    card, the pair's keys and what a reviewer said of it."""
+    found = curation.duplicates(reviews, acks=proposal.duplicate_acks)
+    if not found:
+        return {}
+    where: dict[tuple[str, str], tuple[str, int]] = {}
+    for doc in reviews:
+        for index, change in enumerate(doc.changes):
+            for key in (change.key, *change.also):
+                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
+    marks: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for dup in found:
+        for mine, other, title in (
+            (dup.keys[0], dup.keys[1], dup.titles[1]),
+            (dup.keys[1], dup.keys[0], dup.titles[0]),
+        ):
+            card, _ = where.get((dup.document, mine), (mine, 1))
+            other_card, page = where.get((dup.document, other), (other, 1))
+            query = urlencode({"show": "all", f"page_{dup.document}": page})
+            marks.setdefault((dup.document, card), []).append(
+                {
+                    "title": title or other,
+                    "url": f"{review_url(proposal)}?{query}"
+                    f"#entry-{dup.document}-{key_slug(other_card)}",
+                    "first": dup.keys[0],
+                    "second": dup.keys[1],
+                    "ack": dup.ack,
+                    "ack_label": curation.DUPLICATE_ACKS.get(dup.ack, ""),
+                    "ack_by": dup.ack_by,
+                }
+            )
+    return marks
+
+
 def _lint_banner(
     proposal: Proposal,
     findings: list,
@@ -418,6 +458,7 @@ def _row(
     comments: list,
     place: dict,
     documents: tuple[str, ...] = (),
+    duplicates: list[dict[str, Any]] | None = None,
 ) -> dict:
     """The template's view of one card (``review_cards.card``): its diff, folds and
     forms; ``place``: the filter and page its forms go back to."""
@@ -489,6 +530,7 @@ def _row(
         "lint": card.flags["lint"],
         "stale": card.flags["stale"],
         "check": _check_view(card.check),
+        "duplicates": duplicates or [],
         "pinnable": bool(change.current) and change.status != "added",
     }
 
@@ -660,7 +702,16 @@ def _entry_urls(proposal: Proposal) -> dict[str, str]:
     args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
     return {
         action: reverse(f"memoryui:proposal_{action}", args=args)
-        for action in ("decide", "undo", "viewed", "pin", "comment", "entry", "evidence")
+        for action in (
+            "decide",
+            "undo",
+            "viewed",
+            "pin",
+            "comment",
+            "entry",
+            "evidence",
+            "duplicate",
+        )
     }
 
 
@@ -688,6 +739,8 @@ def card_response(
         list(proposal.comments.filter(key=key).select_related("author")),
         {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
         (proposal.memory_md, curation.text_of(proposal.base_memory_md)),
+        # A decision can make (or unmake) a duplicate with any other entry.
+        duplicate_marks(proposal, curation.document_reviews(proposal)).get((document, key), []),
     )
     context = {
         "proposal": proposal,

@@ -8,6 +8,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="proposal",
+            name="duplicate_acks",
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
             model_name="entrycheck",
             name="label_count",
             field=models.PositiveIntegerField(default=0),
