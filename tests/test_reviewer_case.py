@@ -3,16 +3,18 @@
 an injected task, a summary edit), decided as a reviewer would, approves byte for byte
 the expected files (``tests/data/reviewer_case/``: read them, they are the spec)."""
 
+import html
 import re
 from pathlib import Path
 
 import pytest
+from django.test import Client
 
 from generation import review
 from memoryui import curation
 from memoryui.models import MemoryVersion, Role
 from tests.review_world import proposal_over
-from tests.test_curation import member
+from tests.test_curation import member, url
 
 MD = MemoryVersion.Document.MEMORY_MD
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
@@ -197,3 +199,48 @@ def test_the_reviewers_ten_changes_approve_byte_for_byte_the_decided_files(layou
         curation.text_of(curation.latest(layout, SUMMARY))
         == (EXPECTED / "memory_summary.md").read_text()
     )
+
+
+def lines_of(page: str, document: str) -> list[str]:
+    """The result's lines as the Result view shows them (the folded ones too), in
+    order, without the ones approval drops."""
+    start = page.index(f'id="result-{document}"')
+    section = page[start : page.index("</section>", start)]
+    out = []
+    for kind, body in re.findall(
+        r'<span class="line (same|added|removed)">(.*?)</span>\n', section
+    ):
+        if kind == "removed":
+            continue
+        text = re.sub(r'^<span class="ln">\d*</span>(?:<ins>\+</ins>| )', "", body)
+        out.append(html.unescape(text))
+    return out
+
+
+@pytest.mark.django_db
+def test_the_result_view_shows_exactly_what_approving_writes_before_approving(layout, fixtures_dir):
+    reviewer = member(Role.REVIEWER, layout)
+    base = sdk_groups(fixtures_dir)
+    proposal = proposal_over(layout, base, proposal_of(base))
+    for change in review.compare(base, proposal.memory_md):
+        if change.status == "unchanged":
+            continue
+        decision = DECISIONS[label(change)]
+        edited = ""
+        if decision == "edit":
+            decision = "accept"
+            edited = change.proposed.replace("slugify, NFKD\n", "slugify, NFC normalization\n")
+        curation.decide(proposal, MD, change.key, decision, user=reviewer, edited_text=edited)
+    client = Client()
+    client.force_login(member(Role.VIEWER, layout, "vera"))
+
+    page = client.get(url("proposal_result", layout, proposal.pk)).content.decode()
+
+    expected = (EXPECTED / "MEMORY.md").read_text().splitlines()
+    assert lines_of(page, MD) == expected
+    # The rejected deletion's task is back as Task 4, between 3 and the merge (5).
+    assert (
+        '<span class="line same"><span class="ln">35</span> ## Task 4: fix-slugify-unicode' in page
+    )
+    assert "<ins>+</ins>## Task 6: fix-slugify-unicode" in page  # old Task 7, renumbered
+    assert page.count('class="result-fold"') >= 2  # unchanged runs folded
