@@ -35,6 +35,7 @@ from .models import (
     Comment,
     EntryDecision,
     EntryView,
+    GenerationSettings,
     Layout,
     MemoryVersion,
     Pin,
@@ -575,6 +576,51 @@ def set_viewed(proposal: Proposal, document: str, key: str, viewed: bool, *, use
     return True
 
 
+class NeedsAnotherApproval(Exception):  # noqa: N818 (an outcome, not a failure)
+    """This approval is recorded; the layout requires more reviewers' approvals before
+    the proposal applies."""
+
+    def __init__(self, approvals: int, required: int) -> None:
+        super().__init__(f"approval {approvals} of {required} recorded")
+        self.approvals, self.required = approvals, required
+
+
+def required_approvals(layout: Layout) -> int:
+    found = GenerationSettings.objects.filter(layout=layout).values_list(
+        "required_approvals", flat=True
+    )
+    return next(iter(found), 1)
+
+
+def _count_approval(proposal: Proposal, user: Any) -> None:
+    """When the layout requires more approvals than this one makes (each reviewer
+    counts once): record it (audited, under the proposal's lock) and raise
+    ``NeedsAnotherApproval``; otherwise return, and the approval applies."""
+    required = required_approvals(proposal.layout)
+    if required <= 1:
+        return
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        approvals = list(Proposal.objects.values_list("approvals", flat=True).get(pk=proposal.pk))
+        who = getattr(user, "pk", None)
+        if not any(a.get("user") == who for a in approvals):
+            approvals.append({"user": who, "name": str(user), "at": timezone.now().isoformat()})
+        if len(approvals) >= required:
+            return
+        Proposal.objects.filter(pk=proposal.pk).update(approvals=approvals)
+        proposal.approvals = approvals
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.approval_recorded",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            approvals=len(approvals),
+            required=required,
+        )
+    raise NeedsAnotherApproval(len(approvals), required)
+
+
 def _lock_pending(proposal: Proposal, user: Any) -> Proposal:
     """Read the proposal again under a row lock (held until the caller's transaction
     ends) and refuse unless it is pending and not reserved by someone else. Every
@@ -621,6 +667,7 @@ def approve(
     ``DecisionRefused`` when the proposal was decided meanwhile or another reviewer
     holds it."""
     created = []
+    _count_approval(proposal, user)
     with transaction.atomic():
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()

@@ -65,14 +65,18 @@ class GenerationSettingsForm(forms.ModelForm):
             "prompt_set",
             "phase_two_max_turns",
             "phase_two_token_budget",
+            "required_approvals",
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Left out of a post (an older form, a script): keep what the layout has.
-        for name in ("prompt_set", "phase_two_max_turns"):
+        for name in ("prompt_set", "phase_two_max_turns", "required_approvals"):
             self.fields[name].required = False
+
+    def clean_required_approvals(self) -> int:
+        return self.cleaned_data.get("required_approvals") or self.instance.required_approvals
 
     def clean_prompt_set(self) -> str:
         return self.cleaned_data.get("prompt_set") or self.instance.prompt_set

@@ -1,13 +1,14 @@
 """The review page's warnings follow the decisions: a lint finding in an entry the
 reviewer rejected (or one held back as possible poisoning) no longer says the
-write-back will be blocked, and a decision updates the banner in place."""
+write-back will be blocked, and a decision updates the banner in place. And a layout
+may require two reviewers' approvals."""
 
 import pytest
 from django.test import Client
 
 from generation import review
 from memoryui import curation
-from memoryui.models import MemoryVersion, Role
+from memoryui.models import AuditEvent, GenerationSettings, MemoryVersion, Proposal, Role
 from tests.review_world import entry, proposal_over
 from tests.test_curation import member, url
 
@@ -81,3 +82,31 @@ def test_a_held_back_poisoned_entry_nobody_decided_does_not_warn_about_the_write
     assert curation.quarantined(poisoned, curation.document_reviews(poisoned))[MD]
     assert "will be blocked" not in banner(page)
     assert "only in entries rejected or held back" in banner(page)
+
+
+@pytest.mark.django_db
+def test_with_two_required_approvals_the_first_leaves_it_pending_and_the_second_applies_it(
+    layout,
+):
+    GenerationSettings.objects.filter(layout=layout).update(required_approvals=2)
+    base = review.join([entry(0, "person 0")])
+    proposal = proposal_over(layout, base, review.join([entry(0, "model 0")]))
+    first, second = Client(), Client()
+    first.force_login(member(Role.REVIEWER, layout, "rita"))
+    second.force_login(member(Role.REVIEWER, layout, "ravi"))
+    approve = url("proposal_approve", layout, proposal.pk)
+
+    once = first.post(approve, {"undecided": "accept"})
+    again = first.post(approve, {"undecided": "accept"})  # the same reviewer counts once
+    after_one = Proposal.objects.get(pk=proposal.pk)
+    text_after_one = curation.text_of(curation.latest(layout, MD))
+    applied = second.post(approve, {"undecided": "accept"})
+
+    assert once.status_code == 302 and again.status_code == 302
+    assert after_one.status == Proposal.Status.PENDING and len(after_one.approvals) == 1
+    assert text_after_one == base
+    assert applied.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.APPROVED
+    assert "scope: model 0" in curation.text_of(curation.latest(layout, MD))
+    assert AuditEvent.objects.filter(action="proposal.approval_recorded").count() == 2
+    assert AuditEvent.objects.get(action="proposal.approve").user.username == "ravi"

@@ -708,6 +708,8 @@ def approve(
         versions = curation.approve(p, user=request.user, duplicates=duplicates)
     except curation.UnresolvedConflicts as exc:
         raise conflict(f"{exc}: " + ", ".join(c.title or c.key for c in exc.conflicts)) from exc
+    except curation.NeedsAnotherApproval:  # recorded; another reviewer's approval applies it
+        return {"status": Proposal.Status.PENDING, "versions": []}
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     return {"status": Proposal.Status.APPROVED, "versions": [_version_out(v) for v in versions]}

@@ -1,3 +1,4 @@
+import django.core.validators
 from django.db import migrations, models
 
 
@@ -7,6 +8,24 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="proposal",
+            name="approvals",
+            field=models.JSONField(blank=True, default=list),
+        ),
+        migrations.AddField(
+            model_name="generationsettings",
+            name="required_approvals",
+            field=models.PositiveSmallIntegerField(
+                default=1,
+                help_text="Reviewers who must approve a proposal before it applies (1 or 2): "
+                "with 2, the first approval leaves it pending and a second reviewer's applies it.",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(2),
+                ],
+            ),
+        ),
         migrations.AddField(
             model_name="proposal",
             name="duplicate_acks",

@@ -49,6 +49,9 @@ class Proposal(models.Model):
     # Likely duplicates a reviewer looked at, per pair ("document key key", the keys
     # sorted): {"ack": "keep" (keep both) or "different" (not a duplicate), "by", "at"}.
     duplicate_acks = models.JSONField(default=dict, blank=True)
+    # Reviewers who approved while the layout requires more than one approval:
+    # [{"user": pk, "name", "at"}]; the last required one applies the proposal.
+    approvals = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -188,6 +188,17 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "approval")
+    except curation.NeedsAnotherApproval as exc:
+        messages.success(
+            request,
+            f"Your approval is recorded ({exc.approvals} of {exc.required}): the proposal "
+            "applies when another reviewer approves it too.",
+        )
+        if request.htmx:
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = review_url(proposal)
+            return response
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     messages.success(
         request,
         f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
