@@ -237,3 +237,25 @@ def test_the_result_view_shows_exactly_what_approving_writes_before_approving(la
     assert '<span class="line same" data-n="35">## Task 4: fix-slugify-unicode' in page
     assert 'class="line added" data-n="57">## Task 6: fix-slugify-unicode' in page  # was 7
     assert page.count('class="result-fold"') >= 2  # unchanged runs folded
+
+
+@pytest.mark.django_db
+def test_a_renumbered_and_edited_tasks_diff_shows_only_the_edit(layout, fixtures_dir):
+    base = sdk_groups(fixtures_dir)
+    proposal = proposal_over(layout, base, proposal_of(base))
+    [edit] = [
+        c
+        for c in review.compare(base, proposal.memory_md)
+        if c.status != "unchanged" and label(c) == "edit"
+    ]
+    client = Client()
+    client.force_login(member(Role.VIEWER, layout, "vera"))
+
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+
+    # The injected task above it makes it Task 2 (it was Task 1): not a change in its diff.
+    assert edit.current.startswith("## Task 1:") and edit.proposed.startswith("## Task 2:")
+    start = page.index('aria-label="changed entry: Task 2: fix-slugify-unicode')
+    card = page[start : page.index("</article>", start)]
+    changed = re.findall(r'<tr class="changed">(.*?)</tr>', card, re.S)
+    assert len(changed) == 1 and "NFKD" in changed[0]  # the keywords line alone
