@@ -801,6 +801,42 @@ def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
     return out
 
 
+def carry_views(proposal: Proposal) -> int:
+    """Carry each member's *Viewed* marks from the layout's previous proposal to this
+    one for the entries whose proposed text is unchanged since (a task's number
+    aside): like a pull request's viewed files, a mark resets only on what changed
+    again. Returns how many marks were carried."""
+    previous = (
+        Proposal.objects.filter(layout=proposal.layout, pk__lt=proposal.pk)
+        .order_by("-pk")
+        .only("pk", "memory_md", "memory_summary")
+        .first()
+    )
+    if previous is None:
+        return 0
+    views = list(EntryView.objects.filter(proposal=previous))
+    if not views:
+        return 0
+    same: set[tuple[str, str]] = set()
+    for document, before, after in (
+        (Document.MEMORY_MD, previous.memory_md, proposal.memory_md),
+        (Document.MEMORY_SUMMARY, previous.memory_summary, proposal.memory_summary),
+    ):
+        now = {e.key: e.text for e in review.entries(after)}
+        same |= {
+            (document, e.key)
+            for e in review.entries(before)
+            if e.key in now and review.same_text(e.text, now[e.key])
+        }
+    carried = [
+        EntryView(proposal=proposal, document=v.document, key=v.key, user_id=v.user_id)
+        for v in views
+        if (v.document, v.key) in same
+    ]
+    EntryView.objects.bulk_create(carried, ignore_conflicts=True)
+    return len(carried)
+
+
 def decidable(doc: DocumentReview) -> list[review.Change]:
     """The entries a reviewer decides on: every change (unchanged ones are not)."""
     return [c for c in doc.changes if c.status != "unchanged"]
