@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Share of a claim's content words that its best passage must hold.
 SUPPORT_RECALL = 0.6
@@ -64,6 +64,7 @@ class Claim:
     recall: float
     matched: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    label: bool = False  # a title or keyword bullet (``labels_of``), not a sentence
 
     @property
     def supported(self) -> bool:
@@ -183,11 +184,64 @@ def _support(
     return Claim(claim, line, passage, recall, matched, missing)
 
 
-def check(entry_text: str, sources: Iterable[tuple[str, str]]) -> list[Claim]:
+def check(
+    entry_text: str, sources: Iterable[tuple[str, str]], *, labels: bool = False
+) -> list[Claim]:
     """Every claim of an entry with its supporting passage in ``sources`` ((name, text)
-    pairs: the rollout summaries it cites), or none."""
+    pairs: the rollout summaries it cites), or none; with ``labels``, its title and
+    keyword bullets too (``labels_of``), in line order."""
     indexed, vocabulary = index(sources)
-    return [_support(line, text, indexed, vocabulary) for line, text in claims_of(entry_text)]
+    claims = [_support(line, text, indexed, vocabulary) for line, text in claims_of(entry_text)]
+    if labels:
+        claims += [
+            replace(
+                _keywords(line, text, indexed, vocabulary)
+                if keywords
+                else _support(line, text, indexed, vocabulary),
+                label=True,
+            )
+            for line, text, keywords in labels_of(entry_text)
+        ]
+        claims.sort(key=lambda c: c.line)
+    return claims
+
+
+_TITLE = re.compile(r"^#{1,6}\s*(?:Task Group:|Task \d+:)\s*(.*?)(?:,\s*outcome\s+\S+)?\s*$", re.I)
+_KEYWORDS = re.compile(r"^#+\s*keywords\b", re.IGNORECASE)
+
+
+def labels_of(entry_text: str) -> list[tuple[int, str, bool]]:
+    """What names an entry rather than states something, checked all the same: a task's
+    or task group's title (without its outcome) and each bullet of its keywords, as
+    (line, text, is_keywords)."""
+    out: list[tuple[int, str, bool]] = []
+    in_keywords = False
+    for number, line in enumerate(entry_text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            in_keywords = bool(_KEYWORDS.match(stripped))
+            title = _TITLE.match(stripped)
+            if title and content_words(title.group(1)):
+                out.append((number, title.group(1).strip(), False))
+        elif in_keywords and _BULLET.match(stripped):
+            body = _BULLET.sub("", stripped)
+            if content_words(body):
+                out.append((number, body, True))
+    return out
+
+
+def _keywords(
+    line: int, text: str, indexed: Sequence[_Indexed], vocabulary: frozenset[str]
+) -> Claim:
+    """A keyword bullet is supported when every keyword's words are somewhere in what
+    the entry cites (keywords need not stand in one sentence); ``missing``: the others."""
+    missing = tuple(
+        keyword.strip()
+        for keyword in text.split(",")
+        if keyword.strip() and not content_words(keyword) <= vocabulary
+    )
+    passage, recall, matched = best_passage(text, indexed)
+    return Claim(text, line, None if missing else passage, recall, matched, missing)
 
 
 def highlight(passage: str, matched: Iterable[str]) -> list[tuple[str, bool]]:

@@ -119,36 +119,30 @@ def unnumbered(text: str) -> str:
     return TASK_HEADING_RE.sub(r"\1#\3", text, count=1)
 
 
-def renumber(text: str, like: str) -> str:
-    """``text`` with the tasks of each task group numbered 1, 2, ... in order, when
-    ``like`` (the proposal) numbers them so, as the SDK does; otherwise (numbers given
-    by hand, or across groups) ``text`` as it is."""
-    if not _numbered_per_group(entries(like)):
-        return text
+def renumber(text: str) -> str:
+    """``text`` with the tasks of each task group numbered 1, 2, ... in order and the
+    ``[Task n]`` references inside each group following their tasks (a number two
+    tasks share points at the first)."""
     parts = entries(text)
-    return text if _numbered_per_group(parts) else "".join(_renumbered(parts))
+    if not any(e.kind == "task" and e.group for e in parts):
+        return text
+    return "".join(
+        _ordered(
+            [
+                _Part(i, e.text, e.group, e.key, "new", (("new", e.group, _task_number(e.text)),))
+                for i, e in enumerate(parts)
+            ]
+        )
+    )
 
 
-def _numbered_per_group(parts: list[Entry]) -> bool:
-    count: dict[str, int] = {}
-    for entry in parts:
-        if entry.kind != "task" or not entry.group:
-            continue
-        count[entry.group] = count.get(entry.group, 0) + 1
-        match = TASK_HEADING_RE.match(entry.text)
-        if match is None or int(match.group(2)) != count[entry.group]:
-            return False
-    return True
-
-
-def _renumbered(parts: list[Entry]) -> Iterable[str]:
-    count: dict[str, int] = {}
-    for entry in parts:
-        if entry.kind == "task" and entry.group and TASK_HEADING_RE.match(entry.text):
-            count[entry.group] = count.get(entry.group, 0) + 1
-            yield TASK_HEADING_RE.sub(rf"\g<1>{count[entry.group]}\g<3>", entry.text, count=1)
-        else:
-            yield entry.text
+def numbered_like(text: str, like: str) -> str:
+    """``text`` with its first task heading numbered as ``like``'s (to compare the two
+    without the number)."""
+    number = _task_number(like)
+    if number is None or _task_number(text) in (None, number):
+        return text
+    return TASK_HEADING_RE.sub(rf"\g<1>{number}\g<3>", text, count=1)
 
 
 def normalize(text: str) -> str:
@@ -226,12 +220,13 @@ def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change,
     was = {e.key: before for e, before in olds if before != e.key}
     new_keys = {e.key for e in new}
     in_place = _in_place_by_level([e for e, _ in olds if e.key in new_keys], new, old)
+    numbers = _numbers_now([e for e, _ in olds], new)
     changes: list[Change] = []
     for entry in new:
         before = old.get(entry.key)
         if before is None:
             status = "added"
-        elif not same_text(before.text, entry.text):
+        elif not same_text(following(before.text, before.group, numbers), entry.text):
             status = "changed"
         elif entry.key not in in_place:
             status = "moved"
@@ -272,6 +267,35 @@ def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change,
     # Citations and containment first: a merge or split that kept one entry's key
     # must not leave its other part to be paired with an unrelated entry.
     return tuple(_paired(_paired_in_place(slots)))
+
+
+def _numbers_now(old: list[Entry], new: list[Entry]) -> dict[tuple[str, int], int]:
+    """(group, number in ``old``) -> number in ``new`` of each task that stayed in its
+    group (by key): what a reference to it becomes when the tasks are renumbered."""
+    where: dict[str, tuple[str, int]] = {}
+    for entry in new:
+        if entry.kind == "task" and entry.group and (n := _task_number(entry.text)) is not None:
+            where.setdefault(entry.key, (entry.group, n))
+    numbers: dict[tuple[str, int], int] = {}
+    for entry in old:
+        if entry.kind == "task" and entry.group and (n := _task_number(entry.text)) is not None:
+            now = where.get(entry.key)
+            if now is not None and now[0] == entry.group:
+                numbers.setdefault((entry.group, n), now[1])
+    return numbers
+
+
+def following(text: str, group: str, numbers: dict[tuple[str, int], int]) -> str:
+    """``text`` (of an entry of ``group``) with its ``[Task n]`` references numbered
+    as ``numbers`` (``_numbers_now``) says: renumbering alone is no change."""
+    if "[Task " not in text or not numbers:
+        return text
+    return TASK_REF_RE.sub(
+        lambda m: f"[Task {numbers.get((group, int(m.group(1))), int(m.group(1)))}]", text
+    )
+
+
+TASK_REF_RE = memory_md.TASK_REF_RE
 
 
 def _renamed(entry: Entry, renames: dict[str, str]) -> tuple[Entry, str]:
@@ -489,7 +513,10 @@ def _paired_in_place(slots: list[Change]) -> list[Change]:
             for c in added
             if c.slot not in taken
             and c.kind == change.kind
-            and _went_into(c.proposed, before, after, cites_before - cites_after)
+            and (
+                _went_into(c.proposed, before, after, cites_before - cites_after)
+                or _split_off(c.proposed, change.current, cites_before)
+            )
         ]
         if not merged and not split:
             continue
@@ -529,6 +556,34 @@ def _went_into(
     if len(vocabulary & set(whole)) < PART_CONTAINED * len(vocabulary):
         return False  # most of its words are not even there
     return _contained(words, whole) >= PART_CONTAINED and _contained(words, other) < CITED_SHARE
+
+
+def _split_off(part: str, whole: str, cites_whole: set[str]) -> bool:
+    """Whether the added entry ``part`` is a piece split off ``whole`` that still cites
+    the same rollouts (the model made two tasks of one): it cites only rollouts
+    ``whole`` cited, and at least half of its own words (its title's included; not its
+    citations or the SDK's headings) are ``whole``'s. Text decides; citations only
+    narrow the candidates."""
+    cites = set(memory_md.CITATION_RE.findall(part))
+    if not cites or not cites <= cites_whole:
+        return False
+    mine, theirs = set(content_words(part)), set(content_words(whole))
+    return len(mine) >= 2 and len(mine & theirs) >= SPLIT_SHARE * len(mine)
+
+
+SPLIT_SHARE = 0.5
+_STRUCTURE = re.compile(
+    r"^#{1,6}[ \t]+(?:rollout_summary_files|keywords)[ \t]*$|^.*rollout_summaries/.*$"
+    r"|^#{1,6}[ \t]+Task[ \t]+\d+[ \t]*:|,[ \t]*outcome[ \t]+\S+[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def content_words(text: str) -> tuple[str, ...]:
+    """The words an entry says, its title included: without its citation lines, the
+    SDK's ``rollout_summary_files``/``keywords`` headings, a task's number and outcome
+    (what any two tasks of one rollout share)."""
+    return _words(_STRUCTURE.sub("", text))
 
 
 def _contained(part: tuple[str, ...], whole: tuple[str, ...]) -> float:
@@ -695,10 +750,11 @@ def _in_place(before: list[str], after: list[str]) -> set[str]:
 # --- duplicates --------------------------------------------------------------------
 #
 # Two entries of one document say the same thing twice when they share most of their
-# cited rollouts (at least half of the fewer's) and most of their words (at least half
-# of the distinct words of the shorter one's body are in the other's).
+# cited rollouts (at least half of the fewer's) and most of their own words: at least
+# three quarters of the distinct words of the shorter one (``content_words``: not the
+# citation lines, which two different tasks of one rollout share) are in the other's.
 DUPLICATE_CITED = 0.5
-DUPLICATE_WORDS = 0.5
+DUPLICATE_WORDS = 0.75
 
 
 def duplicates(text: str) -> list[tuple[Entry, Entry]]:
@@ -727,7 +783,7 @@ def _duplicate(a: tuple[Entry, set[str]], b: tuple[Entry, set[str]]) -> bool:
     (first, cites_a), (second, cites_b) = a, b
     if len(cites_a & cites_b) < DUPLICATE_CITED * min(len(cites_a), len(cites_b)):
         return False
-    words_a, words_b = set(_body(first.text)), set(_body(second.text))
+    words_a, words_b = set(content_words(first.text)), set(content_words(second.text))
     small, large = sorted((words_a, words_b), key=len)
     return bool(small) and len(small & large) >= DUPLICATE_WORDS * len(small)
 
@@ -740,71 +796,79 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
     proposal takes it as proposed, except for what was rejected or edited. An accepted
     pair puts its proposed entries where they are proposed and drops the entries they
     replace; a rejected one keeps those where they were and adds nothing. A rejected
-    move puts the entry back where it was (a task group with its tasks), and the tasks
-    of each group are numbered again as the proposal numbers them."""
-    changes = list(changes)
+    move puts the entry back where it was (a task group with its tasks). The tasks of
+    each group are then numbered 1, 2, ... in document order, whatever was decided, and
+    each ``[Task n]`` reference inside the group follows the task it pointed at in the
+    document its text comes from (one to a task no longer there is taken out)."""
     parts: list[_Part] = []
     for change in changes:
         decision = decisions.get(change.key, ACCEPT)
         edited = edits.get(change.key)
         if change.pieces:
+            kept: list[_Part] = []
+            left: list[tuple[str, str, int | None]] = []
             first = True
             for index, (slot, side, _, text) in enumerate(change.pieces):
                 group = change.piece_groups[index] if change.piece_groups else change.group
+                mine = (side, group, _task_number(text))
                 if side == "old" and decision != ACCEPT and edited is None:
-                    parts.append(_Part(slot, text, group, change.key))
-                elif side == "new" and (decision == ACCEPT or edited is not None):
-                    if edited is None or first:
-                        parts.append(_Part(slot, edited or text, group, change.key))
-                    first = False
+                    kept.append(_Part(slot, text, group, change.key, side, (mine,)))
+                elif side == "new" and (decision == ACCEPT or edited is not None) and first:
+                    kept.append(_Part(slot, edited or text, group, change.key, side, (mine,)))
+                    first = edited is None
+                else:
+                    left.append(mine)
+            if kept:  # what the dropped pieces were, the first kept one is now
+                kept[0] = replace(kept[0], stands_for=kept[0].stands_for + tuple(left))
+            else:
+                parts.append(_Part(0, "", change.group, change.key, stands_for=tuple(left)))
+            parts.extend(kept)
             continue
+        old_group = change.home_group if change.home is not None else change.group
+        both = (
+            ("old", old_group, _task_number(change.current)),
+            ("new", change.group, _task_number(change.proposed)),
+        )
         if edited is not None:
-            parts.append(_Part(change.slot, edited, change.group, change.key))
+            parts.append(_Part(change.slot, edited, change.group, change.key, "new", both))
         elif decision == ACCEPT:
-            parts.append(_Part(change.slot, change.proposed, change.group, change.key))
+            parts.append(_Part(change.slot, change.proposed, change.group, change.key, "new", both))
         elif change.home is not None:  # keep what was there, where it was
-            parts.append(_Part(change.home, change.current, change.home_group, change.key))
+            parts.append(_Part(change.home, change.current, old_group, change.key, "old", both))
         else:  # keep what was there (or nothing, for an addition)
-            parts.append(_Part(change.slot, change.current, change.group, change.key))
-    ordered = _ordered([p for p in parts if p.text], renumber=_numbered_as_sdk(changes))
-    return join(ordered)
+            parts.append(_Part(change.slot, change.current, change.group, change.key, "old", both))
+    return join(_ordered(parts))
 
 
-def _numbered_as_sdk(changes: list[Change]) -> bool:
-    """Whether the proposal numbers each task group's tasks 1, 2, ... in order (read
-    from its changes, without parsing the document again)."""
-    proposed: list[tuple[int, str, str]] = []
-    for change in changes:
-        if change.pieces:
-            for index, (slot, side, _, text) in enumerate(change.pieces):
-                if side == "new":
-                    group = change.piece_groups[index] if change.piece_groups else change.group
-                    proposed.append((slot, group, text))
-        elif change.proposed:
-            proposed.append((change.slot, change.group, change.proposed))
-    count: dict[str, int] = {}
-    for _, group, text in sorted(proposed, key=lambda p: p[0]):
-        match = TASK_HEADING_RE.match(text) if group else None
-        if match is None:
-            continue
-        count[group] = count.get(group, 0) + 1
-        if int(match.group(2)) != count[group]:
-            return False
-    return True
+def _task_number(text: str) -> int | None:
+    match = TASK_HEADING_RE.match(text)
+    return int(match.group(2)) if match else None
 
 
 @dataclass(frozen=True)
 class _Part:
     position: float
-    text: str
+    text: str  # "" for what a decision leaves out
     group: str  # the task group it goes into ("" for a group's head or a top-level entry)
     key: str
+    side: str = "new"  # the document its text (and its task references) comes from
+    # The (side, group, number) of each task this part is in the result (its own, and
+    # those of the pieces of a pair it replaces), or stood for when left out.
+    stands_for: tuple[tuple[str, str, int | None], ...] = ()
 
 
-def _ordered(parts: list[_Part], *, renumber: bool) -> list[str]:
+def _ordered(parts: list[_Part]) -> list[str]:
     """Top-level entries in order, each task group's tasks and sections under it in
-    order (with ``renumber``, its tasks numbered 1, 2, ...); a task whose group is gone
-    stays after the entry it followed."""
+    order, its tasks numbered 1, 2, ... and the ``[Task n]`` references in it following
+    them; a task whose group is gone stays after the entry it followed."""
+    # (side, group, number) of a task -> (the group it is in now, its number there)
+    final: dict[tuple[str, str, int], tuple[str, int] | None] = {}
+    for part in parts:
+        if not part.text:
+            for side, group, number in part.stands_for:
+                if number is not None:
+                    final.setdefault((side, group, number), None)
+    parts = [p for p in parts if p.text]
     tops = sorted((p for p in parts if not p.group), key=lambda p: p.position)
     blocks: list[tuple[_Part | None, list[_Part]]] = [(None, [])]
     blocks += [(top, []) for top in tops]
@@ -815,22 +879,59 @@ def _ordered(parts: list[_Part], *, renumber: bool) -> list[str]:
         if i is None:
             i = bisect.bisect_right(positions, part.position)  # the block before it
         blocks[i][1].append(part)
-    out = []
+    texts: dict[int, str] = {}
     for top, members in blocks:
-        if top is not None:
-            out.append(top.text)
+        here = top.key if top is not None else ""
         n = 0
         for member in members:
-            match = TASK_HEADING_RE.match(member.text) if renumber else None
+            match = TASK_HEADING_RE.match(member.text)
             if match is None:
-                out.append(member.text)
                 continue
             n += 1
-            same = int(match.group(2)) == n
-            out.append(
-                member.text if same else TASK_HEADING_RE.sub(rf"\g<1>{n}\g<3>", member.text, 1)
-            )
+            if int(match.group(2)) != n:
+                texts[id(member)] = TASK_HEADING_RE.sub(rf"\g<1>{n}\g<3>", member.text, 1)
+            for side, group, number in member.stands_for:
+                if number is not None and final.get((side, group, number)) is None:
+                    final[(side, group, number)] = (here, n)
+    out = []
+    for top, members in blocks:
+        here = top.key if top is not None else ""
+        if top is not None:
+            out.append(top.text)
+        for member in members:
+            text = texts.get(id(member), member.text)
+            out.append(_references(text, member.side, member.group, here, final))
     return out
+
+
+def _references(
+    text: str,
+    side: str,
+    group: str,
+    here: str,
+    final: dict[tuple[str, str, int], tuple[str, int] | None],
+) -> str:
+    """``text`` (from ``group`` of ``side``, now in ``here``) with each ``[Task n]``
+    numbered as its task is now; one whose task was left out or is in another group
+    now is taken out (with the space before it); one to no known task stays as it
+    is."""
+    if "[Task " not in text:
+        return text
+
+    def number(match: re.Match[str]) -> str:
+        key = (side, group, int(match.group(2)))
+        if key not in final:
+            return match.group(0)
+        now = final[key]
+        if now is not None and now[0] == here:
+            return f"{match.group(1)}[Task {now[1]}]"
+        # Taken out; the space before it stays when another reference follows.
+        return match.group(1) if match.string.startswith("[Task ", match.end()) else ""
+
+    return _REFERENCE_RE.sub(number, text)
+
+
+_REFERENCE_RE = re.compile(r"([ \t]?)\[Task (\d+)\]")
 
 
 def join(parts: Iterable[str]) -> str:
@@ -885,23 +986,30 @@ def merge(base: str, human: str, model: str) -> Merge:
     order = _with_human_additions([e.key for e in entries(model)], list(h))
     conflicts = []
     parts = []
-    for key in order:
+    for position, key in enumerate(order):
         base_text = b[key].text if key in b else None
         human_text = h[key].text if key in h else None
         model_text = m[key].text if key in m else None
         if _same(human_text, base_text):
-            chosen = model_text
+            chosen, side = model_text, "model"
         elif _same(model_text, base_text) or _same(model_text, human_text):
-            chosen = human_text
+            chosen, side = human_text, "human"
         else:
             title = (h.get(key) or m.get(key) or b.get(key)).title  # type: ignore[union-attr]
             conflicts.append(
                 Conflict(key, title, base_text or "", human_text or "", model_text or "")
             )
-            chosen = human_text
-        if chosen:
-            parts.append(chosen)
-    return Merge(renumber(join(parts), like=model), conflicts)
+            chosen, side = human_text, "human"
+        # Each side's references are to its own numbers of the task.
+        stands_for = tuple(
+            (name, doc[key].group, _task_number(doc[key].text))
+            for name, doc in (("human", h), ("model", m))
+            if key in doc and doc[key].kind == "task"
+        )
+        entry = (h if side == "human" else m).get(key)
+        group = entry.group if entry else ""
+        parts.append(_Part(position, chosen or "", group, key, side, stands_for))
+    return Merge(join(_ordered(parts)), conflicts)
 
 
 def _with_human_additions(order: list[str], human: list[str]) -> list[str]:

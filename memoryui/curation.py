@@ -35,6 +35,7 @@ from .models import (
     Comment,
     EntryDecision,
     EntryView,
+    GenerationSettings,
     Layout,
     MemoryVersion,
     Pin,
@@ -430,6 +431,29 @@ def _assembled(
     )
 
 
+def approved_texts(
+    proposal: Proposal,
+    reviews: list[DocumentReview],
+    poisoned: set[tuple[str, str]] | None = None,
+) -> dict[str, str]:
+    """Per document, the text approving now would make of the proposal: the decisions
+    so far, undecided entries as proposed, quarantined ones nobody decided kept out
+    (``poisoned``: the (document, key) of the flagged entries, when already read)."""
+    if poisoned is None:
+        held = {d: set(keys) for d, keys in quarantined(proposal, reviews).items()}
+    else:
+        held = {
+            doc.document: {k for d, k in poisoned if d == doc.document and k not in doc.decisions}
+            for doc in reviews
+        }
+    return {
+        doc.document: _assembled(
+            doc.base_text, doc.proposed_text, doc.decisions, frozenset(held.get(doc.document, ()))
+        )
+        for doc in reviews
+    }
+
+
 def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, dict[str, list]]:
     """Per document, the entries with a poisoning flag that no reviewer decided, and
     their flags: approval keeps them out (the current text stays) until someone accepts
@@ -565,6 +589,51 @@ def set_viewed(proposal: Proposal, document: str, key: str, viewed: bool, *, use
     return True
 
 
+class NeedsAnotherApproval(Exception):  # noqa: N818 (an outcome, not a failure)
+    """This approval is recorded; the layout requires more reviewers' approvals before
+    the proposal applies."""
+
+    def __init__(self, approvals: int, required: int) -> None:
+        super().__init__(f"approval {approvals} of {required} recorded")
+        self.approvals, self.required = approvals, required
+
+
+def required_approvals(layout: Layout) -> int:
+    found = GenerationSettings.objects.filter(layout=layout).values_list(
+        "required_approvals", flat=True
+    )
+    return next(iter(found), 1)
+
+
+def _count_approval(proposal: Proposal, user: Any) -> None:
+    """When the layout requires more approvals than this one makes (each reviewer
+    counts once): record it (audited, under the proposal's lock) and raise
+    ``NeedsAnotherApproval``; otherwise return, and the approval applies."""
+    required = required_approvals(proposal.layout)
+    if required <= 1:
+        return
+    with transaction.atomic():
+        _lock_pending(proposal, user)
+        approvals = list(Proposal.objects.values_list("approvals", flat=True).get(pk=proposal.pk))
+        who = getattr(user, "pk", None)
+        if not any(a.get("user") == who for a in approvals):
+            approvals.append({"user": who, "name": str(user), "at": timezone.now().isoformat()})
+        if len(approvals) >= required:
+            return
+        Proposal.objects.filter(pk=proposal.pk).update(approvals=approvals)
+        proposal.approvals = approvals
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.approval_recorded",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            approvals=len(approvals),
+            required=required,
+        )
+    raise NeedsAnotherApproval(len(approvals), required)
+
+
 def _lock_pending(proposal: Proposal, user: Any) -> Proposal:
     """Read the proposal again under a row lock (held until the caller's transaction
     ends) and refuse unless it is pending and not reserved by someone else. Every
@@ -611,6 +680,7 @@ def approve(
     ``DecisionRefused`` when the proposal was decided meanwhile or another reviewer
     holds it."""
     created = []
+    _count_approval(proposal, user)
     with transaction.atomic():
         _lock_pending(proposal, user)
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
@@ -699,7 +769,7 @@ def _final_text(doc: DocumentReview, kept_out: frozenset[str]) -> str:
     for conflict in merged.conflicts:
         if doc.decisions[conflict.key].decision == EntryDecision.Decision.ACCEPT:
             parts[conflict.key] = conflict.model
-    return review.renumber(review.join(t for t in parts.values() if t), like=doc.proposed_text)
+    return review.renumber(review.join(t for t in parts.values() if t))
 
 
 def _record_rejections(proposal: Proposal, doc: DocumentReview, user: Any) -> None:
@@ -758,6 +828,42 @@ def _proposed_parts(change: review.Change) -> list[tuple[str, str, str]]:
     return out
 
 
+def carry_views(proposal: Proposal) -> int:
+    """Carry each member's *Viewed* marks from the layout's previous proposal to this
+    one for the entries whose proposed text is unchanged since (a task's number
+    aside): like a pull request's viewed files, a mark resets only on what changed
+    again. Returns how many marks were carried."""
+    previous = (
+        Proposal.objects.filter(layout=proposal.layout, pk__lt=proposal.pk)
+        .order_by("-pk")
+        .only("pk", "memory_md", "memory_summary")
+        .first()
+    )
+    if previous is None:
+        return 0
+    views = list(EntryView.objects.filter(proposal=previous))
+    if not views:
+        return 0
+    same: set[tuple[str, str]] = set()
+    for document, before, after in (
+        (Document.MEMORY_MD, previous.memory_md, proposal.memory_md),
+        (Document.MEMORY_SUMMARY, previous.memory_summary, proposal.memory_summary),
+    ):
+        now = {e.key: e.text for e in review.entries(after)}
+        same |= {
+            (document, e.key)
+            for e in review.entries(before)
+            if e.key in now and review.same_text(e.text, now[e.key])
+        }
+    carried = [
+        EntryView(proposal=proposal, document=v.document, key=v.key, user_id=v.user_id)
+        for v in views
+        if (v.document, v.key) in same
+    ]
+    EntryView.objects.bulk_create(carried, ignore_conflicts=True)
+    return len(carried)
+
+
 def decidable(doc: DocumentReview) -> list[review.Change]:
     """The entries a reviewer decides on: every change (unchanged ones are not)."""
     return [c for c in doc.changes if c.status != "unchanged"]
@@ -765,17 +871,73 @@ def decidable(doc: DocumentReview) -> list[review.Change]:
 
 @dataclass(frozen=True)
 class Duplicate:
-    """Two entries of what approving would make that are likely one entry twice."""
+    """Two entries of what approving would make that are likely one entry twice;
+    ``ack``: what a reviewer said of this pair ("keep": keep both, "different": not a
+    duplicate; "" while nobody has)."""
 
     document: str
     keys: tuple[str, str]
     titles: tuple[str, str]
+    ack: str = ""
+    ack_by: str = ""
+
+    @property
+    def pair(self) -> str:
+        return pair_id(self.document, self.keys)
 
 
-def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT) -> list[Duplicate]:
+DUPLICATE_ACKS = {"keep": "kept both", "different": "not a duplicate"}
+
+
+def pair_id(document: str, keys: tuple[str, str] | list[str]) -> str:
+    return " ".join([document, *sorted(keys)])
+
+
+def acknowledge_duplicate(
+    proposal: Proposal, document: str, keys: tuple[str, str], ack: str, *, user: Any
+) -> None:
+    """Remember a reviewer's word on one likely duplicate pair ("keep" both, or
+    "different": not a duplicate; "" takes it back), audited. Approval then lets that
+    pair through; each other pair still needs its own."""
+    if ack and ack not in DUPLICATE_ACKS:
+        raise ValueError(ack)
+    with transaction.atomic():
+        locked = _lock_pending(proposal, user)
+        acks = dict(Proposal.objects.values_list("duplicate_acks", flat=True).get(pk=locked.pk))
+        pair = pair_id(document, keys)
+        if ack:
+            acks[pair] = {"ack": ack, "by": str(user), "at": timezone.now().isoformat()}
+        else:
+            acks.pop(pair, None)
+        Proposal.objects.filter(pk=proposal.pk).update(duplicate_acks=acks)
+        proposal.duplicate_acks = acks
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.duplicate",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            document=document,
+            keys=sorted(keys),
+            ack=ack or "undone",
+        )
+
+
+def open_duplicates(found: list[Duplicate]) -> list[Duplicate]:
+    """The likely duplicates nobody has said anything of: approval waits for them."""
+    return [d for d in found if not d.ack]
+
+
+def duplicates(
+    reviews: list[DocumentReview],
+    undecided: str = UNDECIDED_ACCEPT,
+    acks: dict[str, dict] | None = None,
+) -> list[Duplicate]:
     """The duplicates (``review.duplicates``) in the documents approval would make with
     the decisions so far and ``undecided`` for the rest, when at least one of the two
-    is an entry this proposal adds or changes."""
+    is an entry this proposal adds or changes (not two pieces of one split), with what
+    reviewers said of each pair (``acks``: the proposal's ``duplicate_acks``)."""
+    acks = acks or {}
     found = []
     for doc in reviews:
         decisions = {k: d.decision for k, d in doc.decisions.items()}
@@ -790,10 +952,21 @@ def duplicates(reviews: list[DocumentReview], undecided: str = UNDECIDED_ACCEPT)
             if change.proposed
             for key in (change.key, *change.also)
         }
+        piece_of = {key: c.key for c in decidable(doc) for key in (c.key, *c.also)}
         for first, second in review.duplicates(result):
+            if piece_of.get(first.key, first.key) == piece_of.get(second.key, second.key):
+                continue  # two pieces of one split: decided as one change
             if first.key in touched or second.key in touched:
+                keys = (first.key, second.key)
+                said = acks.get(pair_id(doc.document, keys), {})
                 found.append(
-                    Duplicate(doc.document, (first.key, second.key), (first.title, second.title))
+                    Duplicate(
+                        doc.document,
+                        keys,
+                        (first.title, second.title),
+                        said.get("ack", ""),
+                        said.get("by", ""),
+                    )
                 )
     return found
 

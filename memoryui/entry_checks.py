@@ -234,7 +234,7 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     raw_index = evidence.index(raws)[0]
     item_index = evidence.index(items)[0]
     claims = []
-    for claim in evidence.check(text, summaries) if summaries else _unchecked(text):
+    for claim in evidence.check(text, summaries, labels=True) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
     found = _flags(text, sources)
     risk = max((f.strength for f in found), default=0)
@@ -265,7 +265,9 @@ def _flag_json(flag: poison.Flag) -> dict:
 
 
 def _unchecked(text: str) -> list[evidence.Claim]:
-    return [evidence.Claim(t, n, None, 0.0) for n, t in evidence.claims_of(text)]
+    found = [(n, t, False) for n, t in evidence.claims_of(text)]
+    found += [(n, t, True) for n, t, _ in evidence.labels_of(text)]
+    return [evidence.Claim(t, n, None, 0.0, label=label) for n, t, label in sorted(found)]
 
 
 def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) -> dict:
@@ -274,6 +276,7 @@ def _claim_json(claim: evidence.Claim, summaries: Any, raws: Any, items: Any) ->
         "line": claim.line,
         "supported": claim.supported,
         "recall": round(claim.recall, 2),
+        "label": claim.label,
         "missing": list(claim.missing),
     }
     if claim.passage is not None:
@@ -377,9 +380,11 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
                 risk=risk,
                 flags=flags,
                 claims=claims,
-                claim_count=len(claims),
-                unsupported=sum(1 for c in claims if not c["supported"]),
-                tool_only=sum(1 for c in claims if c.get("tool_only")),
+                claim_count=sum(1 for c in claims if not c["label"]),
+                unsupported=sum(1 for c in claims if not c["supported"] and not c["label"]),
+                tool_only=sum(1 for c in claims if c.get("tool_only") and not c["label"]),
+                label_count=sum(1 for c in claims if c["label"]),
+                labels_missing=sum(1 for c in claims if not c["supported"] and c["label"]),
             )
         )
     # Two requests computing the same check at once store it once.

@@ -67,14 +67,23 @@ class GenerationSettingsForm(forms.ModelForm):
             "phase_two_token_budget",
             "select_by_usage",
             "selection_unused_days",
+            "required_approvals",
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Left out of a post (an older form, a script): keep what the layout has.
-        for name in ("prompt_set", "phase_two_max_turns", "selection_unused_days"):
+        for name in (
+            "prompt_set",
+            "phase_two_max_turns",
+            "selection_unused_days",
+            "required_approvals",
+        ):
             self.fields[name].required = False
+
+    def clean_required_approvals(self) -> int:
+        return self.cleaned_data.get("required_approvals") or self.instance.required_approvals
 
     def clean_prompt_set(self) -> str:
         return self.cleaned_data.get("prompt_set") or self.instance.prompt_set
@@ -537,6 +546,22 @@ class DecidePlaceForm(DecideForm, ReviewPlaceForm):
 
 class CommentPlaceForm(CommentForm, ReviewPlaceForm):
     pass
+
+
+class DuplicateAckForm(ReviewPlaceForm):
+    """A reviewer's word on one likely duplicate pair (``first``, ``second``: its
+    entries' keys): keep both, not a duplicate, or (empty) take it back. ``key``: the
+    card it was said on (the one the answer shows)."""
+
+    document = forms.ChoiceField(choices=_documents)
+    key = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    first = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    second = forms.CharField(max_length=KEY_LENGTH, strip=False)
+    anchor = AnchorField()
+    ack = forms.ChoiceField(
+        choices=[("keep", "keep both"), ("different", "not a duplicate"), ("", "undo")],
+        required=False,
+    )
 
 
 class ApproveForm(forms.Form):

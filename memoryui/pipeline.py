@@ -716,11 +716,14 @@ def _consolidate_claimed(run_id: int) -> None:
 
 def _check_entries(run: GenerationRun) -> None:
     """Evidence and poisoning flags of the new proposal's entries, computed now so the
-    first review does not wait for them. A failure here loses nothing: the review page
-    computes what is missing."""
+    first review does not wait for them, and the *Viewed* marks carried from the
+    previous proposal to the entries unchanged since. A failure here loses nothing: the
+    review page computes what is missing."""
 
     try:
-        entry_checks.ensure(Proposal.objects.select_related("layout", "run").get(run=run))
+        proposal = Proposal.objects.select_related("layout", "run").get(run=run)
+        entry_checks.ensure(proposal)
+        curation.carry_views(proposal)
     except Exception:  # noqa: BLE001 - the proposal is stored; the page computes it later
         logger.exception("checking the entries of run %s's proposal failed", run.pk)
 

@@ -16,6 +16,7 @@ from .views import (
     members,
     notifications,
     proposals,
+    result,
     rollouts,
     runs,
     signin,
@@ -88,6 +89,8 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     # what reviewers decide
     path(proposal + "decide/", decisions.proposal_decide, name="proposal_decide"),
     path(proposal + "undo/", decisions.proposal_undo, name="proposal_undo"),
+    path(proposal + "duplicate/", decisions.proposal_duplicate, name="proposal_duplicate"),
+    path(proposal + "result/", result.proposal_result, name="proposal_result"),
     path(proposal + "viewed/", decisions.proposal_viewed, name="proposal_viewed"),
     path(proposal + "pin/", decisions.proposal_pin, name="proposal_pin"),
     path(proposal + "approve/", decisions.proposal_approve, name="proposal_approve"),

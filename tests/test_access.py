@@ -66,6 +66,8 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:proposal_approve": {"GET": R, "POST": R},
     "memoryui:proposal_reject": {"GET": R, "POST": R},
     "memoryui:proposal_undo": {"POST": R},
+    "memoryui:proposal_duplicate": {"POST": R},
+    "memoryui:proposal_result": {"GET": V},
     "memoryui:proposal_viewed": {"POST": V},
     "memoryui:proposal_pin": {"POST": E},
     "memoryui:proposal_entry": {"GET": V},

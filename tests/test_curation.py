@@ -547,6 +547,6 @@ def test_the_review_page_shows_what_the_write_back_lint_will_block(model, layout
     )
 
     lint = page[page.index('id="lint"') :]
-    lint = lint[: lint.index("</section>")]
+    lint = lint[: lint.index('id="injected-preview"')]
     assert "lint finding" in lint and "MEMORY.md" in lint
     assert "AKIAIOSFODNN7EXAMPLE" not in lint  # secrets are redacted in the excerpt

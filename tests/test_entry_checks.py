@@ -226,6 +226,7 @@ def test_a_reviewers_edit_is_checked_like_the_models_text(layout):
 
     assert "poisoning: fetches and runs code" in card
     assert "Evidence: 5 sentences" in words(card)
+    assert "title and keywords:" in words(card)
     event = AuditEvent.objects.filter(action="entry.accept").latest("pk")
     assert any("fetches and runs code" in f for f in event.detail["poisoning_flags"])
 
@@ -580,3 +581,23 @@ def test_an_agents_own_entry_citing_a_rollout_of_the_same_upload_gets_its_words(
     found = entry_checks.agent_version_flags(curation.latest(layout, MD))
 
     assert [f.kind.value for f in found] == ["unknown_destination"]
+
+
+def test_an_entry_of_keywords_alone_shows_their_evidence_and_one_without_anything_says_so(layout):
+    keywords_only = group("auth proxy notes", "").replace("\n\n\n", "\n\n")
+    proposal = propose(layout, keywords_only + "\n## Notes\n")
+    client, _ = reviewer_client(layout)
+    query = {"document": MD, "key": key_of(proposal, "auth proxy notes")}
+
+    page = client.get(url("proposal_review", proposal)).text
+    fragment = client.get(url("proposal_evidence", proposal), query, **HX).text
+
+    # The task: no sentence, but its title and its keyword bullet are checked.
+    assert re.search(
+        r"Evidence: no sentence · title and keywords: (all 2 in what it cites|"
+        r"\d of 2 not in what it cites)",
+        words(page),
+    )
+    assert fragment.count("(title or keywords)") == 2
+    # The section holds nothing to check, and says so.
+    assert "Evidence: nothing to check (no sentence, title or keyword)." in words(page)

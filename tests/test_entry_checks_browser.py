@@ -81,15 +81,16 @@ def test_a_reviewer_triages_by_risk_rejects_the_poisoned_entry_and_approves_the_
         assert page.inner_text("#review-dialog [data-count=flagged]") == "1"
         assert page.inner_text("#review-dialog [data-count=flagged_rejected]") == "1"
         shot(page, "review-submit")
-        # The three groups cite one rollout in the same words: likely duplicates, kept
-        # by ticking "Approve them anyway".
+        # The groups cite one rollout in the same words: likely duplicates, each pair
+        # kept with its own "Keep both".
         assert "likely duplicate" in page.inner_text("#review-duplicates")
-        swapped(page)  # the dialog has put the focus on the choice for undecided entries
-        page.keyboard.press("Tab")
-        assert page.evaluate("document.activeElement.id") == "duplicates-ok"
-        page.keyboard.press("Space")
-        page.keyboard.press("Tab")
-        assert page.evaluate("document.activeElement.id") == "confirm-approve"
+        swapped(page)
+        keep = page.locator("#review-duplicates button[value=keep]")
+        while keep.count():
+            keep.first.click()
+            swapped(page)
+        assert "kept both" in page.inner_text("#review-duplicates")
+        page.locator("#confirm-approve").focus()
         with page.expect_navigation():
             page.keyboard.press("Enter")
     finally:

@@ -14,6 +14,7 @@ from memoryui import curation
 from memoryui.importer import import_workspace
 from memoryui.models import Comment, EntryView, Layout, Membership, Pin, Proposal, Role
 from memoryui.views.common import key_slug
+from tests import test_reviewer_case as case
 from tests.factories import make_user
 from tests.review_world import MD, build, proposal_over
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
@@ -373,10 +374,12 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
         page.wait_for_selector("#review-dialog[open] #review-duplicates [role=alert]")
         swapped(page)  # the refusal's focus has moved before the keys go on
         until(page, "() => document.activeElement.id === 'confirm-approve'")
-        page.keyboard.press("Shift+Tab")
-        assert page.evaluate("document.activeElement.id") == "duplicates-ok"
-        page.keyboard.press("Space")
-        page.keyboard.press("Tab")
+        # No blanket tick: the pair's own "Not a duplicate" lets approval through.
+        assert page.locator("#duplicates-ok").count() == 0
+        page.click("#review-duplicates button[value=different]")
+        swapped(page)
+        assert "not a duplicate" in page.inner_text("#review-duplicates")
+        page.locator("#confirm-approve").focus()
         with page.expect_navigation():
             page.keyboard.press("Enter")
     finally:
@@ -385,3 +388,67 @@ def test_reviewing_tasks_by_keyboard_to_approval_through_a_duplicate_warning(
     proposal.refresh_from_db()
     assert proposal.status == "approved"
     assert curation.text_of(curation.latest(review_layout, MD)) == world.apply(accepted)
+
+
+def test_the_duplicate_badge_follows_the_decision_on_the_copy(
+    live_server,
+    browser,  # noqa: F811
+    review_layout,
+    fixtures_dir,
+):
+    world = World(fixtures_dir)
+    proposal = proposal_over(review_layout, world.base, world.apply({"duplicate"}))
+    [copy] = [c for c in review.compare(world.base, proposal.memory_md) if c.status == "added"]
+    card = f"entry-{MD}-{key_slug(copy.key)}"
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.click(f"#{card} button[value=reject]")
+        settled(page, card, "reject")
+        rejected = page.locator(f"#{card} .duplicate-of").count()
+        page.click(f"#{card} button[value=accept]")
+        settled(page, card, "accept")
+        badge = page.inner_text(f"#{card} .duplicate-of")
+        page.locator(f"#{card}").screenshot(path="/tmp/shots32/review-duplicate-badge.png")
+    finally:
+        context.close()
+
+    assert rejected == 0  # a rejected copy duplicates nothing
+    assert badge.startswith("duplicate of") and "Task 1: fix-slugify" in badge
+
+
+def test_the_result_view_shows_a_rejected_deletions_task_back_with_its_number(
+    live_server,
+    browser,  # noqa: F811
+    review_layout,
+    fixtures_dir,
+):
+    base = case.sdk_groups(fixtures_dir)
+    proposal = proposal_over(review_layout, base, case.proposal_of(base))
+    [deletion] = [
+        c
+        for c in review.compare(base, proposal.memory_md)
+        if c.status != "unchanged" and case.label(c) == "deletion"
+    ]
+    card = f"entry-{MD}-{key_slug(deletion.key)}"
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal, "?show=all"))
+        page.click(f"#{card} button[value=reject]")
+        settled(page, card, "reject")
+        with page.expect_navigation():
+            page.click("#result-link")
+        written = page.eval_on_selector_all(
+            f"#result-{MD} .line:not(.removed)", "lines => lines.map(l => l.textContent)"
+        )
+        page.screenshot(path="/tmp/shots32/proposal-result.png")
+    finally:
+        context.close()
+
+    # The deleted task is back as Task 4 of its group, and each number is written once.
+    menus = written[: written.index("# Task Group: jobkit bug fixes")]
+    tasks = [line for line in menus if line.startswith("## Task ")]
+    assert "## Task 4: fix-slugify-unicode, outcome success" in tasks
+    assert [int(t.split()[2].rstrip(":")) for t in tasks] == list(range(1, len(tasks) + 1))

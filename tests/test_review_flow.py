@@ -350,8 +350,10 @@ def test_query_counts_do_not_grow_with_the_proposal(layout, reviewer):
 
     assert small == large
     # The decision round trip (savepoints included; one read of the entry's checks; one
-    # of the decision another reviewer may have made meanwhile).
-    assert small[0] <= 32
+    # of the decision another reviewer may have made meanwhile; the proposal's decisions
+    # and the documents' current versions, since a decision can make or unmake a
+    # duplicate with any other entry).
+    assert small[0] <= 35
 
 
 def test_a_comment_on_an_entry_updates_its_card_in_place(proposal, reviewer):

@@ -31,16 +31,68 @@ def blocks(text: str) -> list[str]:
     return re.split(r"(?m)^(?=#{1,2} )", text)[1:]
 
 
-def numbered(parts: list[str]) -> str:
-    """The blocks joined, the tasks of each group numbered from 1 as the SDK does."""
-    out, n = [], 0
+CITED = re.compile(r"rollout_summaries/[^ )\n]+\.md")
+REFERENCE = re.compile(r"\[Task (\d+)\]")
+PLACEHOLDER = re.compile(r"( ?)\[Task @([^\]]+)\]")
+
+
+def by_group(parts: list[str]) -> list[list[str]]:
+    """The blocks cut into task groups (a group's head first)."""
+    groups: list[list[str]] = []
     for part in parts:
-        if part.startswith("# Task Group:"):
-            n = 0
-        elif part.startswith("## Task "):
-            n += 1
-            part = re.sub(r"^## Task \d+:", f"## Task {n}:", part)
-        out.append(part)
+        if part.startswith("# Task Group:") or not groups:
+            groups.append([])
+        groups[-1].append(part)
+    return groups
+
+
+def tagged(parts: list[str]) -> list[str]:
+    """The SDK's blocks with each ``[Task n]`` of a section written as the rollout the
+    task cites first (``[Task @file]``), so that ``numbered`` can number it as its task
+    is numbered wherever the task goes."""
+    out = []
+    for group in by_group(parts):
+        first = {
+            m.group(1): CITED.search(p).group(0)  # type: ignore[union-attr]
+            for p in group
+            if (m := re.match(r"## Task (\d+):", p))
+        }
+        for part in group:
+            if not part.startswith("## Task "):
+                part = REFERENCE.sub(lambda m, first=first: f"[Task @{first[m.group(1)]}]", part)
+            out.append(part)
+    return out
+
+
+def untagged(part: str, cited: str) -> str:
+    """A block without its references to the task citing ``cited`` first."""
+    return part.replace(f" [Task @{cited}]", "")
+
+
+def numbered(parts: list[str]) -> str:
+    """The blocks joined, the tasks of each group numbered from 1 as the SDK does and
+    each reference numbered as the task of the group citing its rollout is (one to a
+    task no longer in the group taken out)."""
+    out = []
+    for group in by_group(parts):
+        n, number = 0, {}
+        tasks = []
+        for part in group:
+            if part.startswith("## Task "):
+                n += 1
+                part = re.sub(r"^## Task \d+:", f"## Task {n}:", part)
+                for cited in CITED.findall(part):
+                    number.setdefault(cited, n)
+            tasks.append(part)
+        for part in tasks:
+            if not part.startswith("## Task "):
+                part = PLACEHOLDER.sub(
+                    lambda m, number=number: (
+                        f"{m.group(1)}[Task {number[m.group(2)]}]" if m.group(2) in number else ""
+                    ),
+                    part,
+                )
+            out.append(part)
     return "".join(out)
 
 
@@ -78,7 +130,22 @@ class World:
 
     def __init__(self, fixtures_dir: Path) -> None:
         sdk = (fixtures_dir / "medium-300/workspace/memories/MEMORY.md").read_text()
-        parts = blocks(sdk)
+        parts = tagged(blocks(sdk))
+        # The tasks the proposal moves, merges or splits are not referred to: a model
+        # would reword those references, which the review shows as changes of their own.
+        touched = [
+            cite_line(parts[find(parts, group, n)])
+            for group, n in (
+                ("operations incidents", 3),
+                ("acme_metrics bug fixes", 5),
+                ("acme_metrics bug fixes", 6),
+                ("user working preferences", 1),
+                ("user working preferences", 2),
+            )
+        ]
+        for line in touched:
+            cited = CITED.search(line).group(0)  # type: ignore[union-attr]
+            parts = [untagged(p, cited) for p in parts]
         # One task that already cites two rollouts (an earlier consolidation merged
         # them), so the proposal can split it again.
         first, second = find(parts, "user working preferences", 1), 0
@@ -408,3 +475,69 @@ def test_people_and_the_model_changing_different_tasks_of_a_group_merge_without_
     assert merged.text == world.apply(
         {"insert", "reword jobkit bug fixes", "reword acme_metrics bug fixes", "merge"}
     )
+
+
+@pytest.mark.django_db
+def test_a_duplicate_is_badged_on_both_cards_and_acknowledged_pair_by_pair(layout, world):
+    reviewer = member(Role.REVIEWER, layout)
+    proposal = proposal_over(layout, world.base, world.apply({"duplicate", "insert"}))
+    client = Client()
+    client.force_login(reviewer)
+    [copy] = [
+        c
+        for c in review.compare(world.base, proposal.memory_md)
+        if c.status == "added" and " again," in c.title
+    ]
+    [(first, second)] = review.duplicates(proposal.memory_md)
+    approve = url("proposal_approve", layout, proposal.pk)
+
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    refused = client.post(approve, {"undecided": "accept"}, headers=HTMX)
+    card = client.post(
+        url("proposal_duplicate", layout, proposal.pk),
+        {
+            "document": MD,
+            "key": copy.key,
+            "first": first.key,
+            "second": second.key,
+            "ack": "different",
+            "anchor": "x",
+        },
+        headers=HTMX,
+    ).content.decode()
+    approved = client.post(approve, {"undecided": "accept"}, headers=HTMX)
+
+    # The copy's card carries the badge, linking to the other entry's card (unchanged,
+    # so on the page of all entries).
+    assert page.count('class="duplicate-of"') == 1
+    assert re.search(r'duplicate</span> of <a href="[^"]*show=all[^"]*#entry-memory_md-', page)
+    assert "Keep both</button>" in page and "Not a duplicate</button>" in page
+    assert "Not approved" in refused.content.decode()
+    assert card.count("<article") == 1 and "not a duplicate, " in card
+    assert approved.status_code == 204  # no blanket tick: the pair's own answer
+    assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.APPROVED
+    ack = AuditEvent.objects.get(action="proposal.duplicate")
+    assert ack.detail["ack"] == "different" and sorted(ack.detail["keys"]) == sorted(
+        [first.key, second.key]
+    )
+
+
+@pytest.mark.django_db
+def test_a_rejected_copy_is_no_duplicate_and_accepting_it_again_badges_it(layout, world):
+    reviewer = member(Role.REVIEWER, layout)
+    proposal = proposal_over(layout, world.base, world.apply({"duplicate"}))
+    client = Client()
+    client.force_login(reviewer)
+    [copy] = [c for c in review.compare(world.base, proposal.memory_md) if c.status == "added"]
+
+    def decide(decision: str) -> str:
+        return client.post(
+            url("proposal_decide", layout, proposal.pk),
+            {"document": MD, "key": copy.key, "decision": decision, "anchor": "x"},
+            headers=HTMX,
+        ).content.decode()
+
+    rejected, accepted = decide("reject"), decide("accept")
+
+    assert 'class="duplicate-of"' not in rejected
+    assert 'class="duplicate-of"' in accepted and "Not a duplicate</button>" in accepted

@@ -808,19 +808,22 @@ def approve(
 ):
     """Approve as the review page does: 409 when already decided, held by another
     reviewer, while conflicts are undecided, or when the result holds likely duplicates
-    (entries citing mostly the same rollouts in mostly the same words) and
-    ``duplicates_ok`` is not set."""
+    (entries citing mostly the same rollouts in mostly the same words) that no reviewer
+    acknowledged pair by pair on the review page and ``duplicates_ok`` is not set."""
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
-    duplicates = curation.duplicates(curation.document_reviews(p))
-    if duplicates and not duplicates_ok:
+    duplicates = curation.duplicates(curation.document_reviews(p), acks=p.duplicate_acks)
+    waiting = curation.open_duplicates(duplicates)
+    if waiting and not duplicates_ok:
         raise conflict(
             "likely duplicates (approve with duplicates_ok=true to keep both): "
-            + "; ".join(" / ".join(d.titles) for d in duplicates)
+            + "; ".join(" / ".join(d.titles) for d in waiting)
         )
     try:
         versions = curation.approve(p, user=request.user, duplicates=duplicates)
     except curation.UnresolvedConflicts as exc:
         raise conflict(f"{exc}: " + ", ".join(c.title or c.key for c in exc.conflicts)) from exc
+    except curation.NeedsAnotherApproval:  # recorded; another reviewer's approval applies it
+        return {"status": Proposal.Status.PENDING, "versions": []}
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     return {"status": Proposal.Status.APPROVED, "versions": [_version_out(v) for v in versions]}

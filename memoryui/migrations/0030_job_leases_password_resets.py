@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0028_workspace_known_hosts'),
+        ('memoryui', '0029_review_labels_and_duplicate_acks'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

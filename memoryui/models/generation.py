@@ -61,6 +61,12 @@ class GenerationSettings(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(5000)],
         help_text="Model calls phase two's agent may make before the run fails.",
     )
+    required_approvals = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(2)],
+        help_text="Reviewers who must approve a proposal before it applies (1 or 2): "
+        "with 2, the first approval leaves it pending and a second reviewer's applies it.",
+    )
     phase_two_token_budget = models.PositiveBigIntegerField(
         null=True,
         blank=True,

@@ -70,6 +70,12 @@ class Proposal(models.Model):
     # People's decision per skill file: {"skills/<name>/SKILL.md": "accept" | "reject"};
     # a file nobody decided is accepted with the proposal.
     skill_decisions = models.JSONField(default=dict, blank=True)
+    # Likely duplicates a reviewer looked at, per pair ("document key key", the keys
+    # sorted): {"ack": "keep" (keep both) or "different" (not a duplicate), "by", "at"}.
+    duplicate_acks = models.JSONField(default=dict, blank=True)
+    # Reviewers who approved while the layout requires more than one approval:
+    # [{"user": pk, "name", "at"}]; the last required one applies the proposal.
+    approvals = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -264,6 +270,9 @@ class EntryCheck(EntryRef):
     claim_count = models.PositiveIntegerField(default=0)
     unsupported = models.PositiveIntegerField(default=0)
     tool_only = models.PositiveIntegerField(default=0)
+    # Its title and keyword bullets (checked too, counted apart from the sentences).
+    label_count = models.PositiveIntegerField(default=0)
+    labels_missing = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -123,6 +123,34 @@ def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -
 
 
 @workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_duplicate(
+    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+) -> HttpResponse:
+    """Say of one likely duplicate pair "keep both" or "not a duplicate" (or take it
+    back): remembered for that pair only, audited. From a card, htmx gets the card
+    back; from the submit dialog, the dialog."""
+    proposal = proposal_of(request, pk)
+    form = forms.DuplicateAckForm(request.POST)
+    if not form.is_valid():
+        return invalid(request, proposal, form)
+    data = form.cleaned_data
+    try:
+        curation.acknowledge_duplicate(
+            proposal,
+            data["document"],
+            (data["first"], data["second"]),
+            data["ack"],
+            user=request.user,
+        )
+    except curation.DecisionRefused as exc:
+        return _refused(request, proposal, exc, "decision")
+    if request.htmx and request.POST.get("from") == "dialog":
+        return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
+    return entry_answer(request, proposal, form, data["document"], data["key"])
+
+
+@workspace_view(Role.REVIEWER)
 @require_http_methods(["GET", "POST"])
 def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
     """GET: the review's summary (accepted, rejected, edited, undecided, not viewed)
@@ -136,8 +164,8 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         return invalid(request, proposal, form)
     undecided = form.cleaned_data["undecided"] or curation.UNDECIDED_ACCEPT
     reviews = curation.document_reviews(proposal)
-    duplicates = curation.duplicates(reviews, undecided)
-    if duplicates and not form.cleaned_data["duplicates_ok"]:
+    duplicates = curation.duplicates(reviews, undecided, proposal.duplicate_acks)
+    if curation.open_duplicates(duplicates) and not form.cleaned_data["duplicates_ok"]:
         # Never approved silently: the dialog again, saying what to look at.
         return _submit_dialog(
             request, proposal, undecided, reviews=reviews, duplicates=duplicates, refused=True
@@ -160,6 +188,17 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     except curation.DecisionRefused as exc:
         return _refused(request, proposal, exc, "approval")
+    except curation.NeedsAnotherApproval as exc:
+        messages.success(
+            request,
+            f"Your approval is recorded ({exc.approvals} of {exc.required}): the proposal "
+            "applies when another reviewer approves it too.",
+        )
+        if request.htmx:
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = review_url(proposal)
+            return response
+        return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     messages.success(
         request,
         f"Proposal approved: {len(versions)} new version{'s' if len(versions) != 1 else ''}.",
@@ -186,7 +225,7 @@ def _submit_dialog(
     if reviews is None:
         reviews = curation.document_reviews(proposal)
     if duplicates is None:
-        duplicates = curation.duplicates(reviews, undecided)
+        duplicates = curation.duplicates(reviews, undecided, proposal.duplicate_acks)
     template = "memoryui/proposal_approve.html" + ("#summary" if request.htmx else "")
     context = {
         "proposal": proposal,
@@ -229,7 +268,19 @@ def _duplicate_links(
             query = urlencode({"show": "all", f"page_{dup.document}": page})
             anchor = f"entry-{dup.document}-{key_slug(card)}"
             links.append({"title": title or key, "url": f"{review_url(proposal)}?{query}#{anchor}"})
-        out.append({"document": MemoryVersion.Document(dup.document).label, "entries": links})
+        out.append(
+            {
+                "document": MemoryVersion.Document(dup.document).label,
+                "entries": links,
+                "document_value": dup.document,
+                "card": where.get((dup.document, dup.keys[0]), (dup.keys[0], 1))[0],
+                "first": dup.keys[0],
+                "second": dup.keys[1],
+                "ack": dup.ack,
+                "ack_label": curation.DUPLICATE_ACKS.get(dup.ack, ""),
+                "ack_by": dup.ack_by,
+            }
+        )
     return out
 
 

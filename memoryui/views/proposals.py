@@ -157,6 +157,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     _note_lint_and_stale(marks, proposal, decidable, findings)
     marks.note_checks(proposal, decidable)
     new_files = _run_files(proposal)
+    doubles = duplicate_marks(proposal, reviews)
     sections = []
     for doc in reviews:
         cites_all = (
@@ -196,6 +197,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                 comments.get(change.key, []),
                 {"show": show, "page": page.number},
                 (doc.proposed_text, doc.base_text),
+                doubles.get((doc.document, change.key), []),
             )
             for change in page.object_list
         ]
@@ -230,7 +232,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
-            "lint": findings,
+            **_lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
@@ -343,6 +345,76 @@ def _lint_entries(
     return found
 
 
+def duplicate_marks(
+    proposal: Proposal, reviews: list[curation.DocumentReview]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(document, card key) -> the likely duplicates its entry is part of in what
+    approving now makes (pending entries as accepted): the other entry, a link to its
+    card, the pair's keys and what a reviewer said of it."""
+    found = curation.duplicates(reviews, acks=proposal.duplicate_acks)
+    if not found:
+        return {}
+    where: dict[tuple[str, str], tuple[str, int]] = {}
+    for doc in reviews:
+        for index, change in enumerate(doc.changes):
+            for key in (change.key, *change.also):
+                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
+    marks: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for dup in found:
+        for mine, other, title in (
+            (dup.keys[0], dup.keys[1], dup.titles[1]),
+            (dup.keys[1], dup.keys[0], dup.titles[0]),
+        ):
+            card, _ = where.get((dup.document, mine), (mine, 1))
+            other_card, page = where.get((dup.document, other), (other, 1))
+            query = urlencode({"show": "all", f"page_{dup.document}": page})
+            marks.setdefault((dup.document, card), []).append(
+                {
+                    "title": title or other,
+                    "url": f"{review_url(proposal)}?{query}"
+                    f"#entry-{dup.document}-{key_slug(other_card)}",
+                    "first": dup.keys[0],
+                    "second": dup.keys[1],
+                    "ack": dup.ack,
+                    "ack_label": curation.DUPLICATE_ACKS.get(dup.ack, ""),
+                    "ack_by": dup.ack_by,
+                }
+            )
+    return marks
+
+
+def _lint_banner(
+    proposal: Proposal,
+    findings: list,
+    reviews: list[curation.DocumentReview] | None = None,
+    poisoned: set[tuple[str, str]] | None = None,
+) -> dict[str, list]:
+    """The lint findings that will block a write-back of what approving now makes
+    (``lint``), and those only in text the decisions leave out (``lint_aside``: a
+    rejected entry, a quarantined one nobody decided), which will not."""
+    if not any(f.line for f in findings):
+        return {"lint": findings, "lint_aside": []}
+    if reviews is None:
+        reviews = curation.document_reviews(proposal)
+    approved = curation.approved_texts(proposal, reviews, poisoned)
+    texts = {
+        MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
+        MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
+    }
+    warn: list = []
+    aside: list = []
+    for finding in findings:
+        document = next(
+            (d for d, name in DOCUMENT_FILES.items() if finding.path.rsplit("/", 1)[-1] == name),
+            None,
+        )
+        lines = texts[document].splitlines() if document else []
+        line = lines[finding.line - 1].strip() if 0 < (finding.line or 0) <= len(lines) else ""
+        left_out = document is not None and line and line not in approved.get(document, "")
+        (aside if left_out else warn).append(finding)
+    return {"lint": warn, "lint_aside": aside}
+
+
 def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
     """Whether every rollout the entry (a task group: its tasks) cites is one this
     consolidation forgets."""
@@ -399,6 +471,7 @@ def _row(
     comments: list,
     place: dict,
     documents: tuple[str, ...] = (),
+    duplicates: list[dict[str, Any]] | None = None,
 ) -> dict:
     """The template's view of one card (``review_cards.card``): its diff, folds and
     forms; ``place``: the filter and page its forms go back to."""
@@ -411,8 +484,10 @@ def _row(
         head, tail, more = "", "", 0
     else:
         head, tail, more = _fold(change.current if change.status == "removed" else applied)
-    diff = (
-        diffs.side_by_side(change.current, change.proposed, context=2)
+    diff = (  # a task's number is the proposal's on both sides: renumbering is no change
+        diffs.side_by_side(
+            review.numbered_like(change.current, change.proposed), change.proposed, context=2
+        )
         if change.status == "changed"
         else None
     )
@@ -468,6 +543,7 @@ def _row(
         "lint": card.flags["lint"],
         "stale": card.flags["stale"],
         "check": _check_view(card.check),
+        "duplicates": duplicates or [],
         "pinnable": bool(change.current) and change.status != "added",
     }
 
@@ -483,6 +559,8 @@ def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
         "claim_count": check.claim_count,
         "unsupported": check.unsupported,
         "tool_only": check.tool_only,
+        "label_count": check.label_count,
+        "labels_missing": check.labels_missing,
     }
 
 
@@ -639,7 +717,16 @@ def _entry_urls(proposal: Proposal) -> dict[str, str]:
     args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
     return {
         action: reverse(f"memoryui:proposal_{action}", args=args)
-        for action in ("decide", "undo", "viewed", "pin", "comment", "entry", "evidence")
+        for action in (
+            "decide",
+            "undo",
+            "viewed",
+            "pin",
+            "comment",
+            "entry",
+            "evidence",
+            "duplicate",
+        )
     }
 
 
@@ -656,7 +743,8 @@ def card_response(
     if change is None:
         raise Http404("No such entry in this proposal.")
     marks = review_cards.Marks.load(proposal, request.user, key=key)
-    _note_lint_and_stale(marks, proposal, {document: [change]}, _lint(proposal))
+    findings = _lint(proposal)
+    _note_lint_and_stale(marks, proposal, {document: [change]}, findings)
     marks.note_checks(proposal, {document: [change]}, key=key)
     cites = _citation_status(proposal, [change]).get(key, [])
     place = form.place(document)
@@ -666,6 +754,8 @@ def card_response(
         list(proposal.comments.filter(key=key).select_related("author")),
         {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
         (proposal.memory_md, curation.text_of(proposal.base_memory_md)),
+        # A decision can make (or unmake) a duplicate with any other entry.
+        duplicate_marks(proposal, curation.document_reviews(proposal)).get((document, key), []),
     )
     context = {
         "proposal": proposal,
@@ -679,6 +769,9 @@ def card_response(
     }
     card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
     bar = render_to_string("memoryui/proposal_review.html#progress", context, request=request)
+    if (document, key) in marks.lint:  # the banner follows a decision on what it lists
+        context.update(_lint_banner(proposal, findings))
+        bar += render_to_string("memoryui/proposal_review.html#lint", context, request=request)
     return HttpResponse(card + bar)
 
 
