@@ -41,7 +41,7 @@ def main() -> int:
         if "SECRET_KEY" in str(exc) and os.environ.get("DEBUG", "") == "":
             print(
                 "  For development on this machine, `export DEBUG=1` first (bin/start does); "
-                "in production set SECRET_KEY and ALLOWED_HOSTS (README, Configuration).",
+                "in production set SECRET_KEY and ALLOWED_HOSTS (docs/configuration.md).",
                 file=sys.stderr,
             )
         return 1

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "README.md"  # the Configuration section's table
+TABLE = ROOT / "docs" / "configuration.md"
 SOURCES = ["manage.py", "memoryui", "generation", "memoryui_client"]
 READERS = {"env_str", "env_bool", "env_int", "env_float", "env_list", "database_from_url"}
 # Read by the code but no setting of the product's (each with why):
@@ -78,9 +78,7 @@ def variables_read() -> dict[str, str]:
 
 
 def variables_documented() -> set[str]:
-    text = TABLE.read_text()
-    section = text[text.index("## Configuration") :]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    rows = [line for line in TABLE.read_text().splitlines() if line.startswith("| `")]
     return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])}
 
 

@@ -1,7 +1,7 @@
-"""Commands the README gives, run as written: the compose commands (through a stand-in
+"""Commands the documentation gives, run as written: the compose commands (through a stand-in
 for `docker` that checks what compose itself checks first: every variable compose.yaml
 requires is set) and the export command, which writes the archive and the session state
-the README promises."""
+the documentation promises."""
 
 import os
 import re
@@ -14,11 +14,8 @@ import pytest
 from django.core.management import call_command
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"  # the Production section (compose) and the write-back section
-
-
-def readme() -> str:
-    return README.read_text()
+OPERATE = ROOT / "docs" / "operate.md"  # the compose commands
+SANDBOXES = ROOT / "docs" / "sandboxes.md"  # the export command
 
 
 # --- docker compose ---------------------------------------------------------------------------
@@ -40,9 +37,7 @@ with open({log!r}, "a") as log:
 
 
 def compose_block() -> str:
-    text = readme()
-    section = text[text.index("### Production") :]
-    return re.search(r"```sh\n(.*?docker compose.*?)```", section, re.S).group(1)
+    return re.search(r"```sh\n(.*?docker compose.*?)```", OPERATE.read_text(), re.S).group(1)
 
 
 def run_in_shell(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -58,7 +53,7 @@ def run_in_shell(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProce
     docker.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "MINIO_ROOT_PASSWORD")}
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    # "..." in the README stands for a value the reader chooses.
+    # "..." in the documentation stands for a value the reader chooses.
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script.replace("...", "a-long-random-string")],
         cwd=tmp_path,
@@ -94,7 +89,7 @@ def test_the_stand_in_fails_as_compose_does_without_a_required_variable(tmp_path
 
 @pytest.mark.django_db
 def test_the_readmes_export_command_writes_the_archive_and_the_session_state(layout, tmp_path):
-    command = re.search(r"`manage\.py (export_snapshot [^`]+)`", readme()).group(1)
+    command = re.search(r"`manage\.py (export_snapshot [^`]+)`", SANDBOXES.read_text()).group(1)
     argv = shlex.split(
         command.replace("WORKSPACE", "a")
         .replace("DIR", str(tmp_path / "snapshots"))
