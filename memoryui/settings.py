@@ -63,7 +63,7 @@ def database_from_url(name: str, default: str, conn_max_age: int) -> dict[str, A
     """The database ``name`` (an environment variable holding a URL) points at: SQLite or
     PostgreSQL, the two this project runs on and tests; anything else is one clear line
     naming the variable (the URL's scheme only: it may hold a password)."""
-    url = env_str(name, default)
+    url = env_str(name) or default  # set but empty: the default, as for the other settings
     scheme = url.partition("://")[0] if "://" in url else ""
     supported = "sqlite:///PATH or postgres://USER:PASSWORD@HOST:PORT/NAME"
     if scheme not in ("sqlite", "postgres", "postgresql", "pgsql", "postgis"):

@@ -236,3 +236,9 @@ def test_the_local_model_serves_on_its_own_port_on_loopback_whatever_port_and_ho
         assert listening(dashboard_port) == set()  # the dashboard's port is left free
     finally:
         server_cm.__exit__(None, None, None)
+
+
+def test_an_empty_database_url_means_the_default():
+    result = manage("check", DATABASE_URL="")
+
+    assert result.returncode == 0, result.stderr
