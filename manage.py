@@ -36,11 +36,12 @@ def main() -> int:
         # (unless asked for one, as Django's --traceback asks for a command's errors).
         if "--traceback" in sys.argv:
             raise
-        print(f"manage.py: configuration error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, whoever raised it
+        print(f"manage.py: configuration error: {message}", file=sys.stderr)
         if "SECRET_KEY" in str(exc) and os.environ.get("DEBUG", "") == "":
             print(
                 "  For development on this machine, `export DEBUG=1` first (bin/start does); "
-                "in production set SECRET_KEY and ALLOWED_HOSTS (README, Configuration).",
+                "in production set SECRET_KEY and ALLOWED_HOSTS (docs/configuration.md).",
                 file=sys.stderr,
             )
         return 1

@@ -261,6 +261,20 @@ def _command(
     ]
 
 
+# What the server's child process inherits: the system's basics only. llama.cpp's server reads
+# its settings from the environment too (pydantic-settings: PORT, HOST, MODEL, N_CTX, ... in
+# any case), so the dashboard's own PORT or HOST would override the command line: take the
+# dashboard's port, or listen on every interface.
+_KEPT_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+
+
+def server_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment the llama.cpp server runs with: ``environ`` (the process's own
+    by default) without anything the server would read as a setting."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k in _KEPT_ENVIRONMENT or k.startswith("LC_")}
+
+
 def _wait_ready(process: subprocess.Popen[bytes], url: str, deadline: float) -> str | None:
     """Poll GET /v1/models until it answers 200; None when the process exited first."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
@@ -316,6 +330,7 @@ def run_llama_server(
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
+                env=server_environment(),
             )
         base = f"http://127.0.0.1:{port}"
         server = LlamaServer(

@@ -49,6 +49,35 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+
+
+def database_from_url(name: str, default: str, conn_max_age: int) -> dict[str, Any]:
+    """The database ``name`` (an environment variable holding a URL) points at: SQLite or
+    PostgreSQL, the two this project runs on and tests; anything else is one clear line
+    naming the variable (the URL's scheme only: it may hold a password)."""
+    url = env_str(name) or default  # set but empty: the default, as for the other settings
+    scheme = url.partition("://")[0] if "://" in url else ""
+    supported = "sqlite:///PATH or postgres://USER:PASSWORD@HOST:PORT/NAME"
+    if scheme not in ("sqlite", "postgres", "postgresql", "pgsql", "postgis"):
+        shown = f"a {scheme}:// URL" if scheme else "no URL"
+        raise ImproperlyConfigured(
+            f"{name} must be {supported} (SQLite or PostgreSQL), got {shown}"
+        )
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=conn_max_age))
+    except (ValueError, KeyError) as exc:
+        raise ImproperlyConfigured(f"{name} is not a valid {scheme}:// URL ({exc})") from None
+    return config
+
+
 def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     value = os.environ.get(name)
     if value is None:
@@ -89,6 +118,8 @@ INSTALLED_APPS = [
 NINJA_DIR = Path(find_spec("ninja").origin).parent  # type: ignore[union-attr, arg-type]
 
 MIDDLEWARE = [
+    # HEAD is answered wherever GET is (views run as for GET, the body is dropped).
+    "memoryui.middleware.HeadAsGetMiddleware",
     # /healthz first: load balancers probe it by IP over plain HTTP, without a login.
     "memoryui.health.HealthCheckMiddleware",
     # /metrics likewise: Prometheus scrapes by address; allowed callers only.
@@ -127,8 +158,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'memoryui.sqlite3'}"),
+    "default": database_from_url(
+        "DATABASE_URL",
+        f"sqlite:///{VAR_DIR / 'memoryui.sqlite3'}",
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
     )
 }
@@ -369,7 +401,7 @@ MEMORYUI_PHASE_ONE_MODEL = env_str(
 MEMORYUI_PHASE_TWO_MODEL = env_str(
     "MEMORYUI_PHASE_TWO_MODEL", "gemma-3-270m" if _local else "gpt-5"
 )
-MEMORYUI_MODEL_TIMEOUT = float(env_int("MEMORYUI_MODEL_TIMEOUT", 300))
+MEMORYUI_MODEL_TIMEOUT = env_float("MEMORYUI_MODEL_TIMEOUT", 300)
 # A worker holds the job (or phase two) it works on under a lease that it renews every
 # MEMORYUI_LEASE_RENEW_SECONDS, however long the model takes; once the worker is dead the
 # lease runs out and the work is taken over (sent again by beat, or redelivered by the
@@ -384,7 +416,7 @@ if not 0 < 2 * MEMORYUI_LEASE_RENEW_SECONDS <= MEMORYUI_JOB_LEASE_SECONDS:
         "MEMORYUI_LEASE_RENEW_SECONDS must be positive and at most half of "
         "MEMORYUI_JOB_LEASE_SECONDS."
     )
-MEMORYUI_RETRY_BASE_SECONDS = float(env_int("MEMORYUI_RETRY_BASE_SECONDS", 2))
+MEMORYUI_RETRY_BASE_SECONDS = env_float("MEMORYUI_RETRY_BASE_SECONDS", 2)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Unacknowledged tasks of a worker that died go back to the queue after this long.
     # Kombu looks for them every interval x throttle seconds.
@@ -460,7 +492,7 @@ MEMORYUI_DOWNLOAD_CACHE_BYTES = env_int("MEMORYUI_DOWNLOAD_CACHE_BYTES", 2 * 102
 # boto3 reads the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) from the environment.
 MEMORYUI_STORAGE = env_str("MEMORYUI_STORAGE", "local")
 if MEMORYUI_STORAGE not in ("local", "s3"):
-    raise ImproperlyConfigured("MEMORYUI_STORAGE is local or s3")
+    raise ImproperlyConfigured(f"MEMORYUI_STORAGE must be local or s3, got {MEMORYUI_STORAGE!r}")
 _transfer: Any = None
 if MEMORYUI_STORAGE == "s3":
     from boto3.s3.transfer import TransferConfig
@@ -500,11 +532,11 @@ for _alias, _directory in (
         }
     )
 # Webhooks: a failing receiver is tried again after base, 2 base, 4 base ... seconds.
-MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", "30"))
+MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS = env_float("MEMORYUI_WEBHOOK_RETRY_BASE_SECONDS", 30)
 MEMORYUI_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYUI_WEBHOOK_MAX_ATTEMPTS", 6)
 # One delivery (connect, send, the answer) ends by this deadline, however slowly the
 # receiver drips; at most this much of its answer is read.
-MEMORYUI_WEBHOOK_DEADLINE_SECONDS = float(env_str("MEMORYUI_WEBHOOK_DEADLINE_SECONDS", "10"))
+MEMORYUI_WEBHOOK_DEADLINE_SECONDS = env_float("MEMORYUI_WEBHOOK_DEADLINE_SECONDS", 10)
 MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES = env_int("MEMORYUI_WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024)
 # Outbound calls (webhooks) go to public addresses only; these host names and address
 # ranges (comma-separated, e.g. "hooks.corp.example,10.20.0.0/16") are allowed anyway.
@@ -535,7 +567,7 @@ if SENTRY_DSN:
         dsn=SENTRY_DSN,
         integrations=[DjangoIntegration(), CeleryIntegration()],
         environment=env_str("SENTRY_ENVIRONMENT", "development" if DEBUG else "production"),
-        traces_sample_rate=float(env_str("SENTRY_TRACES_SAMPLE_RATE", "0")),
+        traces_sample_rate=env_float("SENTRY_TRACES_SAMPLE_RATE", 0),
         send_default_pii=False,
     )
 
@@ -552,6 +584,12 @@ LOGGING = {
     # (The openai client's transport logs as "httpx2" in recent versions.) Axes: lockouts
     # (warnings), not every login.
     "loggers": {
-        name: {"level": "WARNING"} for name in ("httpx", "httpx2", "httpcore", "openai", "axes")
+        **{
+            name: {"level": "WARNING"} for name in ("httpx", "httpx2", "httpcore", "openai", "axes")
+        },
+        # Django's default logging gives "django" a console handler of its own (with DEBUG)
+        # and lets it propagate to the root's too: every line of it printed twice
+        # (runserver's "Watching for file changes", its warnings). The root's handler only.
+        "django": {"handlers": [], "level": "INFO"},
     },
 }

@@ -490,6 +490,16 @@ def files_pending_write_back(layout: Layout) -> set[str]:
     return pending
 
 
+def pending_file_text(proposal: Proposal, rel: str) -> str | None:
+    """The text of a phase-one file (``rollout_summaries/<file>.md``, relative to the
+    memories dir) that ``proposal``'s run wrote and its write-back brings, or None."""
+    for files in _phase_one_results(proposal):
+        text = (files or {}).get(rel)
+        if isinstance(text, str):
+            return text
+    return None
+
+
 def _phase_one_results(proposal: Proposal) -> Any:
     return PhaseOneResult.objects.filter(
         pk__in=PhaseOneJob.objects.filter(

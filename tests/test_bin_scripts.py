@@ -76,17 +76,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def group_ends(pgid: int, within: float) -> bool:
-    """Whether every process of the group has ended (waiting up to ``within`` seconds)."""
+def session_processes(sid: int) -> list[str]:
+    """The live processes of session ``sid`` (bin/start's children each have a process
+    group of their own, all in its session), as command lines."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # state ppid pgrp session
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append((stat.parent / "cmdline").read_text().replace("\0", " "))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def group_ends(sid: int, within: float) -> bool:
+    """Whether every process of the session has ended (waiting up to ``within`` seconds)."""
     deadline = time.monotonic() + within
     while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        if not session_processes(sid):
             return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.5)
+
+
+def kill_session(sid: int) -> None:
+    for line in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = line.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == sid:
+                os.kill(int(line.parent.name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue
 
 
 def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
@@ -113,14 +135,112 @@ def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
         assert group_ends(start.pid, within=120), "a server or the worker outlived Ctrl-C"
     finally:
         if not group_ends(start.pid, within=0):
-            os.killpg(start.pid, signal.SIGKILL)
+            kill_session(start.pid)
 
     lines = [line for line in printed.splitlines() if line.strip()]
     assert lines[-1].strip().startswith("Stop with Ctrl-C"), printed
     assert lines[-2].strip().startswith("Log in as  demo  with password"), printed
     assert f"memoryui is at http://127.0.0.1:{port}/" in lines[-3], printed
     assert '"GET /accounts/login/ HTTP/1.1" 200' in printed  # it answered before
+    assert printed.count("Watching for file changes") == 1, printed  # each line once
     assert (project / "var" / "base-url").read_text().strip() == f"http://127.0.0.1:{port}"
     # The login waited for the worker too: its start-up lines (a warning when run as
     # root, say) come before it.
     assert (project / "var" / "worker-ready").read_text().strip().isdigit()
+
+
+def start_and_signal(project: Path, tmp_path: Path, sig: int, *args: str) -> str:
+    """bin/start until it prints its login, then ``sig`` to the script's process alone
+    (as a supervisor or `kill PID` sends it): what it printed, once nothing is left."""
+    port = free_port()
+    log = tmp_path / f"start-{port}.log"
+    with log.open("w") as out:
+        start = subprocess.Popen(
+            ["bin/start", *args],
+            cwd=project,
+            env=clean_env(PORT=str(port), PYTHON=str(launcher(tmp_path))),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "Stop with Ctrl-C" not in log.read_text() and time.monotonic() < deadline:
+            assert start.poll() is None, log.read_text()
+            time.sleep(0.5)
+        os.kill(start.pid, sig)
+        start.wait(timeout=120)
+        assert group_ends(start.pid, within=60), (
+            f"left behind after {signal.Signals(sig).name}: {session_processes(start.pid)}"
+        )
+    finally:
+        if not group_ends(start.pid, within=0):
+            kill_session(start.pid)
+    return log.read_text()
+
+
+def password_in(printed: str) -> str:
+    return printed.split("with password", 1)[1].split()[0]
+
+
+def test_start_stops_its_children_on_sigterm_or_sigint_to_itself_and_keeps_the_password(
+    tmp_path,
+):
+    project = project_copy(tmp_path, with_app=True)
+
+    first = start_and_signal(project, tmp_path, signal.SIGTERM)
+    second = start_and_signal(project, tmp_path, signal.SIGINT)
+    third = start_and_signal(project, tmp_path, signal.SIGTERM, "--reset-password")
+
+    # The login survives a restart; --reset-password chooses another.
+    assert password_in(second) == password_in(first) != password_in(third)
+    # What it says is what it does: the dependencies installed on the first start only.
+    assert "checking the dependencies" in first and "checking the dependencies" in second
+    assert "bin/setup: installing the locked dependencies" in first
+    assert "installing" not in second
+
+
+FAKE_UV = """#!/bin/sh
+# uv as bin/setup meets it: nothing installed yet (--check fails), then a sync that says
+# what it does, as uv does on a pipe.
+case "$*" in *--check*) exit 1 ;; esac
+{lines}
+"""
+
+
+def setup_saying(tmp_path: Path, uv_says: str) -> str:
+    """bin/setup local-model's own lines, when uv's sync prints ``uv_says``."""
+    project = project_copy(tmp_path)
+    (project / ".tools").unlink()
+    uv = project / ".tools" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text(FAKE_UV.format(lines=uv_says))
+    uv.chmod(0o755)
+    result = subprocess.run(
+        ["bin/setup", "local-model"],
+        cwd=project,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def test_setup_says_llama_cpp_takes_minutes_only_when_uv_builds_it(tmp_path):
+    cached = setup_saying(
+        tmp_path / "cached",
+        "echo 'Prepared 3 packages in 210ms' >&2; echo 'Installed 3 packages in 12ms' >&2",
+    )
+    built = setup_saying(
+        tmp_path / "built",
+        "echo '   Building llama-cpp-python==0.3.36' >&2; "
+        "echo '      Built llama-cpp-python==0.3.36' >&2",
+    )
+
+    assert "installing llama-cpp-python for the local model" in cached
+    assert "minutes" not in cached and "building" not in cached  # a cache hit: seconds
+    assert "Installed 3 packages" in cached  # uv's own lines pass through
+    assert "building it from source, about 5 minutes" in built
+    assert built.index("Building llama-cpp-python") < built.index("building it from source")

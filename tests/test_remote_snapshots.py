@@ -671,7 +671,7 @@ def test_an_agents_rewrite_of_the_summary_reaches_a_restore_only_after_approval(
     assert agents.strip() in after_approval
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "sandboxes.md"  # the snippets
 
 
 def readme_snippets() -> tuple[str, str]:

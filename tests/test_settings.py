@@ -57,7 +57,7 @@ def test_a_command_run_without_debug_or_a_secret_key_says_what_to_set_without_a_
     assert result.stderr.splitlines() == [
         "manage.py: configuration error: SECRET_KEY must be set when DEBUG is off.",
         "  For development on this machine, `export DEBUG=1` first (bin/start does); "
-        "in production set SECRET_KEY and ALLOWED_HOSTS (README, Configuration).",
+        "in production set SECRET_KEY and ALLOWED_HOSTS (docs/configuration.md).",
     ]
 
 

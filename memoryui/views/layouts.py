@@ -19,6 +19,7 @@ from ..models import (
     Layout,
     MemoryVersion,
     Pin,
+    Proposal,
     RawMemory,
     Role,
     Rollout,
@@ -27,6 +28,7 @@ from ..models import (
 )
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request
+from .rollouts import memory_doc_of_text
 
 
 def _current_versions(layout: Layout) -> dict[str, dict[str, Any]]:
@@ -239,23 +241,50 @@ def memory_summary(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpR
 @workspace_view(Role.VIEWER)
 @require_GET
 def citation(request: HtmxHttpRequest, name: str, layout_pk: int, filename: str) -> HttpResponse:
-    """Follow a ``rollout_summaries/<file>.md`` citation to the rollout it summarises."""
+    """Follow a ``rollout_summaries/<file>.md`` citation to the rollout it summarises; a
+    summary a generation run wrote that is not on disk yet (its proposal is being reviewed,
+    or approved and waiting for its write-back) is shown from the proposal, marked pending.
+    ``?proposal=<pk>``: the proposal the link came from (else the one awaiting write-back)."""
     layout = request.layout
     path = f"{layout.memories_dir}/rollout_summaries/{filename}"
     summary = (
         RolloutSummary.objects.filter(layout=layout, file__path=path).select_related("file").first()
     )
-    if summary is None:
+    if summary is not None:
+        return redirect(
+            reverse(
+                "memoryui:rollout_detail",
+                kwargs={"name": name, "layout_pk": layout.pk, "rollout_id": summary.rollout_id},
+            )
+            + "#rollout-summary"
+        )
+    rel = f"rollout_summaries/{filename}"
+    proposal = _citing_proposal(layout, request.GET.get("proposal", ""))
+    text = writeback.pending_file_text(proposal, rel) if proposal is not None else None
+    if proposal is not None and text is not None:
         return render(
             request,
-            "memoryui/citation_missing.html",
-            {"layout": layout, "workspace": layout.workspace, "filename": filename},
-            status=404,
+            "memoryui/citation_pending.html",
+            {
+                "layout": layout,
+                "workspace": layout.workspace,
+                "proposal": proposal,
+                "doc": memory_doc_of_text(f"{layout.memories_dir}/{rel}", text),
+            },
         )
-    return redirect(
-        reverse(
-            "memoryui:rollout_detail",
-            kwargs={"name": name, "layout_pk": layout.pk, "rollout_id": summary.rollout_id},
-        )
-        + "#rollout-summary"
+    return render(
+        request,
+        "memoryui/citation_missing.html",
+        {"layout": layout, "workspace": layout.workspace, "filename": filename},
+        status=404,
     )
+
+
+def _citing_proposal(layout: Layout, given: str) -> Proposal | None:
+    """The layout's proposal ``given`` names (a pk), else the approved one that waits for
+    its write-back; a value that names none of the layout's proposals names nothing."""
+    if given:
+        if not given.isdigit():
+            return None
+        return Proposal.objects.filter(layout=layout, pk=int(given)).select_related("run").first()
+    return writeback.proposal_to_write(layout)

@@ -617,9 +617,17 @@ def _citation_status(
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
     if new_files is None:
         new_files = _run_files(proposal)
+    # A summary this run wrote is not on disk before the write-back: its link opens the
+    # text from this proposal (marked pending), not the layout's missing citation.
+    from_run = f"?proposal={proposal.pk}"
     return {
         key: [
-            (links[p].exists or p in new_files, links[p].url, p, _short(p))
+            (
+                links[p].exists or p in new_files,
+                links[p].url if links[p].exists or p not in new_files else links[p].url + from_run,
+                p,
+                _short(p),
+            )
             for p in paths
             if p in links
         ]

@@ -88,6 +88,15 @@ def _memory_doc(file: WorkspaceFile, note: str = "") -> MemoryDoc:
     if file.blob is None:
         return doc
     text, _ = tree.decode_text(bytes(file.blob.data))
+    return _read_into(doc, text)
+
+
+def memory_doc_of_text(path: str, text: str, note: str = "") -> MemoryDoc:
+    """A raw memory or rollout summary not on disk (written by a run, pending write-back)."""
+    return _read_into(MemoryDoc(path, [], "", "", None, note), text)
+
+
+def _read_into(doc: MemoryDoc, text: str) -> MemoryDoc:
     head, body = tree.split_header_block(text)
     for line in head.splitlines():
         key, sep, value = line.partition(":")
