@@ -635,6 +635,10 @@ def test_an_approved_forgetting_proposal_removes_the_entries_and_keeps_the_rest(
     curation.approve(proposal, user=make_user("ada"))
 
     current = curation.text_of(curation.latest(layout, "memory_md"))
-    assert [e.title for e in review.entries(current)] == [DEPLOYS, ROLLBACK]
+    # The task left is numbered again from 1, as every approval numbers a group's tasks.
+    assert [e.title for e in review.entries(current)] == [
+        DEPLOYS,
+        "Task 1: Roll back search, failed",
+    ]
     summary = curation.text_of(curation.latest(layout, "memory_summary"))
     assert summary == SUMMARY

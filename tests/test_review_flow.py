@@ -352,8 +352,9 @@ def test_query_counts_do_not_grow_with_the_proposal(layout, reviewer):
     # The decision round trip (savepoints included; one read of the entry's checks; one
     # of the decision another reviewer may have made meanwhile; the proposal's decisions
     # and the documents' current versions, since a decision can make or unmake a
-    # duplicate with any other entry).
-    assert small[0] <= 35
+    # duplicate with any other entry; the oldest MEMORY.md version with reads, for the
+    # card's "read N times").
+    assert small[0] <= 36
 
 
 def test_a_comment_on_an_entry_updates_its_card_in_place(proposal, reviewer):
