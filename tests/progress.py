@@ -62,6 +62,11 @@ class _Progress:
             self.state["failed"] += 1
 
     @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.state.update(running=None, since=None, finished=True)
+        self.write()
+
+    @pytest.hookimpl
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         now = time.time()
         self.state.update(running=None, since=None, last_done=now)
@@ -106,22 +111,26 @@ def watch(
     started = time.time()
     next_count = started + every
     told: dict[str, float] = {}  # run -> when its quiet was last told
+    ended: set[str] = set()  # finished runs, told once
     while not (stop and stop()):
         time.sleep(poll)
         now = time.time()
         states = {name: _read(path) for name, path in runs.items()}
         if now >= next_count:
             next_count += every
-            for name in counted:
+            for name in counted - ended:
                 state = states.get(name)
                 if state:
                     failed = f", {state['failed']} failed" if state["failed"] else ""
+                    done = ", finished" if state.get("finished") else ""
                     print(
                         f"bin/test: {name} run: {state['done']} of {state['total']} tests"
-                        f"{failed} ({_minutes(now - started)})",
+                        f"{failed}{done} ({_minutes(now - started)})",
                         file=out,
                         flush=True,
                     )
+                    if state.get("finished"):
+                        ended.add(name)
         for name, state in states.items():
             if not state or not state.get("running") or state.get("since") is None:
                 continue

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tests import progress
@@ -74,11 +75,13 @@ def test_the_watcher_counts_the_hidden_run_and_names_the_test_a_quiet_run_waits_
     watcher.start()
     try:
         run.wait(timeout=120)
+        time.sleep(5)  # the run has ended: one more line says so, then none
     finally:
         done.set()
         watcher.join(timeout=10)
 
     lines = out.getvalue().splitlines()
+    assert sum("3 of 3 tests, 1 failed, finished" in line for line in lines) == 1, lines
     counts = [line for line in lines if line.startswith("bin/test: PostgreSQL run: ")]
     quiet = [line for line in lines if "quiet for" in line]
     assert counts and all(" of 3 tests" in line for line in counts), lines
