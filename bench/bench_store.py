@@ -275,11 +275,22 @@ class Results:
     jobs: dict[int, int] = field(default_factory=dict)  # import job -> files changed
     errors: list[str] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    # With --faults: requests whose connection a killed web worker cut (no answer came;
+    # the sandbox tries again), counted apart from errors.
+    cut: list[str] = field(default_factory=list)
+    faults: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, message: str) -> None:
         with self.lock:
             (self.mismatches if kind == "mismatch" else self.errors).append(message)
+
+    def failed(self, what: str, exc: Exception) -> None:
+        if self.faults and getattr(exc, "status", "") is None:  # no answer at all
+            with self.lock:
+                self.cut.append(f"{what}: {exc}")
+        else:
+            self.add("error", f"{what}: {exc}")
 
 
 def check_restore(
@@ -324,7 +335,7 @@ def sandbox_loop(
         try:
             body = asyncio.run(client.download(sandbox))
         except Exception as exc:  # noqa: BLE001 (every failure is counted and shown)
-            results.add("error", f"{sandbox} restore: {exc}")
+            results.failed(f"{sandbox} restore", exc)
             time.sleep(1)
             continue
         with results.lock:
@@ -349,21 +360,21 @@ def sandbox_loop(
             changed[path] = files.get(path, b"") + f"\n<!-- {rid} -->\n".encode()
         files.update(changed)
         shared.allow(changed, folders)
-        with shared.lock:
-            for path, data in changed.items():
-                if "/raw_memories/" in path:
-                    shared.raw_memories[path] = data
         new_own = {p: d for p, d in files.items() if not inside(p, folders)}
         started = time.perf_counter()
         try:
             answer = asyncio.run(client.upload(sandbox, write_tar(files)))
         except Exception as exc:  # noqa: BLE001
-            results.add("error", f"{sandbox} persist: {exc}")
+            results.failed(f"{sandbox} persist", exc)
             owns = [*owns, new_own]  # stored or not: the answer was lost
             continue
         with results.lock:
             results.persists.append(time.perf_counter() - started)
             results.jobs[int(answer["import_job"])] = len(changed)
+        with shared.lock:  # answered 202: its raw memory must reach every sandbox
+            for path, data in changed.items():
+                if "/raw_memories/" in path:
+                    shared.raw_memories[path] = data
         owns = [new_own]
     return owns
 
@@ -520,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_restore = statistics.median(idle)
         log(f"a single restore on the idle deployment: {idle_restore * 1000:.0f} ms")
 
-        results = Results()
+        results = Results(faults=args.faults)
         deadline = time.monotonic() + args.seconds
         last: dict[int, list[dict[str, bytes]]] = {}
 
@@ -596,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             "error_count": len(results.errors),
             "mismatches": results.mismatches[:20],
             "mismatch_count": len(results.mismatches),
+            "cut_by_a_killed_web_worker": results.cut,
             "loadavg": os.getloadavg(),
         }
         ok = not results.errors and not results.mismatches and not unmerged

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import archive_map, export, tree
 from generation.export import ExportError
@@ -126,7 +125,22 @@ def receive(
         )
     finally:
         part.unlink(missing_ok=True)
-    return _queue_import(name, snapshot_id, target, size, digest, user, index)
+    for attempt in range(3):
+        try:
+            return _queue_import(name, snapshot_id, target, size, digest, user, index)
+        except OperationalError as exc:
+            if not transient(exc) or attempt == 2:
+                raise
+            log.warning("upload.retry snapshot_id=%s after %s", snapshot_id, exc)
+    raise AssertionError("unreachable")
+
+
+def transient(exc: Exception) -> bool:
+    """PostgreSQL rolled the transaction back to break a deadlock or a serialization
+    conflict (a merge and an upload of one sandbox at once): running it again is safe,
+    and usually succeeds."""
+    cause = getattr(exc, "__cause__", None)
+    return getattr(cause, "sqlstate", None) in ("40P01", "40001")
 
 
 def _queue_import(
@@ -196,7 +210,7 @@ def _send_import(task: Any, job_id: int) -> None:
     queued, and beat's recovery sends it again once its lease has run out."""
     try:
         task.delay(job_id)
-    except (KombuOperationalError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 (kombu's, redis-py's or a socket's: the job is stored)
         log.warning("upload.queue_failed job=%s error=%r: beat sends it again", job_id, exc)
 
 
@@ -227,13 +241,18 @@ def import_upload(
             merge=job.original_name,
             fill_only=later_merged,
         )
+        # Replaced by a later upload: no restore reads it. Read without a lock (a lock
+        # here took part in deadlocks with the same sandbox's uploads and restores): an upload that
+        # lands between this read and the commit sees this job running and keeps the
+        # archive, which then stays until the workspace's uploads are removed.
         current = (
-            UploadedSnapshot.objects.select_for_update()
-            .filter(workspace=result.workspace, snapshot_id=job.original_name)
+            UploadedSnapshot.objects.filter(
+                workspace=result.workspace, snapshot_id=job.original_name
+            )
             .values_list("path", flat=True)
             .first()
         )
-        if current != job.source_path:  # replaced by a later upload: no restore reads it
+        if current != job.source_path:
             transaction.on_commit(lambda: object_storage.delete(job.source_path))
     UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
     if SnapshotStorePolicy.objects.filter(

@@ -40,7 +40,11 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
 def import_new_workspace(job_id: int) -> None:
     """Create a workspace from an uploaded snapshot or a registered directory, or merge
     a sandbox's upload to the remote snapshot store into its workspace."""
-    job = workspaces.run_import_job(job_id)
+    try:
+        job = workspaces.run_import_job(job_id)
+    except workspaces.ImportAgain:
+        import_new_workspace.apply_async((job_id,), countdown=1)
+        return
     if job is not None and job.run is not None:
         _lint_what_came(job.run)
 

@@ -163,6 +163,11 @@ class _TakenOver(Exception):
     """This worker's claim on a job passed to another (it hung past its lease)."""
 
 
+class ImportAgain(Exception):
+    """The job's transaction lost a deadlock (or a serialization check) with another and
+    was rolled back whole: the job is queued again, to be sent again at once."""
+
+
 def run_import_job(job_id: int) -> ImportJob | None:
     """Create the job's workspace and import it, all or nothing: a source that cannot
     be read, an archive that expands past ``MEMORYUI_MAX_IMPORT_BYTES`` or holds nothing
@@ -224,6 +229,14 @@ def run_import_job(job_id: int) -> ImportJob | None:
         return None
     except (ImportRefused, PathRefused, TreeError) as exc:
         return _fail(job, str(exc), mine)
+    except db.OperationalError as exc:
+        if not snapshot_store.transient(exc):
+            _fail(job, "The import failed unexpectedly; the worker's log has the details.", mine)
+            raise
+        # Given back, not counted as a death of its worker.
+        mine.update(status=ImportJob.Status.QUEUED, lease_until=None, attempts=F("attempts") - 1)
+        logger.warning("import job %s lost a deadlock and is queued again: %s", job_id, exc)
+        raise ImportAgain(job_id) from exc
     except Exception:
         _fail(job, "The import failed unexpectedly; the worker's log has the details.", mine)
         raise

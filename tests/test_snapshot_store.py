@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import lint, tree
-from memoryui import curation, lint_allowances, served_memory, tasks, tokens
+from memoryui import curation, lint_allowances, served_memory, snapshot_store, tasks, tokens
 from memoryui.models import (
     AuditEvent,
     ImportJob,
@@ -842,3 +842,37 @@ def test_an_upload_whose_task_the_broker_cannot_take_is_still_answered_202_and_l
     assert job.status == ImportJob.Status.QUEUED
     assert "upload.queue_failed" in caplog.text and "beat sends it again" in caplog.text
     assert run_import_job(job.pk).status == ImportJob.Status.DONE  # what beat's resend runs
+
+
+class _Deadlock(Exception):
+    sqlstate = "40P01"  # what psycopg's DeadlockDetected carries
+
+
+@pytest.mark.django_db
+def test_a_merge_that_loses_a_deadlock_is_queued_again_and_sent_at_once(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch
+):
+    """PostgreSQL breaks a deadlock by rolling one transaction back whole: the merge's
+    job goes back to the queue (not counted as a dead worker) and is sent again."""
+    _, secret = ops
+    job_id = put(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    real = snapshot_store.import_upload
+
+    def loses_once(*args, **kwargs):
+        monkeypatch.setattr(snapshot_store, "import_upload", real)
+        raise OperationalError("deadlock detected") from _Deadlock()
+
+    monkeypatch.setattr(snapshot_store, "import_upload", loses_once)
+    sent = []
+    monkeypatch.setattr(
+        tasks.import_new_workspace, "apply_async", lambda args, countdown: sent.append(args)
+    )
+
+    tasks.import_new_workspace(job_id)
+
+    job = ImportJob.objects.get(pk=job_id)
+    assert (job.status, job.attempts, sent) == (ImportJob.Status.QUEUED, 0, [(job_id,)])
+    tasks.import_new_workspace(job_id)  # what the message sent again runs
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (ImportJob.Status.DONE, 1)
+    assert present(f"{M}/raw_memories/rx.md") == raw_memory("rx")
