@@ -366,6 +366,7 @@ def machine_env(base: dict[str, str], home: Path) -> dict[str, str]:
         "MEMORYUI_WORKSPACE_ROOTS": str(home / "workspaces"),
         "STATIC_ROOT": str(home / "static"),
         "PYTHONPATH": str(ROOT),
+        "MALLOC_ARENA_MAX": "2",  # as the image sets it (Dockerfile)
     }
 
 
