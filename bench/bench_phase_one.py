@@ -78,7 +78,11 @@ from tests.scripted_model import FakeOpenAI  # noqa: E402
 
 TARGET_RATIO = 6.0
 WORKSPACE_NAME = "bench-phase-one"
-MEDIUM_300 = Path("/work/shared/fixtures/medium-300/workspace")
+# The SDK-written fixtures: ../shared/fixtures beside the repository, or MEMORYUI_FIXTURES.
+FIXTURES = Path(
+    os.environ.get("MEMORYUI_FIXTURES") or BENCH_DIR.parent.parent / "shared" / "fixtures"
+)
+MEDIUM_300 = FIXTURES / "medium-300" / "workspace"
 MEMORIES_DIR = "memories"
 SESSIONS_DIR = "sessions"
 SDK_PHASE_ONE_MODEL = "gpt-5.4-mini"  # the SDK's default; the test server ignores it

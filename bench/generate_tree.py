@@ -1,9 +1,9 @@
 """Generate a synthetic Agents SDK sandbox workspace with a large memory tree.
 
-The tree follows ``/work/shared/docs/memory-format.md`` (openai-agents 0.24.0) byte for
-byte where the format is fixed, and imitates the ``medium-300`` fixture where it is free
-(the bodies the phase-one and phase-two models write). Two layouts share the workspace:
-``memories`` + ``sessions`` and the nested ``memories/engineering`` +
+The tree follows ``../shared/docs/memory-format.md`` (beside the repository; openai-agents
+0.24.0) byte for byte where the format is fixed, and imitates the ``medium-300`` fixture
+where it is free (the bodies the phase-one and phase-two models write). Two layouts share
+the workspace: ``memories`` + ``sessions`` and the nested ``memories/engineering`` +
 ``sessions/engineering``.
 
 Per layout it writes what the SDK writes:

@@ -2,7 +2,7 @@
 what must not reach every future prompt. No Django here.
 
 - secrets: API keys, tokens, private keys, found by ``detect-secrets``;
-- instruction-like text copied from tool output, a poisoning risk (``_INJECTION_RULES``);
+- instruction-like text copied from tool output, a poisoning risk (``INJECTION_RULES``);
 - paths that point into another layout of the workspace;
 - a ``memory_summary.md`` over the SDK's 15,000-token injection cap.
 
@@ -52,7 +52,7 @@ class Finding:
 # Instruction-like text copied from tool output: phrases aimed at a model rather than a
 # person. Heuristics, deliberately narrow (every fixture memory passes clean); each is a
 # reason for a person to look, not proof of an attack.
-_INJECTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+INJECTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (message, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
     for message, pattern in (
         (
@@ -173,7 +173,7 @@ def find_secrets(path: str, text: str) -> list[Finding]:
 
 def find_injections(path: str, text: str) -> list[Finding]:
     found = []
-    for message, pattern in _INJECTION_RULES:
+    for message, pattern in INJECTION_RULES:
         for match in pattern.finditer(text):
             number = text.count("\n", 0, match.start()) + 1
             start = text.rfind("\n", 0, match.start()) + 1
@@ -315,7 +315,7 @@ def lint_file(path: str, data: bytes, layouts: Sequence[LayoutDirs]) -> list[Fin
     to the workspace):
 
     - secrets: API keys, tokens, private keys (``detect-secrets``);
-    - instruction-like text copied from tool output (``_INJECTION_RULES``);
+    - instruction-like text copied from tool output (``INJECTION_RULES``);
     - paths pointing into another layout of the workspace;
     - a ``memory_summary.md`` over the SDK's 15,000-token injection cap.
 

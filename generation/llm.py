@@ -195,7 +195,7 @@ def _responses(
     if config.reasoning_effort:
         kwargs["reasoning"] = {"effort": config.reasoning_effort}
     response = client.responses.create(**kwargs)
-    usage = _usage(getattr(response, "usage", None), "input_tokens", "output_tokens")
+    usage = usage_of(getattr(response, "usage", None), "input_tokens", "output_tokens")
     texts: list[str] = []
     for item in getattr(response, "output", None) or []:
         if getattr(item, "type", None) != "message":
@@ -244,7 +244,7 @@ def _chat(
         # its context is full.
         kwargs["max_tokens"] = CHAT_MAX_TOKENS
     response = client.chat.completions.create(**kwargs)
-    usage = _usage(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
+    usage = usage_of(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
     choices = getattr(response, "choices", None) or []
     message = getattr(choices[0], "message", None) if choices else None
     refusal = getattr(message, "refusal", None)
@@ -258,7 +258,10 @@ def _chat(
     return text, usage
 
 
-def _usage(raw: Any, input_key: str, output_key: str) -> Usage:
+def usage_of(raw: Any, input_key: str, output_key: str) -> Usage:
+    """The tokens a response's ``usage`` reports under the API's keys (the Responses API's
+    ``input_tokens``/``output_tokens``, Chat Completions' ``prompt_tokens``/...); 0 where
+    a server leaves them out."""
     def count(key: str) -> int:
         value = getattr(raw, key, None) if raw is not None else None
         return value if isinstance(value, int) and value >= 0 else 0

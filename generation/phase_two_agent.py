@@ -588,7 +588,7 @@ class _Conversation:
         if self.max_answer_tokens:
             kwargs["max_output_tokens"] = self.max_answer_tokens
         response = client.responses.create(**kwargs)
-        usage = llm._usage(getattr(response, "usage", None), "input_tokens", "output_tokens")
+        usage = llm.usage_of(getattr(response, "usage", None), "input_tokens", "output_tokens")
         calls, texts, replay = [], [], []
         for item in getattr(response, "output", None) or []:
             kind = getattr(item, "type", None)
@@ -623,7 +623,7 @@ class _Conversation:
         if self.max_answer_tokens:
             kwargs["max_tokens"] = self.max_answer_tokens
         response = client.chat.completions.create(**kwargs)
-        usage = llm._usage(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
+        usage = llm.usage_of(getattr(response, "usage", None), "prompt_tokens", "completion_tokens")
         choices = getattr(response, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
         text = getattr(message, "content", None) or ""

@@ -8,7 +8,7 @@ output), from the rollouts the entry cites.
 
 Maintained libraries were measured on the corpus (``bench/bench_poisoning.py``, see
 bench/README.md) before writing these; what they catch is a subset of
-``lint._INJECTION_RULES``, which this module reuses.
+``lint.INJECTION_RULES``, which this module reuses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from . import evidence, poison_rules
-from .lint import _INJECTION_RULES
+from .lint import INJECTION_RULES
 
 
 class Kind(StrEnum):
@@ -139,7 +139,7 @@ _OVERRIDE_EXTRA = tuple(
 # conventions"); setting it aside is (``poison_rules.OVERRIDES``).
 _LINT_OVERRIDE = tuple(
     (m, p)
-    for m, p in _INJECTION_RULES
+    for m, p in INJECTION_RULES
     if "shell" not in m and "invisible" not in m and "system or developer" not in m
 )
 

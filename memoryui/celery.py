@@ -4,11 +4,9 @@ sends: never merely by starting Django."""
 
 import os
 from pathlib import Path
-from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from celery.signals import worker_ready
 from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
@@ -42,31 +40,3 @@ def _make_folders() -> None:
 
 
 _make_folders()
-
-
-@worker_ready.connect(weak=False, dispatch_uid="memoryui-recover")
-def _recover_at_start(**kwargs: Any) -> None:
-    """Write-backs and exports that died are finished or undone when a worker starts
-    (here) or the web server does (wsgi.py), never merely on start-up of Django:
-    migrations and other management commands must not touch workspaces."""
-    from .recovery import recover_at_start  # noqa: PLC0415 (deferred: the app registry is not ready when the Celery app is made)
-
-    recover_at_start(**kwargs)
-
-
-@worker_ready.connect(weak=False, dispatch_uid="memoryui-sweep-scratch")
-def _sweep_scratch(**kwargs: Any) -> None:
-    """What dead workers left in the scratch folder (local copies of the archives they
-    imported) is removed when a worker starts."""
-    from .workspaces import sweep_scratch  # noqa: PLC0415 (deferred: the app registry is not ready when the Celery app is made)
-
-    sweep_scratch(**kwargs)
-
-
-@worker_ready.connect(weak=False, dispatch_uid="memoryui-ready-file")
-def _say_ready(**kwargs: Any) -> None:
-    """With MEMORYUI_WORKER_READY_FILE (bin/start sets it), write that file once the
-    worker is up: bin/start prints the login after the worker's own start-up lines."""
-    ready = os.environ.get("MEMORYUI_WORKER_READY_FILE")
-    if ready:
-        Path(ready).write_text(f"{os.getpid()}\n")

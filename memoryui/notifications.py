@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from generation import retry
 
+from . import task_queue
 from .models import AuditEvent, GenerationRun, Notification, Proposal, Role, Watch, Workspace
 from .roles import has_role
 
@@ -73,9 +74,7 @@ def notify(workspace: Workspace, event: str, text: str, path: str) -> list[Notif
 
 
 def _queue(notification_id: int) -> None:
-    from .tasks import send_notification  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
-    send_notification.delay(notification_id)
+    task_queue.send("memoryui.tasks.send_notification", notification_id)
 
 
 @receiver(post_save, sender=Proposal, dispatch_uid="notifications-proposal-ready")

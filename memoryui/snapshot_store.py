@@ -39,7 +39,7 @@ from generation import archive_map, export, tree
 from generation.export import ExportError
 from generation.tree import Entry
 
-from . import download_cache, object_storage, pipeline, snapshot_members
+from . import download_cache, object_storage, pipeline, snapshot_members, task_queue
 from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
@@ -152,8 +152,6 @@ def _queue_import(
     user: Any,
     index: tree.ArchiveIndex,
 ) -> Upload:
-    from memoryui.tasks import import_new_workspace  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
     person = user if getattr(user, "pk", None) else None
     with transaction.atomic():
         workspace, _ = Workspace.objects.get_or_create(
@@ -196,7 +194,7 @@ def _queue_import(
             },
         )
         _keep_index(snapshot, digest, index)
-        transaction.on_commit(functools.partial(_send_import, import_new_workspace, job.pk))
+        transaction.on_commit(functools.partial(_send_import, job.pk))
     if replaced is not None and replaced[1] not in ACTIVE and replaced[0] != target:
         # Merged (or never to be): nothing reads the replaced archive any more but a
         # restore already under way, which has it open or copied.
@@ -204,12 +202,12 @@ def _queue_import(
     return Upload(snapshot, job)
 
 
-def _send_import(task: Any, job_id: int) -> None:
+def _send_import(job_id: int) -> None:
     """Send the merge's task. The archive and its job are stored by now, so a broker
     that cannot be reached (restarting, say) does not fail the upload: the job stays
     queued, and beat's recovery sends it again once its lease has run out."""
     try:
-        task.delay(job_id)
+        task_queue.send("memoryui.tasks.import_new_workspace", job_id)
     except Exception as exc:  # noqa: BLE001 (kombu's, redis-py's or a socket's: the job is stored)
         log.warning("upload.queue_failed job=%s error=%r: beat sends it again", job_id, exc)
 
@@ -265,8 +263,6 @@ def import_upload(
 def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
     """The workspace's policy: a generation run for every present layout (phase one
     reuses its results for rollouts it has seen, so only new ones cost model calls)."""
-    from memoryui.tasks import start_generation  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
     runs: list[GenerationRun] = []
     for layout in result.workspace.layouts.present().order_by("memories_dir"):
         try:
@@ -275,7 +271,7 @@ def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:
             return runs
         except pipeline.RunConflict:
             continue
-        start_generation.delay_on_commit(run.pk)
+        task_queue.send_on_commit("memoryui.tasks.start_generation", run.pk)
         runs.append(run)
     return runs
 

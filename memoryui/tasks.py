@@ -1,17 +1,21 @@
 """Celery tasks: thin wrappers that take ids and call plain functions. Each is named
 explicitly (``memoryui.tasks.<function>``): a queued message names its task, so moving or
 renaming a function must not change the name (former names are forwarded below). Importing this
-module loads the Celery app (``memoryui.celery``) the tasks are sent with: modules that
-send a task import it where they send it, so that pages and commands that send none
-never load Celery."""
+module loads the Celery app (``memoryui.celery``) the tasks are sent with. The tasks sit on
+top of the services they run: a page or command that sends one imports it where it sends
+it (so that those that send none never load Celery); a service names it to
+``memoryui.task_queue`` instead, never importing this module."""
 
 import logging
+import os
+from pathlib import Path
 
+from celery.signals import worker_ready
 from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.utils import timezone
 
-from memoryui import notifications, pipeline, webhooks, workspaces, writeback
+from memoryui import notifications, pipeline, recovery, webhooks, workspaces, writeback
 from memoryui.celery import app
 from memoryui.models import (
     GenerationRun,
@@ -23,6 +27,23 @@ from memoryui.models import (
 )
 
 logger = logging.getLogger(__name__)
+
+# When a worker starts (the web server does the first in wsgi.py): write-backs and exports
+# that died are finished or undone, and what dead workers left in the scratch folder (local
+# copies of the archives they imported) is removed. Connected here, where the worker has
+# loaded the tasks and Django, never merely on start-up of Django: migrations and other
+# management commands must not touch workspaces.
+worker_ready.connect(recovery.recover_at_start, weak=False, dispatch_uid="memoryui-recover")
+worker_ready.connect(workspaces.sweep_scratch, weak=False, dispatch_uid="memoryui-sweep-scratch")
+
+
+@worker_ready.connect(weak=False, dispatch_uid="memoryui-ready-file")
+def _say_ready(**_: object) -> None:
+    """With MEMORYUI_WORKER_READY_FILE (bin/start sets it), write that file once the
+    worker is up: bin/start prints the login after the worker's own start-up lines."""
+    ready = os.environ.get("MEMORYUI_WORKER_READY_FILE")
+    if ready:
+        Path(ready).write_text(f"{os.getpid()}\n")
 
 
 @app.task(name="memoryui.tasks.reimport_workspace", acks_late=True)

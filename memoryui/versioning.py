@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from django.db import transaction
 
-from . import documents
+from . import documents, task_queue
 from .models import Blob, Layout, MemoryVersion, SkillFileVersion
 
 Version = TypeVar("Version", MemoryVersion, SkillFileVersion)
@@ -87,10 +87,8 @@ def _lint_later(model: str, version_id: int) -> None:
     """Best effort: the save is done; without a broker the write-back lints it itself."""
     from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
 
-    from .tasks import lint_version  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
     try:
-        lint_version.delay(model, version_id)
+        task_queue.send("memoryui.tasks.lint_version", model, version_id)
     except OperationalError as exc:
         log.warning(
             "could not queue the lint of %s %s ahead of its write-back: %s", model, version_id, exc

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from generation import retry
 
-from . import observability
+from . import observability, task_queue
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -103,9 +103,7 @@ def emit(workspace: Workspace, event: str, data: dict[str, Any]) -> list[Webhook
 
 
 def _queue(delivery_id: int) -> None:
-    from .tasks import deliver_webhook  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
-    deliver_webhook.delay(delivery_id)
+    task_queue.send("memoryui.webhooks.deliver_webhook", delivery_id)
 
 
 def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:

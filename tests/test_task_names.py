@@ -3,8 +3,10 @@ task a later version must run. They are explicit in memoryui/tasks.py; this list
 contract, so renaming or moving a function cannot silently strand queued messages."""
 
 import inspect
+import re
+from pathlib import Path
 
-from memoryui import tasks
+from memoryui import task_queue, tasks
 from memoryui.celery import app
 
 NAMES = {
@@ -41,3 +43,18 @@ def test_each_task_is_named_in_its_decorator_not_by_where_its_function_lives():
     decorators = source.count("@app.task(")
     assert decorators == source.count("@app.task(\n    name=") + source.count('@app.task(name="')
     assert decorators == len([n for n in NAMES if not n.startswith("generation.")])
+
+
+def test_every_task_a_service_sends_by_name_is_registered_under_that_name():
+    """The services below ``memoryui.tasks`` send tasks through ``memoryui.task_queue`` by
+    name (they never import the tasks): a misspelt name would fail only when sent."""
+    root = Path(__file__).resolve().parent.parent / "memoryui"
+    sent = {
+        match
+        for path in root.rglob("*.py")
+        for match in re.findall(r"task_queue\.send\w*\(\s*\"([\w.]+)\"", path.read_text())
+    }
+    assert {"memoryui.webhooks.deliver_webhook", "memoryui.tasks.lint_version"} <= sent
+    assert sent <= NAMES
+    for name in sent:
+        assert task_queue.task(name) is app.tasks[name]

@@ -1,0 +1,39 @@
+"""Sending a background task from a service, by the task's name.
+
+The tasks (``memoryui.tasks``) sit on top of the services they run: a task calls the
+pipeline, the importer, the write-back. A service that must start one (a webhook's
+delivery, a notification's mail, a saved version's lint, a sandbox upload's merge) would
+otherwise import the module that imports it. Instead it names the task here, and the task
+is looked up in the Celery app's registry, which the worker and every sender fill from
+``memoryui.tasks`` when the app is first used (``autodiscover_tasks``).
+
+The lookup returns the task object itself, so ``.delay`` runs eagerly where Celery is
+configured to, and a test that replaces a task's ``delay`` sees the call.
+"""
+
+from typing import Any
+
+
+def task(name: str) -> Any:
+    """The task registered under ``name``, its full name as ``memoryui/tasks.py`` gives it
+    (``memoryui.tasks.lint_version``); Celery's ``NotRegistered`` names an unknown one."""
+    # Deferred: Celery (and its app) load when a task is first sent, not in every
+    # process that starts Django (the services that send tasks load with the models).
+    from memoryui.celery import app  # noqa: PLC0415
+
+    return app.tasks[name]
+
+
+def send(name: str, *args: Any) -> None:
+    """Send the task now (the caller is past its commit, or has none)."""
+    task(name).delay(*args)
+
+
+def send_on_commit(name: str, *args: Any) -> None:
+    """Send the task once the current transaction commits (at once outside one)."""
+    task(name).delay_on_commit(*args)
+
+
+def send_later(name: str, *args: Any, countdown: float) -> None:
+    """Send the task to run ``countdown`` seconds from now."""
+    task(name).apply_async(args, countdown=countdown)
