@@ -262,6 +262,7 @@ def usage_of(raw: Any, input_key: str, output_key: str) -> Usage:
     """The tokens a response's ``usage`` reports under the API's keys (the Responses API's
     ``input_tokens``/``output_tokens``, Chat Completions' ``prompt_tokens``/...); 0 where
     a server leaves them out."""
+
     def count(key: str) -> int:
         value = getattr(raw, key, None) if raw is not None else None
         return value if isinstance(value, int) and value >= 0 else 0

@@ -59,18 +59,22 @@ class Chart:
     hidden_days: int
     ticks: list[int] = field(default_factory=list)
     state_url: str = ""  # the rollout list; ?state=<state> is appended for a legend item
+    title: str = "Rollouts per day by terminal state"
+    noun: str = "rollout"  # what a bar counts, singular
+    css: str = "state"  # the class of a segment: <css>-<category>, coloured by app.css
+    labels: Mapping[str, str] = field(default_factory=dict)  # a category's name to show
 
     def _legend(self, width: int) -> tuple[list[str], int]:
         """The legend's markup (each state a link to its rollouts) and its height."""
         parts, x, row = [], LEFT, 0
         for state, n in self.legend:
-            label = f"{state} ({n:,})"
+            label = f"{self.labels.get(state, state)} ({n:,})"
             item_width = 14 + CHAR_WIDTH * len(label) + 14
             if x > LEFT and x + item_width > width:
                 x, row = LEFT, row + 1
             y = row * LEGEND_ROW
             item = (
-                f'<rect class="state-{escape(state)}" x="{x}" y="{y + 3}" height="10" '
+                f'<rect class="{self.css}-{escape(state)}" x="{x}" y="{y + 3}" height="10" '
                 f'width="10"></rect><text x="{x + 14}" y="{y + 12}">{escape(label)}</text>'
             )
             if self.state_url:
@@ -91,14 +95,15 @@ class Chart:
             (self.bars[-1].day if self.bars else None),
         )
         days = f"{len(self.bars)} day{'' if len(self.bars) == 1 else 's'}"
-        totals = ", ".join(f"{n:,} {escape(state)}" for state, n in self.legend) or "none"
+        totals = ", ".join(f"{n:,} {escape(self.labels.get(s, s))}" for s, n in self.legend)
         parts = [
             f'<svg width="{width}" height="{total_height}" '
             f'viewBox="0 0 {width} {total_height}" role="img" '
             'aria-labelledby="chart-title chart-desc">'
-            '<title id="chart-title">Rollouts per day by terminal state</title>'
+            f'<title id="chart-title">{escape(self.title)}</title>'
             f'<desc id="chart-desc">{days}, {_day_label(first)} to {_day_label(last)}; '
-            f"the busiest day has {self.max_total:,} rollouts. In all: {totals}.</desc>",
+            f"the busiest day has {self.max_total:,} {escape(self.noun)}s. "
+            f"In all: {totals or 'none'}.</desc>",
             *legend,
         ]
         axis = top + self.height
@@ -115,11 +120,13 @@ class Chart:
         )
         for bar in self.bars:
             day = bar.day.isoformat() if bar.day else "no date"
-            counts = "".join(f", {n} {escape(state)}" for state, n, _, _ in bar.segments)
-            plural = "" if bar.total == 1 else "s"
-            parts.append(f"<g><title>{day}: {bar.total} rollout{plural}{counts}</title>")
+            counts = "".join(
+                f", {n} {escape(self.labels.get(state, state))}" for state, n, _, _ in bar.segments
+            )
+            noun = escape(self.noun) + ("" if bar.total == 1 else "s")
+            parts.append(f"<g><title>{day}: {bar.total} {noun}{counts}</title>")
             parts.extend(
-                f'<rect class="state-{escape(state)}" x="{LEFT + bar.x}" y="{top + y}" '
+                f'<rect class="{self.css}-{escape(state)}" x="{LEFT + bar.x}" y="{top + y}" '
                 f'width="{self.bar_width}" height="{h}"></rect>'
                 for state, _, y, h in bar.segments
             )
@@ -154,13 +161,33 @@ def terminal_states_per_day(
 ) -> Chart:
     """Stacked bars of rollouts per day by terminal state (the last ``MAX_DAYS`` days
     that have rollouts; rollouts without a date form one "no date" bar)."""
-    days: dict[date | None, dict[str, int]] = {}
-    totals: dict[str, int] = {}
+    counts: dict[date | None, dict[str, int]] = {}
     for row in rows:
         state = row["terminal_state"] if row["terminal_state"] in STATES else "unknown"
-        days.setdefault(row["day"], {}).setdefault(state, 0)
-        days[row["day"]][state] += row["n"]
-        totals[state] = totals.get(state, 0) + row["n"]
+        day = counts.setdefault(row["day"], {})
+        day[state] = day.get(state, 0) + row["n"]
+    return stacked_per_day(counts, STATES, height=height, state_url=state_url)
+
+
+def stacked_per_day(
+    counts: Mapping[date | None, Mapping[str, int]],
+    categories: Sequence[str],
+    *,
+    height: int = 120,
+    state_url: str = "",
+    title: str = "Rollouts per day by terminal state",
+    noun: str = "rollout",
+    css: str = "state",
+    labels: Mapping[str, str] | None = None,
+) -> Chart:
+    """Stacked bars of counts per day and category, stacked in ``categories``' order (the
+    last ``MAX_DAYS`` days that have counts; counts without a date form one "no date" bar
+    after them)."""
+    days = {day: per for day, per in counts.items() if any(per.values())}
+    totals: dict[str, int] = {}
+    for per in days.values():
+        for category, n in per.items():
+            totals[category] = totals.get(category, 0) + n
     ordered = sorted(d for d in days if d is not None)
     hidden = max(0, len(ordered) - MAX_DAYS)
     keys: list[date | None] = list(ordered[hidden:])
@@ -173,13 +200,13 @@ def terminal_states_per_day(
     for i, day in enumerate(keys):
         y = height
         segments = []
-        for state in STATES:
-            n = days[day].get(state, 0)
+        for category in categories:
+            n = days[day].get(category, 0)
             if not n:
                 continue
             h = max(1, round(height * n / ticks[-1]))
             y -= h
-            segments.append((state, n, y, h))
+            segments.append((category, n, y, h))
         bars.append(Bar(i * (bar_width + 4), day, sum(days[day].values()), segments))
     return Chart(
         bars=bars,
@@ -187,8 +214,12 @@ def terminal_states_per_day(
         height=height,
         bar_width=bar_width,
         max_total=max_total,
-        legend=[(s, totals[s]) for s in STATES if totals.get(s)],
+        legend=[(c, totals[c]) for c in categories if totals.get(c)],
         hidden_days=hidden,
         ticks=ticks,
         state_url=state_url,
+        title=title,
+        noun=noun,
+        css=css,
+        labels=dict(labels or {}),
     )

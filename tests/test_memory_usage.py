@@ -509,6 +509,13 @@ def test_the_usage_page_lists_entries_by_reads_and_reads_per_day_by_kind(
     assert table.index(BILLING) < table.index(ROLLBACK) < table.index(ORDERS)
     per_day = page.split('id="reads-per-day"')[1].split("</table>")[0]
     assert "2026-11-04" in per_day and "2026-11-02" in per_day
+    # The same figures drawn: a bar per day, each segment coloured by kind, and every
+    # figure in the chart's text for a screen reader (and as a tooltip per day).
+    chart = page.split('id="reads-chart"')[1].split("</svg>")[0]
+    assert "Memory reads per day by kind of file" in chart
+    assert chart.count("<g><title>") == per_day.count("<tr>") - 1 == 3  # the header row
+    assert 'class="kind-memory_md"' in chart and "MEMORY.md (" in chart
+    assert "3 days, 2 Nov to 4 Nov" in chart
     assert "Propose forgetting</button>" not in page  # a viewer cannot
 
 

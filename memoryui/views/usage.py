@@ -3,24 +3,26 @@ per day of each kind of memory file, and "propose forgetting"."""
 
 from __future__ import annotations
 
+from datetime import date, timedelta
+
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.db.models.functions import TruncDate
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import curation, forgetting, usage
+from .. import charts, curation, forgetting, usage
 from ..forms import PageForm
-from ..models import GenerationSettings, MemoryRead, MemoryVersion, Role
+from ..models import GenerationSettings, Layout, MemoryRead, MemoryVersion, Role
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request
 
 ENTRIES_PER_PAGE = 50
-DAYS_SHOWN = 60
+DAYS_SHOWN = charts.MAX_DAYS
 
 
 class ForgetForm(forms.Form):
@@ -37,19 +39,7 @@ def layout_usage(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     version = curation.latest(layout, MemoryVersion.Document.MEMORY_MD)
     rows = usage.entries_by_reads(layout, version)
     page = Paginator(rows, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
-    per_day = (
-        MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
-        .annotate(day=TruncDate("read_at"))
-        .values("day", "kind")
-        .annotate(n=Count("id"))
-        .order_by("-day")
-    )
-    days: dict[object, dict[str, int]] = {}
-    for row in per_day:
-        if row["day"] not in days and len(days) >= DAYS_SHOWN:
-            break
-        days.setdefault(row["day"], {})[row["kind"]] = row["n"]
-    kinds = MemoryRead.Kind.choices
+    chart, days = _reads_per_day(layout)
     settings_row = GenerationSettings.objects.filter(layout=layout).first()
     forget_days = settings_row.forget_unread_days if settings_row else 30
     return render(
@@ -60,13 +50,43 @@ def layout_usage(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
             "workspace": layout.workspace,
             "version": version,
             "page": page,
-            "kinds": kinds,
-            "days": [(day, [counts.get(k, 0) for k, _ in kinds]) for day, counts in days.items()],
+            "kinds": MemoryRead.Kind.choices,
+            "chart": chart,
+            "days": days,
             "forget_days": forget_days,
             "forgettable": forgetting.forgettable(layout, forget_days) if version else [],
             "can_propose": has_role(request.user, layout.workspace, Role.ADMIN),
         },
     )
+
+
+def _reads_per_day(layout: Layout) -> tuple[charts.Chart, list[tuple[date | None, list[int]]]]:
+    """Reads per day and kind over the last ``charts.MAX_DAYS`` days that have reads: a
+    stacked chart, and the same figures as rows (newest first) for the table under it."""
+    reads = MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
+    latest = reads.aggregate(latest=Max("read_at"))["latest"]
+    counts: dict[date | None, dict[str, int]] = {}
+    if latest is not None:
+        since = latest - timedelta(days=DAYS_SHOWN)
+        per_day = (
+            reads.filter(read_at__gte=since)
+            .annotate(day=TruncDate("read_at"))
+            .values("day", "kind")
+            .annotate(n=Count("id"))
+        )
+        for row in per_day:
+            counts.setdefault(row["day"], {})[row["kind"]] = row["n"]
+    kinds = [kind for kind, _ in MemoryRead.Kind.choices]
+    chart = charts.stacked_per_day(
+        counts,
+        kinds,
+        title="Memory reads per day by kind of file",
+        noun="read",
+        css="kind",
+        labels=dict(MemoryRead.Kind.choices),
+    )
+    rows = [(bar.day, [counts[bar.day].get(k, 0) for k in kinds]) for bar in reversed(chart.bars)]
+    return chart, rows
 
 
 @workspace_view(Role.ADMIN)
