@@ -148,10 +148,23 @@ def report_evidence(entries: list[tuple[str, str, list[dict[str, Any]]]], workdi
     memories = CORPUS / "workspace" / "memories"
     changed_digit = re.compile(r"\d+")
     cases: list[tuple[str, list[tuple[str, str]], bool]] = []
+    # A task cites its rollouts' summaries and holds keyword bullets only; the sentences
+    # to check are in its group's own sections (preferences, knowledge, failures), which
+    # draw on what the group's tasks cite. Entries come in the file's order: a group's
+    # header, its tasks, then its sections (keyed "... in task_group:<name>").
+    group_cites: dict[str, list[str]] = {}
+    group = ""
     for key, text, _ in entries:
-        if not key.startswith("memory_md:"):
+        if key.startswith("memory_md:task_group:"):
+            group = key.removeprefix("memory_md:task_group:")
+        elif key.startswith("memory_md:task:") and group:
+            group_cites.setdefault(group, []).extend(
+                re.findall(r"rollout_summaries/[\w.-]+\.md", text)
+            )
+    for key, text, _ in entries:
+        if not key.startswith("memory_md:") or " in task_group:" not in key:
             continue  # summary sections paraphrase many rollouts: no clean label
-        cited = re.findall(r"rollout_summaries/[\w.-]+\.md", text)
+        cited = group_cites.get(key.rpartition(" in task_group:")[2], [])
         sources = [(p, (memories / p).read_text()) for p in cited if (memories / p).exists()]
         if not sources:
             continue
@@ -184,6 +197,9 @@ def report_evidence(entries: list[tuple[str, str, list[dict[str, Any]]]], workdi
         f"{sum(1 for c in cases if not c[2])} they do not (notes from tool output, "
         "a number changed).\n"
     )
+    if not cases:
+        print("No sentence of the corpus's group sections has a cited summary to check.")
+        return
     print("| matcher | supported found | unsupported caught | accuracy |")
     print("|---|---:|---:|---:|")
     for name, matcher in (
