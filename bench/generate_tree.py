@@ -830,10 +830,49 @@ def write(root: Path, rel: str, text: str, stats: Stats, kind: str) -> None:
     stats.add(kind, len(data))
 
 
-def generate(root: Path, rollouts: int = DEFAULT_ROLLOUTS, seed: int = DEFAULT_SEED) -> Stats:
-    """Write the workspace into ``root`` (created; must not hold anything yet)."""
+def add_memory_reads(gen: Generator, rollouts: list[Rollout], share: float, seed: int) -> None:
+    """Begin ``share`` of the rollouts with the agent reading its memory as the SDK's
+    memory prompt tells it to: a numbered ``rg`` of ``MEMORY.md``, a ``sed`` range of it,
+    or a rollout summary ``cat``. Drawn from an RNG of their own, so that every other byte
+    of the tree is the same with or without them."""
+    main_rng, gen.rng = gen.rng, random.Random(seed + 1)
+    try:
+        rng = gen.rng
+        for r in rollouts:
+            if rng.random() >= share:
+                continue
+            memories = r.layout.memories_dir
+            roll = rng.random()
+            if roll < 0.5:
+                lines = sorted(rng.sample(range(1, 20_000), rng.randint(1, 3)))
+                items = gen.exec_call(
+                    f"rg -n {r.keyword!r} {memories}/MEMORY.md",
+                    "".join(f"{n}:- {r.keyword} in {r.service}\n" for n in lines),
+                )
+            elif roll < 0.75:
+                start = rng.randint(1, 20_000)
+                items = gen.exec_call(
+                    f"sed -n '{start},{start + 40}p' {memories}/MEMORY.md",
+                    f"## Task 1: {r.task}\n- {r.keyword}\n",
+                )
+            else:
+                items = gen.exec_call(
+                    f"cat {memories}/rollout_summaries/{r.task}.md", f"# {r.task}\n"
+                )
+            r.segments[0].generated_items[:0] = items
+    finally:
+        gen.rng = main_rng
+
+
+def generate(
+    root: Path, rollouts: int = DEFAULT_ROLLOUTS, seed: int = DEFAULT_SEED, memory_reads: float = 0
+) -> Stats:
+    """Write the workspace into ``root`` (created; must not hold anything yet);
+    ``memory_reads``: the share of rollouts that begin by reading memory."""
     gen = Generator(rollouts, seed)
     all_rollouts = gen.rollouts()
+    if memory_reads:
+        add_memory_reads(gen, all_rollouts, memory_reads, seed)
     stats = Stats()
     root.mkdir(parents=True, exist_ok=True)
     write(
@@ -944,6 +983,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=DEFAULT_ROLLOUTS)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument(
+        "--memory-reads",
+        type=float,
+        default=0,
+        metavar="SHARE",
+        help="the share of rollouts (0-1) that begin by reading MEMORY.md or a summary",
+    )
     args = parser.parse_args(argv)
     if args.rollouts < 1:
         parser.error("--rollouts must be at least 1")
@@ -954,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.output} was not written by this script; not deleting it")
         shutil.rmtree(args.output)
     started = time.perf_counter()
-    stats = generate(args.output, args.rollouts, args.seed)
+    stats = generate(args.output, args.rollouts, args.seed, args.memory_reads)
     print(f"wrote {args.output} in {time.perf_counter() - started:.1f}s: {describe(stats)}")
     return 0
 
