@@ -319,8 +319,8 @@ class Breakdown:
     """Inclusive wall time and call counts of chosen functions during one import.
 
     Monkeypatches for the duration of a ``with`` block; anything the importer no longer
-    has is skipped. Entries nest (``bulk_create`` runs inside ``_parse``), so they do not
-    add up to the total. The wrappers cost about a microsecond a call."""
+    has is skipped. Entries nest (``_copy_rows`` runs inside ``ParsedRows.write``), so
+    they do not add up to the total. The wrappers cost about a microsecond a call."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -336,7 +336,8 @@ class Breakdown:
         if original is None:
             return
         is_static = isinstance(original, staticmethod)
-        func = original.__func__ if is_static else original
+        is_class = isinstance(original, classmethod)
+        func = original.__func__ if is_static or is_class else original
         labeller = label if callable(label) else (lambda *a, **k: label)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -346,7 +347,8 @@ class Breakdown:
             finally:
                 self._record(labeller(*args, **kwargs), started)
 
-        setattr(owner, name, staticmethod(timed) if is_static else timed)
+        wrapped = staticmethod(timed) if is_static else classmethod(timed) if is_class else timed
+        setattr(owner, name, wrapped)
         self._undo.append((owner, name, original))
 
     def wrap_iterator(self, owner: Any, name: str, label: str) -> None:
@@ -377,7 +379,8 @@ class Breakdown:
         from django.db.models import Model, QuerySet
 
         from generation import tree
-        from memoryui import importer, usage
+        from memoryui import usage
+        from memoryui.importer import bulk, parsing, reading, syncing, versions
 
         self.wrap_iterator(tree, "read_source", "read files (tree.read_source)")
         for name in (
@@ -390,9 +393,16 @@ class Breakdown:
             "decode_text",
         ):
             self.wrap(tree, name, f"tree.{name}")
-        for name in ("_store_blobs", "_parse", "_record_versions", "sync_layouts"):
-            self.wrap(importer._Sync, name, f"importer._Sync.{name}")
-        self.wrap(importer, "_upsert_by_file", "importer._upsert_by_file")
+        for owner, names in (
+            (reading.TreeReader, ("collect_directory", "collect_entries")),
+            (syncing.WorkspaceSync, ("_sync_layouts", "_store", "_write_blobs", "_write_files")),
+            (parsing.ParsedRows, ("build", "write")),
+            (versions.VersionRecorder, ("record_documents", "record_skills", "propose")),
+        ):
+            for name in names:
+                self.wrap(owner, name, f"{owner.__name__}.{name}")
+        for name in ("_copy_rows", "_execute_rows"):  # the inserts of insert_many
+            self.wrap(bulk, name, f"bulk.{name}")
         for name in ("find_reads", "record_reads"):  # memory reads (memoryui.usage)
             self.wrap(usage, name, f"usage.{name}")
         self.wrap(QuerySet, "bulk_create", lambda qs, *a, **k: f"bulk_create {qs.model.__name__}")

@@ -13,8 +13,7 @@ import pytest
 from django.db import connection, models
 from django.utils import timezone
 
-from memoryui import importer
-from memoryui.importer import import_workspace
+from memoryui.importer import bulk, import_workspace
 from memoryui.models import (
     Blob,
     Layout,
@@ -101,16 +100,16 @@ def test_copy_and_the_ordinary_insert_leave_identical_rows(
 ):
     tree = fixtures_dir / "medium-300" / "workspace"
     copied = []
-    real_copy = importer._copy_rows
+    real_copy = bulk._copy_rows
     monkeypatch.setattr(
-        importer, "_copy_rows", lambda model, *a: (copied.append(model), real_copy(model, *a))
+        bulk, "_copy_rows", lambda model, *a: (copied.append(model), real_copy(model, *a))
     )
     import_workspace(tree, "bulk")
     assert {WorkspaceFile, Blob, *PARSED} <= set(copied)  # the large tables went by COPY
     by_copy = rows_of("bulk")
     forget("bulk")
 
-    monkeypatch.setattr(importer, "_copy_rows", importer._execute_rows)
+    monkeypatch.setattr(bulk, "_copy_rows", bulk._execute_rows)
     import_workspace(tree, "bulk")
     by_insert = rows_of("bulk")
 
@@ -124,7 +123,7 @@ def test_copy_and_the_ordinary_insert_leave_identical_rows(
 def test_a_copy_failing_half_way_leaves_no_workspace_and_no_rows(
     transactional_db, fixtures_dir, monkeypatch
 ):
-    real_copy = importer._copy_rows
+    real_copy = bulk._copy_rows
 
     def fails_half_way(model, columns, rows, ignore):
         if model is Rollout:  # the files and blobs are in by now; half the rollouts go
@@ -134,7 +133,7 @@ def test_a_copy_failing_half_way_leaves_no_workspace_and_no_rows(
             rows = [*rows[:middle], tuple(bad), *rows[middle + 1 :]]
         real_copy(model, columns, rows, ignore)
 
-    monkeypatch.setattr(importer, "_copy_rows", fails_half_way)
+    monkeypatch.setattr(bulk, "_copy_rows", fails_half_way)
     with pytest.raises(Exception):  # noqa: B017 (whichever error the driver raises)
         import_workspace(fixtures_dir / "medium-300" / "workspace", "halfway")
 
@@ -144,7 +143,7 @@ def test_a_copy_failing_half_way_leaves_no_workspace_and_no_rows(
     for model in PARSED:
         assert model.objects.count() == 0, model.__name__
 
-    monkeypatch.setattr(importer, "_copy_rows", real_copy)  # and the next import goes through
+    monkeypatch.setattr(bulk, "_copy_rows", real_copy)  # and the next import goes through
     result = import_workspace(fixtures_dir / "medium-300" / "workspace", "halfway")
     assert result.imported_anything
     assert Rollout.objects.filter(layout__workspace__name="halfway").count() == 300

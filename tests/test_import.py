@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from generation import tree
 from memoryui import importer
-from memoryui.importer import import_workspace
+from memoryui.importer import import_workspace, syncing
 from memoryui.models import (
     Blob,
     ImportRun,
@@ -712,7 +712,7 @@ def test_a_tree_written_a_few_files_at_a_time_is_stored_as_in_one_go(
         with tarfile.open(path, "w") as tar:
             tar.add(tree_dir, arcname=".")
     import_workspace(path, "whole")
-    monkeypatch.setattr(importer, "STORE_CHUNK", 7)
+    monkeypatch.setattr(syncing, "STORE_CHUNK", 7)
     import_workspace(path, "chunked")
 
     whole = _stored("whole")

@@ -1,0 +1,282 @@
+"""Reading the tree: what an import finds in its source, file by file.
+
+A directory is scanned and each file read unless it is known unchanged: a file whose
+size and nanosecond modification time equal what the last import stored is not read
+again (as git's index does), unless it was modified so close to that import that the
+two could coincide. A directory listed exactly as at the previous import is not read at
+all. An archive (an SDK snapshot, a sandbox's upload) is read entry by entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_mode
+import tarfile
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from django.db import connection
+
+from generation import tree
+from generation.kinds import FileKind
+from generation.tree import Problem
+
+from ..models import ImportRun, Workspace, WorkspaceFile
+
+Progress = Callable[[str, int, int], None]
+# A file modified this close to the previous import may share its mtime with the
+# version that import read; such files are always read again.
+RACY_WINDOW = timedelta(seconds=2)
+
+
+@dataclass(slots=True)
+class Item:
+    """A file or directory found in the source, and what the import makes of it."""
+
+    path: str
+    is_dir: bool
+    size: int
+    mode: int
+    mtime_ns: int
+    data: bytes | None = None  # None for directories and files not read again
+    digest: str | None = None
+    kind: str = FileKind.WORKSPACE_FILE
+    layout_id: int | None = None
+    problem: str = ""
+    file_id: int | None = None
+    memories_dir: str | None = None
+    stat: tree.Stat | None = None
+
+
+class StoredFile(NamedTuple):
+    """A workspace's file row as the previous imports left it."""
+
+    file_id: int
+    blob_id: str | None
+    kind: str
+    layout_id: int | None
+    present: bool
+    mode: int
+    mtime_ns: int
+    size: int
+
+
+def file_name(path: str) -> str:
+    """The last part of a path as the import keeps it (normalised, "/"-separated):
+    ``PurePosixPath(path).name`` without building a path object per file."""
+    return path.rpartition("/")[2]
+
+
+def read_entries(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:
+    """The archive's entries; with ``links``, in-tree symbolic links are passed over
+    (the remote store serves them from the stored archive) and hostile ones refused."""
+    if not links:
+        return tree.read_source(source, limits)
+    if not tarfile.is_tarfile(source):
+        raise tree.TreeError(f"{source} is not a tar archive.")
+    return (
+        item
+        for item in tree.read_archive(source, limits, links=True)
+        if not isinstance(item, tree.Link)
+    )
+
+
+class TreeReader:
+    """Collects the items of one import's source (``collect_directory``,
+    ``collect_entries`` or ``collect_paths``) and the problems met on the way."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        limits: tree.Limits,
+        progress: Progress | None,
+        started: datetime,
+        merge: str = "",
+    ) -> None:
+        self.workspace = workspace
+        self.merge = merge
+        self.limits = limits
+        self.progress = progress
+        self.now = started
+        self.items: dict[str, Item] = {}
+        self.problems: list[dict[str, str]] = []
+        self.root: Path | None = None
+        # A directory listed exactly as at the previous import (``listing_digest``): its
+        # run, whose outcome this import repeats without looking at any file or stored row.
+        self.same_as: ImportRun | None = None
+        self.listing = ""
+        self.listed = 0
+        # A write-back's re-sync: only these paths are looked at, stored or on disk.
+        self.only: list[str] | None = None
+        # Reading stopped early (size limit, damaged archive): what was not seen is not
+        # taken as gone from disk.
+        self.complete = True
+        self.stopped = ""
+
+    @cached_property
+    def stored(self) -> dict[str, StoredFile]:
+        """The workspace's file rows by path (loaded when first needed: an unchanged
+        directory never needs them)."""
+        sql = (
+            "SELECT path, id, blob_id, kind, layout_id, missing_since, mode, mtime_ns, size"
+            f" FROM {WorkspaceFile._meta.db_table} WHERE workspace_id = %s"
+        )
+        params: list[Any] = [self.workspace.pk]
+        if self.only is not None:
+            sql += f" AND path IN ({', '.join(['%s'] * len(self.only))})"
+            params += self.only
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {
+                path: StoredFile(pk, blob, kind, layout, gone is None, mode, mtime_ns, size)
+                for path, pk, blob, kind, layout, gone, mode, mtime_ns, size in cursor.fetchall()
+            }
+
+    def collect_directory(self, root: Path) -> None:
+        self.root = root
+        previous = self.workspace.imports.order_by("-started_at", "-pk").first()
+        racy_from = int((previous.started_at - RACY_WINDOW).timestamp() * 1e9) if previous else 0
+        scanned = list(tree.scan_directory(root, self.limits))
+        stats = [s for s in scanned if type(s) is tree.Stat]
+        self.listed = len(stats)
+        if not self.merge:
+            self.listing = listing_digest(root, self.limits, scanned, stats)
+            if (
+                previous is not None
+                and previous.report.get("listing") == self.listing
+                and all(s.is_dir or s.mtime_ns < racy_from for s in stats)
+            ):
+                # Every path, size, mtime and mode as the previous import saw them, and
+                # the importer is the only writer of the rows: nothing to read or write.
+                self.same_as = previous
+                return
+        total = 0
+        for stat in scanned:
+            if isinstance(stat, Problem):
+                self.problems.append({"path": stat.path, "error": stat.error})
+                continue
+            item = Item(stat.path, stat.is_dir, stat.size, stat.mode, stat.mtime_ns)
+            item.stat = stat
+            self.items[stat.path] = item
+            if stat.is_dir:
+                continue
+            old = self.stored.get(stat.path)
+            if (
+                old is not None
+                and old.present
+                and old.blob_id is not None
+                and (old.size, old.mtime_ns) == (stat.size, stat.mtime_ns)
+                and stat.mtime_ns < racy_from
+            ):
+                item.digest = old.blob_id  # trusted: unchanged since the last import
+                continue
+            total += stat.size
+            if total > self.limits.max_total_bytes:
+                self.problems.append({"path": stat.path, "error": tree.total_exceeded(self.limits)})
+                del self.items[stat.path]
+                self.complete = False
+                self.stopped = tree.total_exceeded(self.limits)
+                break
+            self.read_item(item)
+            if self.progress and len(self.items) % 500 == 0:
+                self.progress("read", len(self.items), 0)
+
+    def read_item(self, item: Item) -> bool:
+        """Read the file of ``item`` (of a directory source); a file that cannot be read
+        becomes a problem and leaves the items."""
+        assert self.root is not None
+        try:
+            data = tree.read_file(self.root, item.path, item.stat)
+        except OSError as exc:
+            self.problems.append(
+                {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
+            )
+            self.items.pop(item.path, None)
+            return False
+        item.data = data
+        item.size = len(data)
+        item.digest = hashlib.sha256(data).hexdigest()
+        return True
+
+    def collect_entries(self, entries: Iterator[tree.Entry | Problem]) -> None:
+        for entry in entries:
+            if isinstance(entry, Problem):
+                self.problems.append({"path": entry.path, "error": entry.error})
+                if entry.stops and self.complete:
+                    self.complete = False
+                    self.stopped = entry.error
+                continue
+            item = Item(
+                entry.path,
+                entry.is_dir,
+                len(entry.data or b""),
+                entry.mode,
+                entry.mtime_ns,
+                entry.data,
+                hashlib.sha256(entry.data).hexdigest() if entry.data is not None else None,
+            )
+            self.items[entry.path] = item
+            if self.progress and len(self.items) % 500 == 0:
+                self.progress("read", len(self.items), 0)
+
+    def collect_paths(self, root: Path, paths: list[str]) -> None:
+        """Stat and read only ``paths`` under ``root`` (no scan of the rest); a path gone
+        from disk is marked missing. Paths that pass through a link are left as stored."""
+        self.root = root
+        real_root = os.path.realpath(root)
+        for rel in paths:
+            path = os.path.join(root, rel)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.problems.append({"path": rel, "error": f"could not be read ({exc.strerror})"})
+                self.complete = False
+                continue
+            mode = st.st_mode
+            if os.path.realpath(path) != os.path.join(real_root, rel) or not (
+                stat_mode.S_ISREG(mode) or stat_mode.S_ISDIR(mode)
+            ):
+                self.complete = False
+                continue
+            is_dir = stat_mode.S_ISDIR(mode)
+            item = Item(
+                rel, is_dir, 0 if is_dir else st.st_size, stat_mode.S_IMODE(mode), st.st_mtime_ns
+            )
+            item.stat = tree.Stat(
+                rel, is_dir, item.size, st.st_mtime_ns, item.mode, (st.st_dev, st.st_ino)
+            )
+            self.items[rel] = item
+            if not is_dir and not self.read_item(item):
+                self.complete = False
+
+
+def listing_digest(
+    root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem], stats: list[tree.Stat]
+) -> str:
+    """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
+    and inode, every problem) under these limits: equal digests, same directory.
+    ``stats``: the ``Stat`` items of ``scanned``."""
+    digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
+    # Columns of machine integers rather than a repr per entry: half the CPU, and a
+    # re-import of an unchanged tree is mostly the scan and this.
+    digest.update("\0".join([s.path for s in stats]).encode("utf-8", "surrogateescape"))
+    digest.update(array("b", [s.is_dir for s in stats]))
+    try:
+        digest.update(array("q", [s.size for s in stats]))
+        digest.update(array("q", [s.mtime_ns for s in stats]))
+        digest.update(array("q", [s.mode for s in stats]))
+        digest.update(array("Q", [s.inode[0] for s in stats]))
+        digest.update(array("Q", [s.inode[1] for s in stats]))
+    except OverflowError:  # a date after 2262, say: the exact, slower form
+        digest.update(repr(stats).encode("utf-8", "surrogateescape"))
+    problems = [s for s in scanned if type(s) is not tree.Stat]
+    digest.update(repr(problems).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

@@ -1,0 +1,404 @@
+"""Syncing the rows: a workspace's layouts, file rows, blobs and parsed rows brought to
+what an import read (``reading``), a chunk at a time.
+
+A re-runnable sync: unchanged files are skipped, changed ones are stored again and
+re-parsed, files gone from disk are marked missing (never deleted). Nothing on disk is
+ever written. Bad input becomes an entry in the report's errors and the rest of the
+import goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from generation import tree
+from generation.kinds import FileKind
+from generation.tree import LayoutDirs
+
+from .. import usage
+from ..models import Blob, Layout, RawMemory, Workspace, WorkspaceFile
+from .bulk import analyze_after, chunks, insert_many, update_many
+from .parsing import KnownIds, ParsedRows
+from .reading import Item, Progress, TreeReader, file_name
+from .reports import ImportResult, LayoutCounts, record_run, repeat_run
+from .versions import VersionRecorder
+
+# New and changed files are parsed and written this many at a time (their bytes then
+# dropped): few enough to bound memory, many enough for each table's index pages to
+# stay in cache while it is written.
+STORE_CHUNK = 2000
+ROLLOUT_REUPLOADED = (
+    "rollout uploaded before with other bytes (by another sandbox, or rewritten by this "
+    "one): the workspace shows this upload's; each sandbox's download keeps its own"
+)
+
+
+class WorkspaceSync(TreeReader):
+    """Reads an import's source (``TreeReader``), then brings the workspace's rows to
+    what it read (``finish``, or ``sync_rows`` for a write-back's few paths)."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        limits: tree.Limits,
+        progress: Progress | None,
+        started: datetime,
+        merge: str = "",
+    ) -> None:
+        super().__init__(workspace, limits, progress, started, merge)
+        self.versions = VersionRecorder(workspace, started, merge)
+        # The files found new or changed (their rows written).
+        self.touched: list[Item] = []
+        self.found_reads: list[usage.FoundReads] = []
+        # A merge of an upload older than one merged already: existing files stay.
+        self.fill_only = False
+
+    # -- layouts -----------------------------------------------------------------
+    def _layout_dirs(self) -> list[LayoutDirs]:
+        if self.only is not None:
+            return self._stored_layout_dirs()  # a write-back writes inside its layout
+        unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
+        if unchanged_tree and all(
+            item.data is None
+            and not item.is_dir
+            and path in self.stored
+            or item.is_dir
+            and path in self.stored
+            for path, item in self.items.items()
+        ):
+            # Same paths and no file read again: the layouts are the stored ones.
+            return self._stored_layout_dirs()
+        rollout_paths: dict[str, str] = {}
+        unread = [p for p, i in self.items.items() if i.data is None and not i.is_dir]
+        if unread:
+            rollout_paths.update(
+                RawMemory.objects.filter(file__workspace=self.workspace).values_list(
+                    "file__path", "rollout_path"
+                )
+            )
+        for path, item in self.items.items():
+            if item.data is not None and tree.is_raw_memory_path(path):
+                rollout_paths[path] = tree.header_value(item.data, "rollout_path")
+        rollout_paths = {p: v for p, v in rollout_paths.items() if p in self.items}
+        return tree.find_layouts(
+            (p for p, i in self.items.items() if i.is_dir),
+            (p for p, i in self.items.items() if not i.is_dir),
+            rollout_paths,
+        )
+
+    def _stored_layout_dirs(self) -> list[LayoutDirs]:
+        return [
+            LayoutDirs(m, s)
+            for m, s in self.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+        ]
+
+    def _sync_layouts(self, dirs: list[LayoutDirs]) -> dict[str, Layout]:
+        existing = {layout.memories_dir: layout for layout in self.workspace.layouts.all()}
+        wanted = {d.memories_dir: d for d in dirs}
+        for memories_dir, d in wanted.items():
+            layout = existing.get(memories_dir)
+            if layout is None:
+                existing[memories_dir] = Layout.objects.create(
+                    workspace=self.workspace,
+                    memories_dir=memories_dir,
+                    sessions_dir=d.sessions_dir,
+                )
+            elif layout.sessions_dir != d.sessions_dir or layout.missing_since:
+                layout.sessions_dir = d.sessions_dir
+                layout.missing_since = None
+                layout.save(update_fields=["sessions_dir", "missing_since"])
+        if self.merge:
+            return {m: existing[m] for m in wanted}  # another sandbox's layouts stay
+        Layout.objects.filter(
+            workspace=self.workspace,
+            memories_dir__in=[m for m in existing if m not in wanted],
+            missing_since__isnull=True,
+        ).update(missing_since=self.now)
+        return {m: existing[m] for m in wanted}
+
+    # -- writing -----------------------------------------------------------------
+    def _step(self, done: int) -> None:
+        if self.progress:
+            self.progress("store", done, 5)
+
+    def finish(self, user: Any, scheduled: bool = False) -> ImportResult:
+        if self.same_as is not None:
+            return repeat_run(self, self.same_as, user, scheduled)
+        result = record_run(self, *self.sync_rows(), user, scheduled)
+        self.versions.propose(result.run, self.items, self.touched)
+        return result
+
+    def sync_rows(
+        self,
+    ) -> tuple[
+        dict[str, LayoutCounts],
+        list[LayoutDirs],
+        list[Item],
+        list[Item],
+        int,
+        list[int],
+        list[str],
+    ]:
+        """Bring the rows to what was collected: layouts, files, parsed rows, versions."""
+        if self.progress:
+            self.progress("read", len(self.items), len(self.items))
+        self._step(0)
+        dirs = self._all_layout_dirs()
+        before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
+        layouts = self._sync_layouts(dirs)
+        # With the same layouts, a file trusted by its stat keeps its stored placement.
+        same_layouts = before == {(d.memories_dir, d.sessions_dir) for d in dirs}
+        dirs_by_id = {layout.pk: m for m, layout in layouts.items()}
+        counts = {d.memories_dir: LayoutCounts(d.memories_dir, d.sessions_dir) for d in dirs}
+        new: list[Item] = []
+        changed: list[Item] = []
+        stat_only: list[Item] = []
+        unchanged = 0
+        for path, item in list(self.items.items()):
+            old = self.stored.get(path)
+            if same_layouts and item.data is None and not item.is_dir and old is not None:
+                unchanged += 1
+                item.file_id, item.kind, item.layout_id = old.file_id, old.kind, old.layout_id
+                if old.layout_id is not None:
+                    counts[dirs_by_id[old.layout_id]].count(old.kind)
+                if old.mode != item.mode:
+                    stat_only.append(item)
+                continue
+            kind = self._place(path, item, dirs, layouts, counts)
+            if self.fill_only and old is not None and old.present:
+                unchanged += 1
+                item.file_id = old.file_id
+                continue
+            same = old is not None and (old.blob_id, old.kind, old.layout_id, old.present) == (
+                item.digest,
+                kind,
+                item.layout_id,
+                True,
+            )
+            if same:
+                assert old is not None
+                unchanged += 1
+                item.file_id = old.file_id
+                if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
+                    stat_only.append(item)
+                continue
+            if item.data is None and not item.is_dir and not self.read_item(item):
+                continue  # trusted by stat, but its layout or kind moved: read it now
+            self._note_if_huge(item)
+            if old is None:
+                new.append(item)
+            else:
+                item.file_id = old.file_id
+                changed.append(item)
+                if self.merge and kind == FileKind.ROLLOUT and old.present:
+                    self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
+
+        self._step(1)
+        self._store(new, changed, stat_only)
+        self._step(4)
+        missing = [
+            old.file_id
+            for path, old in self.stored.items()
+            if old.present and path not in self.items and self.complete and not self.merge
+        ]
+        update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        self.touched = new + changed
+        new_versions = self.versions.record_documents(new + changed, layouts)
+        # After the versions: a read maps to the MEMORY.md the agent had then.
+        usage.record_reads(
+            self.found_reads,
+            [i.file_id for i in changed if i.kind == FileKind.ROLLOUT and i.file_id],
+        )
+        self.versions.record_skills(new + changed, missing, layouts, self.stored.items())
+        analyze_after(len(new) + len(changed))
+        self._step(5)
+        return counts, dirs, new, changed, unchanged, missing, new_versions
+
+    def _all_layout_dirs(self) -> list[LayoutDirs]:
+        """The layouts found in what was read; a merge keeps the workspace's others."""
+        dirs = self._layout_dirs()
+        if self.merge:
+            found = {d.memories_dir for d in dirs}
+            dirs += [
+                LayoutDirs(m, sessions)
+                for m, sessions in self.workspace.layouts.present().values_list(
+                    "memories_dir", "sessions_dir"
+                )
+                if m not in found
+            ]
+        return dirs
+
+    def _place(
+        self,
+        path: str,
+        item: Item,
+        dirs: list[LayoutDirs],
+        layouts: dict[str, Layout],
+        counts: dict[str, LayoutCounts],
+    ) -> FileKind:
+        """Classify the file and put it in its layout (counted there)."""
+        placement = tree.classify(path, dirs, is_dir=item.is_dir)
+        kind = placement.kind
+        if kind == FileKind.ROLLOUT and not tree.ROLLOUT_ID_RE.fullmatch(
+            file_name(path).removesuffix(".jsonl")
+        ):
+            kind = FileKind.WORKSPACE_FILE
+            item.problem = (
+                "file name is not a valid rollout id (a letter or digit, then up to 127 "
+                "letters, digits, '.', '_' or '-'); kept as a plain file"
+            )
+        item.kind = kind
+        if placement.layout is not None:
+            item.memories_dir = placement.layout.memories_dir
+            item.layout_id = layouts[item.memories_dir].pk
+            counts[item.memories_dir].count(kind)
+        return kind
+
+    def _note_if_huge(self, item: Item) -> None:
+        """A file over the huge-file limit is stored whole; its pages show head and tail."""
+        if item.data is None or len(item.data) <= self.limits.huge_file_bytes:
+            return
+        item.problem = "; ".join(
+            filter(
+                None,
+                [
+                    item.problem,
+                    f"large file ({tree.human_size(len(item.data))}, over "
+                    f"{tree.human_size(self.limits.huge_file_bytes)}): stored in "
+                    "full, pages show its head and tail",
+                ],
+            )
+        )
+
+    def _store(self, new: list[Item], changed: list[Item], stat_only: list[Item]) -> None:
+        """Parse and write new and changed files a chunk at a time, dropping each chunk's
+        bytes once written: a large tree is never held in memory twice (as bytes and as
+        parsed rows). Rollout summaries come last: their ids are settled by the rollouts."""
+        known = KnownIds()
+        is_new = {id(item) for item in new}
+        last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
+        first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
+        for chunk in (*chunks(first, STORE_CHUNK), *chunks(last, STORE_CHUNK)):
+            parsed = ParsedRows.build(chunk, known)
+            self._write_blobs(chunk)
+            chunk_new = [i for i in chunk if id(i) in is_new]
+            chunk_changed = [i for i in chunk if id(i) not in is_new]
+            self._write_files(chunk_new, chunk_changed)
+            parsed.write(chunk_new, chunk_changed)
+            for item in chunk:
+                if item.path in parsed.reads and item.file_id is not None:
+                    segments, reads = parsed.reads[item.path]
+                    self.found_reads.append(
+                        usage.FoundReads(item.file_id, item.layout_id or 0, segments, reads)
+                    )
+                item.data = None
+        self._step(3)
+        update_many(
+            WorkspaceFile,
+            ["mode", "mtime_ns"],
+            [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
+        )
+
+    def _write_blobs(self, items: Sequence[Item]) -> None:
+        rows: dict[str, tuple[str, int, bytes]] = {}
+        for item in items:
+            if item.data is not None and item.digest is not None:
+                rows[item.digest] = (item.digest, len(item.data), item.data)
+        insert_many(Blob, ["sha256", "size", "data"], list(rows.values()), ignore="sha256")
+
+    def _write_files(self, new: list[Item], changed: list[Item]) -> None:
+        now = connection.ops.adapt_datetimefield_value(self.now)
+        table = WorkspaceFile._meta.db_table
+        last_id = None
+        ids: dict[str, int] = {}
+        if new and connection.vendor == "postgresql":
+            # The new rows' ids drawn from the table's sequence first, then written with
+            # them: nothing to look up by path afterwards.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                    [connection.ops.quote_name(table), len(new)],
+                )
+                ids = {item.path: pk for item, (pk,) in zip(new, cursor.fetchall(), strict=True)}
+        elif new and connection.vendor == "sqlite":
+            # SQLite lets a transaction write only if nothing was committed since it
+            # first read, so the rows after this last id are the ones inserted below:
+            # a rowid range, cheaper than looking 2,000 paths up in their index.
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT coalesce(max(id), 0) FROM {table}")
+                last_id = cursor.fetchone()[0]
+        insert_many(
+            WorkspaceFile,
+            [
+                *(["id"] if ids else []),
+                "workspace_id",
+                "layout_id",
+                "path",
+                "kind",
+                "blob_id",
+                "size",
+                "mode",
+                "mtime_ns",
+                "problem",
+                "first_seen_at",
+                "changed_at",
+                "missing_since",
+            ],
+            [
+                (
+                    *((ids[i.path],) if ids else ()),
+                    self.workspace.pk,
+                    i.layout_id,
+                    i.path,
+                    i.kind,
+                    i.digest,
+                    i.size,
+                    i.mode,
+                    i.mtime_ns,
+                    i.problem,
+                    now,
+                    now,
+                    None,
+                )
+                for i in new
+            ],
+        )
+        if last_id is not None:  # SQLite: the rows just inserted, by their rowid range
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT path, id FROM {table} WHERE id > %s", [last_id])
+                ids = dict(cursor.fetchall())
+        for item in new:
+            item.file_id = ids[item.path]
+        update_many(
+            WorkspaceFile,
+            [
+                "layout_id",
+                "kind",
+                "blob_id",
+                "size",
+                "mode",
+                "mtime_ns",
+                "problem",
+                "changed_at",
+                "missing_since",
+            ],
+            [
+                (
+                    i.layout_id,
+                    i.kind,
+                    i.digest,
+                    i.size,
+                    i.mode,
+                    i.mtime_ns,
+                    i.problem,
+                    now,
+                    None,
+                    i.file_id,
+                )
+                for i in changed
+            ],
+        )

@@ -1,0 +1,150 @@
+"""The versions an import records: a changed ``MEMORY.md`` / ``memory_summary.md`` becomes
+a new version attributed to the agent, skill files found new, changed or gone get one
+(``memoryui.skills``), and the agent versions awaiting review become the proposal of the
+sandbox that wrote them (``memoryui.agent_proposals``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from generation.kinds import FileKind
+
+from .. import skills
+from ..models import ImportRun, Layout, MemoryVersion, UploadedSnapshot, Workspace, WorkspaceFile
+from .reading import Item, StoredFile, file_name
+
+
+class VersionRecorder:
+    """Records the versions of one import (``merge``: the snapshot id of an upload
+    merged, "" for an import from disk) and keeps the agent versions it recorded for
+    ``propose``."""
+
+    def __init__(self, workspace: Workspace, now: datetime, merge: str = "") -> None:
+        self.workspace = workspace
+        self.now = now
+        self.merge = merge
+        # Agent versions awaiting review this import recorded, by layout (``propose``).
+        self.agent_versions: dict[int, tuple[Layout, list[MemoryVersion]]] = {}
+
+    def record_documents(self, items: list[Item], layouts: dict[str, Layout]) -> list[str]:
+        """A version of each memory document in ``items`` whose text its layout's latest
+        version does not have; the paths of those recorded."""
+        documents = {
+            FileKind.MEMORY_INDEX: MemoryVersion.Document.MEMORY_MD,
+            FileKind.MEMORY_SUMMARY: MemoryVersion.Document.MEMORY_SUMMARY,
+        }
+        created = []
+        for item in items:
+            document = documents.get(FileKind(item.kind))
+            if document is None or item.memories_dir is None or item.digest is None:
+                continue
+            layout = layouts[item.memories_dir]
+            latest = (
+                MemoryVersion.objects.filter(layout=layout, document=document)
+                .order_by("-number")
+                .first()
+            )
+            if latest is not None and latest.blob_id == item.digest:
+                continue
+            if self.merge and layout.versions.filter(document=document, blob_id=item.digest):
+                continue  # a text this layout had (a sandbox sending back what it got)
+            version = MemoryVersion.objects.create(
+                layout=layout,
+                document=document,
+                number=(latest.number + 1) if latest else 1,
+                blob_id=item.digest,
+                author_kind=MemoryVersion.Author.AGENT,
+                reason=self._reason(latest is None),
+                created_at=self.now,
+                needs_review=latest is not None or bool(self.merge),
+            )
+            created.append(item.path)
+            if version.needs_review:
+                self.agent_versions.setdefault(layout.pk, (layout, []))[1].append(version)
+        return created
+
+    def propose(self, run: ImportRun, items: dict[str, Item], touched: list[Item]) -> None:
+        """Each layout's agent versions awaiting review become (or update) the proposal
+        of the sandbox that wrote them (``agent_proposals``); its inputs are the
+        rollouts of the upload (of an import: those it found new or changed, ``touched``).
+        ``items``: every file the import found."""
+        forgotten = self._forgotten(items)
+        if not self.agent_versions and not forgotten:
+            return
+        from .. import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
+
+        rollouts: dict[int, list[str]] = {}
+        for item in items.values() if self.merge else touched:
+            if item.kind == FileKind.ROLLOUT and item.layout_id is not None:
+                rollouts.setdefault(item.layout_id, []).append(
+                    file_name(item.path).removesuffix(".jsonl")
+                )
+        for layout in Layout.objects.filter(pk__in={*self.agent_versions, *forgotten}):
+            agent_proposals.record(
+                layout,
+                self.agent_versions.get(layout.pk, (layout, []))[1],
+                snapshot_id=self.merge,
+                import_run=run,
+                inputs=sorted(rollouts.get(layout.pk, [])),
+                forgotten=forgotten.get(layout.pk, []),
+            )
+
+    def _forgotten(self, items: dict[str, Item]) -> dict[int, list[str]]:
+        """Per layout the upload holds files of, the raw memories and rollout summaries
+        the sandbox's last download served it that its upload lacks and the workspace
+        still has: the agent pruned them (the SDK's consolidation does)."""
+        if not self.merge:
+            return {}
+        served = (
+            UploadedSnapshot.objects.filter(workspace=self.workspace, snapshot_id=self.merge)
+            .values_list("served", flat=True)
+            .first()
+        ) or {}
+        # Only layouts the upload holds files of: a sandbox without a layout's folder
+        # forgot nothing of it.
+        held = {item.layout_id for item in items.values() if item.layout_id is not None}
+        lacking = {
+            int(pk): [p for p in (got.get("files") or []) if p not in items]
+            for pk, got in served.items()
+            if isinstance(got, dict) and str(pk).isdigit() and int(pk) in held
+        }
+        lacking = {pk: paths for pk, paths in lacking.items() if paths}
+        if not lacking:
+            return {}
+        present = set(
+            WorkspaceFile.objects.present()
+            .filter(workspace=self.workspace, path__in=[p for ps in lacking.values() for p in ps])
+            .values_list("path", flat=True)
+        )
+        found = {pk: sorted(p for p in paths if p in present) for pk, paths in lacking.items()}
+        return {pk: paths for pk, paths in found.items() if paths}
+
+    def _reason(self, first: bool) -> str:
+        if self.merge:
+            return f"uploaded by sandbox {self.merge}"
+        return "imported from disk" if first else "changed on disk"
+
+    def record_skills(
+        self,
+        items: list[Item],
+        missing: list[int],
+        layouts: dict[str, Layout],
+        stored: Iterable[tuple[str, StoredFile]],
+    ) -> None:
+        """Skill files found new, changed or gone get a version (``memoryui.skills``).
+        ``stored``: the workspace's file rows before the import, by path."""
+        found: dict[int, list[tuple[str, str | None]]] = {}
+        by_id = {layout.pk: layout.memories_dir for layout in layouts.values()}
+        for item in items:
+            if item.kind == FileKind.SKILL and item.memories_dir is not None:
+                found.setdefault(item.layout_id or 0, []).append(
+                    (item.path.removeprefix(item.memories_dir + "/"), item.digest)
+                )
+        gone = set(missing)
+        for path, old in stored:
+            if old.file_id in gone and old.kind == FileKind.SKILL and old.layout_id in by_id:
+                rel = path.removeprefix(by_id[old.layout_id] + "/")
+                found.setdefault(old.layout_id, []).append((rel, None))
+        if found:
+            skills.record_import(found, now=self.now, uploaded_by=self.merge)
