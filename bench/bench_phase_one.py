@@ -251,6 +251,7 @@ def run_memoryui(
     from memoryui import pipeline
     from memoryui.importer import import_workspace
     from memoryui.models import Layout, PhaseOneJob, PhaseOneResult
+    from memoryui.pipeline import steps
 
     result = import_workspace(workspace, name)
     if result.errors:
@@ -273,8 +274,9 @@ def run_memoryui(
         stopped.setdefault("requests", len(fake.requests))
         return True
 
-    original_consolidate = pipeline.consolidate
-    pipeline.consolidate = stop_clock
+    # Phase two's step looks ``consolidate`` up in its own module.
+    original_consolidate = steps.consolidate
+    steps.consolidate = stop_clock
     since = len(fake.requests)
     started = time.perf_counter()
     try:
@@ -282,7 +284,7 @@ def run_memoryui(
     except Exception as exc:  # e.g. "database is locked" from a worker thread
         side.errors.append(f"run_inline raised {type(exc).__name__}: {exc}")
     finally:
-        pipeline.consolidate = original_consolidate
+        steps.consolidate = original_consolidate
         connections.close_all()
     ended = float(stopped.get("at", time.perf_counter()))
     side.seconds = ended - started

@@ -38,9 +38,9 @@ from .models import (
 from .writeback import (
     DOCUMENT_FILES,
     PlannedFile,
-    _skill_path_problem,
     lint_planned,
     proposal_memory_files,
+    skill_path_problem,
 )
 
 HELD_BACK_ACTION = "snapshot_store.held_back"
@@ -151,7 +151,7 @@ def _curated_histories(layout: Layout) -> Iterator[tuple[str, list[_Candidate], 
     for path, number, needs_review, blob_id in skill_rows:
         skills.setdefault(path, []).append(_Candidate(number, needs_review, blob_id))
     for rel, candidates in skills.items():
-        if not _skill_path_problem(rel):
+        if not skill_path_problem(rel):
             yield f"{layout.memories_dir}/{rel}", candidates, FileKind.SKILL
 
 

@@ -43,7 +43,7 @@ def test_rollouts_the_sdk_extracted_cost_no_model_call_and_feed_phase_two(model,
     assert run.jobs.count() == 0
     assert run.settings_snapshot["kept_extracted"] == 3
     # Phase two reads the three raw memories the SDK wrote.
-    assert sorted(pipeline._raw_memory_texts(run)) == [
+    assert sorted(pipeline.raw_memory_texts(run)) == [
         "deploy-auth-proxy-dc4ee6",
         "eng-slugify-unicode-65aef7",
         "poll-billing-api-6d30c0",

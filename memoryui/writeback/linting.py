@@ -1,0 +1,119 @@
+"""Lint of the files a write-back plans (``generation.lint``), its results kept in the
+database by content: scanned once, whichever process meets a content first; ahead of
+time when a version is saved (``lint_ahead``); kept when a refused write-back rolls
+back its transaction (``lint_kept_when_refused``)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict
+from typing import Any
+
+from generation.kinds import FileKind
+from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
+from generation.tree import LayoutDirs
+
+from .. import skills
+from ..models import LintResult, MemoryVersion, SkillFileVersion, Workspace
+from .files import DOCUMENT_FILES, PlannedFile, Refused, layout_dirs, skill_path_problem
+
+
+def lint_planned(files: list[PlannedFile], dirs: list[LayoutDirs]) -> list[Finding]:
+    """``generation.lint.lint_file`` for each file, its results kept in the database
+    (``LintResult``): a content is scanned once, whichever process (web, worker, command)
+    meets it first; a large MEMORY.md takes a second to lint."""
+    keys = {f.path: lint_key(f.path, f.sha256, dirs) for f in files if f.data is not None}
+    known = dict(
+        LintResult.objects.filter(key__in=set(keys.values())).values_list("key", "findings")
+    )
+    findings: list[Finding] = []
+    fresh: list[LintResult] = []
+    for f in files:
+        if f.data is None:
+            continue  # a deletion: nothing to lint
+        key = keys[f.path]
+        if key in known:
+            findings.extend(_finding_of(row) for row in known[key])
+            continue
+        found = lint_file(f.path, f.data, dirs)
+        known[key] = [asdict(finding) for finding in found]
+        fresh.append(LintResult(key=key, findings=known[key]))
+        findings.extend(found)
+    # ignore_conflicts: another process may have scanned the same content meanwhile.
+    LintResult.objects.bulk_create(fresh, ignore_conflicts=True)
+    kept = _KEPT_WHEN_REFUSED.get()
+    if kept is not None:
+        kept.extend(fresh)
+    return findings
+
+
+# Lint results found by a write-back that is refused (its transaction rolled back).
+_KEPT_WHEN_REFUSED: ContextVar[list[LintResult] | None] = ContextVar(
+    "memoryuilint_kept_when_refused", default=None
+)
+
+
+@contextmanager
+def lint_kept_when_refused() -> Iterator[None]:
+    """A write-back refused for its findings rolls back its transaction, lint results
+    included: saved again here, so that the next attempt, in any process, does not scan
+    the same content again."""
+    kept: list[LintResult] = []
+    token = _KEPT_WHEN_REFUSED.set(kept)
+    try:
+        yield
+    except Refused:
+        LintResult.objects.bulk_create(kept, ignore_conflicts=True)
+        raise
+    finally:
+        _KEPT_WHEN_REFUSED.reset(token)
+
+
+def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
+    """Scan a new version's content now, while nobody waits on it (a worker runs this
+    once the version is saved): ``lint_planned`` keeps the result by content, so the
+    write-back page, ``manage.py writeback`` and an export of that version find it
+    scanned instead of scanning a large ``MEMORY.md`` while a person waits."""
+    layout = version.layout
+    if version.blob is None:
+        return  # a deleted skill file: nothing to lint
+    if isinstance(version, MemoryVersion):
+        name = DOCUMENT_FILES[MemoryVersion.Document(version.document)]
+        kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
+    elif skill_path_problem(version.path):
+        return  # never written back, so never linted for it
+    else:
+        name, kind = version.path, FileKind.SKILL
+    data = bytes(version.blob.data)
+    planned = PlannedFile(f"{layout.memories_dir}/{name}", data, "", None, kind)
+    lint_planned([planned], layout_dirs(layout.workspace))
+
+
+def lint_latest(workspace: Workspace) -> None:
+    """``lint_ahead`` for the latest version of each document and skill file of every
+    layout (what an import just recorded, say): content scanned before costs a lookup."""
+    for layout in workspace.layouts.present():
+        versions: list[MemoryVersion | SkillFileVersion] = []
+        for document in DOCUMENT_FILES:
+            latest = (
+                MemoryVersion.objects.filter(layout=layout, document=document)
+                .select_related("layout__workspace", "blob")
+                .order_by("-number")
+                .first()
+            )
+            if latest is not None:
+                versions.append(latest)
+        versions.extend(skills.current_versions(layout).select_related("layout__workspace", "blob"))
+        for version in versions:
+            lint_ahead(version)
+
+
+def lint_key(path: str, sha256: str | None, dirs: list[LayoutDirs]) -> str:
+    return hashlib.sha256(f"{LINT_VERSION}\0{path}\0{sha256}\0{dirs}".encode()).hexdigest()
+
+
+def _finding_of(row: dict[str, Any]) -> Finding:
+    return Finding(**{**row, "kind": FindingKind(row["kind"])})
