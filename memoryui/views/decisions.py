@@ -1,7 +1,8 @@
 """What reviewers decide on a proposal: per entry (accept, reject, undo, viewed, pin),
 and on the whole (approve, reject, reserve it while reviewing). A decision that comes
 too late (another reviewer's, a held proposal) is refused with 409 and what happened
-instead. The review page itself is ``proposals``."""
+instead. The review page itself is ``proposals``; what the entry actions share (load,
+validate, refuse, the card they answer with), ``entry_actions``."""
 
 from __future__ import annotations
 
