@@ -1,4 +1,5 @@
-"""Side-by-side line diffs with word-level highlights, as escaped HTML fragments."""
+"""Side-by-side line diffs with word-level highlights, as escaped HTML fragments, and
+unified diffs as text."""
 
 from __future__ import annotations
 
@@ -88,3 +89,16 @@ def stats(rows: list[Row]) -> tuple[int, int]:
     added = sum(1 for r in rows if r.kind in ("added", "changed"))
     removed = sum(1 for r in rows if r.kind in ("removed", "changed"))
     return added, removed
+
+
+def unified(current: str, proposed: str) -> str:
+    """The unified diff of two texts, as ``diff -u`` writes it (labelled ``current`` and
+    ``proposed``)."""
+    return "".join(
+        difflib.unified_diff(
+            current.splitlines(keepends=True),
+            proposed.splitlines(keepends=True),
+            "current",
+            "proposed",
+        )
+    )

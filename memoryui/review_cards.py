@@ -1,20 +1,23 @@
 """One presenter for the review: what a proposal's entry card says (its decision,
 its approval state, its flags, whether the person viewed it) and how far the review
 got. The review page, the single card an htmx action answers with and the JSON API
-all read entries through ``card`` and progress through ``progress``, so they cannot
-disagree."""
+all read entries through ``card`` and progress through ``progress``, and show a card
+through ``page_card`` (the page and the htmx card) or ``card_json`` (the API), so
+they cannot disagree."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
-from django.utils.html import conditional_escape, escape
+from django.utils.html import conditional_escape, escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from generation import review
 
-from . import documents, entry_checks
+from . import diffs, documents, entry_checks
 from .models import (
     ApprovedEntry,
     EntryCheck,
@@ -223,6 +226,121 @@ def approval_state(document: str, change: review.Change, marks: Marks) -> tuple[
         if change.status != "unchanged":
             return "outdated", proposal_pk
     return "", None
+
+
+def key_slug(key: str) -> str:
+    """A short, stable id for an entry key (keys are titles: any text), for anchors."""
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+FOLD_LINES = 40
+CITES_INLINE = 5
+
+
+def page_card(
+    card: Card,
+    *,
+    cites: list,
+    comments: list,
+    place: dict,
+    texts: tuple[str, ...] = (),
+    duplicates: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What the review page (and the card an htmx action answers with) shows of
+    ``card`` besides the card itself: its diff, folds and forms; ``cites``: the
+    rollout summaries it cites (exists, url, path, label); ``place``: the filter and
+    page its forms go back to; ``texts``: the proposed and the base MEMORY.md (where a
+    task finds its group's title); ``duplicates``: the likely duplicates it is part of."""
+    document, change = card.document, card.change
+    edited = card.edited_text
+    applied = edited or change.proposed
+    if edited:  # shown whole, in its own fold, under the suggestion
+        head, tail, more = edited, "", 0
+    elif change.status == "changed":  # the diff shows it
+        head, tail, more = "", "", 0
+    else:
+        head, tail, more = _fold(change.current if change.status == "removed" else applied)
+    diff = (  # a task's number is the proposal's on both sides: renumbering is no change
+        diffs.side_by_side(
+            review.numbered_like(change.current, change.proposed), change.proposed, context=2
+        )
+        if change.status == "changed"
+        else None
+    )
+    suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
+    shown = (suggestion if suggestion is not None else diff) or []
+    folded = len(shown) > FOLD_LINES + 5
+    head_rows = shown[:FOLD_LINES] if folded else shown
+    tail_rows = shown[FOLD_LINES:] if folded else None
+    slug = f"entry-{document}-{key_slug(change.key)}"
+    hidden = format_html(
+        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+        'value="{}"><input type="hidden" name="anchor" value="{}">',
+        document,
+        change.key,
+        slug,
+    )
+    if place.get("show"):
+        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
+    if place.get("page") and str(place["page"]) != "1":
+        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
+    return {
+        "card": card,
+        "id": slug,
+        "hidden": hidden,
+        # The Rendered and Evidence folds' query, as the urlencode filter would write it.
+        "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
+            f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
+        ),
+        "diff_head": diff_html(head_rows) if head_rows else None,
+        "diff_tail": tail_rows,
+        "diff_tail_html": diff_html(tail_rows) if tail_rows else None,
+        "suggestion": suggestion,
+        "applied": applied,
+        "head": head,
+        "tail": tail,
+        "more": more,
+        "cites": cites,
+        "fold_cites": len(cites) > CITES_INLINE,
+        "comments": comments,
+        # A task or section says which task group it is in (proposed, else current).
+        "group_title": review.group_title(texts, change.group) if change.group else "",
+        "duplicates": duplicates or [],
+        "pinnable": bool(change.current) and change.status != "added",
+    }
+
+
+def _fold(text: str) -> tuple[str, str, int]:
+    """A long block's first ``FOLD_LINES`` lines, the rest, and how many lines that is."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) <= FOLD_LINES + 5:  # folding five lines away helps nobody
+        return text, "", 0
+    return "".join(lines[:FOLD_LINES]), "".join(lines[FOLD_LINES:]), len(lines) - FOLD_LINES
+
+
+def card_json(card: Card) -> dict[str, Any]:
+    """The card as the API gives it (``ChangeOut``): the change with a unified diff,
+    the decision so far, and the card's state, approval, viewed mark and flags (those
+    set, by name)."""
+    change, decision = card.change, card.decision
+    return {
+        "document": card.document,
+        "key": change.key,
+        "status": change.status,
+        "pairing": change.pairing,
+        "previous": list(change.previous),
+        "kind": change.kind,
+        "title": change.title,
+        "current": change.current,
+        "proposed": change.proposed,
+        "diff": diffs.unified(change.current, change.proposed),
+        "decision": decision.decision if decision is not None else None,
+        "edited_text": card.edited_text,
+        "state": card.state,
+        "approval": card.approval,
+        "viewed": card.viewed,
+        "flags": sorted(name for name, on in card.flags.items() if on),
+    }
 
 
 def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[str, int]:

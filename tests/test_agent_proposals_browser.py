@@ -12,8 +12,8 @@ import pytest
 from memoryui import curation
 from memoryui.demo import prepare_demo_workspace
 from memoryui.models import Layout, Membership, Proposal, Role
+from memoryui.review_cards import key_slug
 from memoryui.served_memory import served_layouts
-from memoryui.views.common import key_slug
 from tests.factories import make_user
 from tests.review_world import MD
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture

@@ -13,7 +13,7 @@ from generation import review
 from memoryui import curation
 from memoryui.importer import import_workspace
 from memoryui.models import Comment, EntryView, Layout, Membership, Pin, Proposal, Role
-from memoryui.views.common import key_slug
+from memoryui.review_cards import key_slug
 from tests import test_reviewer_case as case
 from tests.factories import make_user
 from tests.review_world import MD, build, proposal_over

@@ -5,15 +5,17 @@ browser, ``{"detail": ...}`` error bodies, ``limit``/``offset`` pages of
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
-from ninja import NinjaAPI, Swagger
+from ninja import Field, NinjaAPI, Schema, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.operation import Operation
+from ninja.pagination import LimitOffsetPagination
 from ninja.security import HttpBearer
 
 from .. import tokens
@@ -65,7 +67,21 @@ class LocalSwagger(Swagger):
     template_cdn = str(settings.NINJA_DIR / "templates" / "ninja" / "swagger.html")
 
 
-api = NinjaAPI(
+ENDPOINTS = f"{__package__}.endpoints"
+
+
+class API(NinjaAPI):
+    def get_openapi_operation_id(self, operation: Operation) -> str:
+        """The ids the schema gave the endpoints when they were one module
+        (``memoryui_api_endpoints_<view>``), now that ``endpoints`` is a package of
+        modules by purpose: clients generated from the schema call them by these."""
+        view = operation.view_func
+        if view.__module__.startswith(f"{ENDPOINTS}."):
+            return f"{ENDPOINTS}.{view.__name__}".replace(".", "_")
+        return super().get_openapi_operation_id(operation)
+
+
+api = API(
     title="memoryui API",
     version="1",
     description=(
@@ -165,3 +181,42 @@ def layout(request: HttpRequest, name: str, layout_id: int, role: Role) -> Layou
 
 def conflict(message: str) -> HttpError:
     return HttpError(409, message)
+
+
+def conflict_422(message: str) -> HttpError:
+    return HttpError(422, message)
+
+
+class Detail(Schema):
+    detail: str
+
+
+ERRORS = {401: Detail, 403: Detail, 404: Detail, 409: Detail, 422: Detail}
+
+DocumentName = Literal["memory_md", "memory_summary"]
+SNAPSHOT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class Pages(LimitOffsetPagination):
+    class Input(Schema):
+        limit: int = Field(50, ge=1, le=200, description="items per page, 1-200")
+        offset: int = Field(0, ge=0, description="items to skip")
+
+
+class Mapped:
+    """A queryset whose slices are mapped (so the paginator counts and slices in SQL)."""
+
+    def __init__(self, queryset: Any, fn: Any) -> None:
+        self.queryset, self.fn = queryset, fn
+
+    def all(self) -> Mapped:
+        return self
+
+    def count(self) -> int:
+        return int(self.queryset.count())
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, index: Any) -> list[Any]:
+        return [self.fn(x) for x in self.queryset[index]]

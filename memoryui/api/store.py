@@ -11,8 +11,7 @@ from generation.export import ExportError
 from .. import object_storage, observability, snapshot_store, tokens
 from ..models import Role, Workspace
 from ..snapshots import stored_export
-from .core import api, conflict, workspace
-from .endpoints import ERRORS, SNAPSHOT_ID_PATTERN, Detail
+from .core import ERRORS, SNAPSHOT_ID_PATTERN, Detail, api, conflict, workspace
 
 SHA256_HEADER = "X-Memoryui-Sha256"
 # What a download's 200 is, for the OpenAPI schema: a tar archive, and the two headers a

@@ -4,7 +4,6 @@ here only once two rooms use it."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -50,11 +49,6 @@ def document_or_404(value: str) -> str:
     if value not in DOCUMENTS:
         raise Http404("No such document.")
     return value
-
-
-def key_slug(key: str) -> str:
-    """A short, stable id for an entry key (keys are titles: any text), for anchors."""
-    return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 def cut_chars(text: str, length: int) -> str:

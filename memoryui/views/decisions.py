@@ -1,7 +1,8 @@
 """What reviewers decide on a proposal: per entry (accept, reject, undo, viewed, pin),
 and on the whole (approve, reject, reserve it while reviewing). A decision that comes
 too late (another reviewer's, a held proposal) is refused with 409 and what happened
-instead. The review page itself is ``proposals``."""
+instead. The review page itself is ``proposals``; what the entry actions share (load,
+validate, refuse, the card they answer with), ``entry_actions``."""
 
 from __future__ import annotations
 
@@ -9,85 +10,70 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from .. import consolidation, curation, entry_checks, forms, review_cards
 from ..models import MemoryVersion, Proposal, Role
+from ..review_cards import key_slug
 from ..roles import has_role, workspace_view
-from .common import HtmxHttpRequest, bad_request, key_slug
-from .proposals import (
-    REVIEW_PAGE_SIZE,
-    entry_answer,
-    invalid,
-    proposal_of,
-    reservation,
-    review_url,
-)
+from .common import HtmxHttpRequest, bad_request
+from .entry_actions import change_or_404, entry_action, entry_answer, invalid, refuse, reservation
+from .review_common import REVIEW_PAGE_SIZE, proposal_of, review_url
 
 
 @workspace_view(Role.REVIEWER)
 @require_POST
-def proposal_decide(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.DecidePlaceForm, attempted="decision")
+def proposal_decide(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.DecidePlaceForm
+) -> HttpResponse:
     """Accept or reject entries (one, with an optional edit, or all of a document). For
     htmx, one entry's decision answers with that entry's card and the progress bar
     only; without JavaScript, a redirect back to the same page, filter and entry."""
-    proposal = proposal_of(request, pk)
-    form = forms.DecidePlaceForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, decision = form.cleaned_data["document"], form.cleaned_data["decision"]
     keys = form.cleaned_data["key"]
     if form.cleaned_data["all"]:
         doc = next(d for d in curation.document_reviews(proposal) if d.document == document)
         theirs = curation.decided_by_others(proposal, document, request.user)
         keys = [c.key for c in curation.decidable(doc) if c.key not in theirs]
-    try:
-        with transaction.atomic():  # all of them or, when refused, none
-            for key in keys:
-                curation.decide(
-                    proposal,
-                    document,
-                    key,
-                    decision,
-                    user=request.user,
-                    edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
-                )
-    except curation.DecisionRefused as exc:
-        return _refused(request, proposal, exc, "decision")
+    with transaction.atomic():  # all of them or, when refused, none
+        for key in keys:
+            curation.decide(
+                proposal,
+                document,
+                key,
+                decision,
+                user=request.user,
+                edited_text=form.cleaned_data["edited_text"] if len(keys) == 1 else "",
+            )
     return entry_answer(request, proposal, form, document, keys[0] if len(keys) == 1 else "")
 
 
 @workspace_view(Role.REVIEWER)
 @require_POST
-def proposal_undo(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.EntryActionForm, attempted="undo")
+def proposal_undo(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
     """Take back the decision on one entry (audited): it is undecided again."""
-    proposal = proposal_of(request, pk)
-    form = forms.EntryActionForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    try:
-        curation.undo_decision(proposal, document, key, user=request.user)
-    except curation.DecisionRefused as exc:
-        return _refused(request, proposal, exc, "undo")
+    curation.undo_decision(proposal, document, key, user=request.user)
     return entry_answer(request, proposal, form, document, key)
 
 
 @workspace_view(Role.VIEWER)
 @require_POST
-def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.EntryActionForm)
+def proposal_viewed(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
     """Mark an entry viewed (``action=off``: not viewed): each member's own progress,
     so a viewer may mark entries too; it decides nothing."""
-    proposal = proposal_of(request, pk)
-    form = forms.EntryActionForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    if not any(c.key == key for c in review_cards.changes(proposal, document)):
-        raise Http404("No such entry in this proposal.")
+    change_or_404(proposal, document, key)
     curation.set_viewed(
         proposal, document, key, form.cleaned_data["action"] != "off", user=request.user
     )
@@ -96,12 +82,11 @@ def proposal_viewed(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
 
 @workspace_view(Role.EDITOR)
 @require_POST
-def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.EntryActionForm)
+def proposal_pin(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
     """Pin (or unpin) an entry of the current document from the review page."""
-    proposal = proposal_of(request, pk)
-    form = forms.EntryActionForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     try:
         curation.set_pin(
@@ -124,27 +109,21 @@ def proposal_pin(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -
 
 @workspace_view(Role.REVIEWER)
 @require_POST
+@entry_action(forms.DuplicateAckForm, attempted="decision")
 def proposal_duplicate(
-    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.DuplicateAckForm
 ) -> HttpResponse:
     """Say of one likely duplicate pair "keep both" or "not a duplicate" (or take it
     back): remembered for that pair only, audited. From a card, htmx gets the card
     back; from the submit dialog, the dialog."""
-    proposal = proposal_of(request, pk)
-    form = forms.DuplicateAckForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     data = form.cleaned_data
-    try:
-        curation.acknowledge_duplicate(
-            proposal,
-            data["document"],
-            (data["first"], data["second"]),
-            data["ack"],
-            user=request.user,
-        )
-    except curation.DecisionRefused as exc:
-        return _refused(request, proposal, exc, "decision")
+    curation.acknowledge_duplicate(
+        proposal,
+        data["document"],
+        (data["first"], data["second"]),
+        data["ack"],
+        user=request.user,
+    )
     if request.htmx and request.POST.get("from") == "dialog":
         return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT)
     return entry_answer(request, proposal, form, data["document"], data["key"])
@@ -187,7 +166,7 @@ def proposal_approve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             return response
         return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
     except curation.DecisionRefused as exc:
-        return _refused(request, proposal, exc, "approval")
+        return refuse(request, proposal, exc, "approval")
     except curation.NeedsAnotherApproval as exc:
         messages.success(
             request,
@@ -321,7 +300,7 @@ def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     try:
         curation.reject_proposal(proposal, user=request.user)
     except curation.DecisionRefused as exc:
-        return _refused(request, proposal, exc, "rejection")
+        return refuse(request, proposal, exc, "rejection")
     messages.info(request, "Proposal rejected; the current files stay as they are.")
     if request.htmx:
         response = HttpResponse(status=204)
@@ -348,7 +327,7 @@ def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             curation.reserve(proposal, request.user)
     except curation.DecisionRefused as exc:
         if not request.htmx:
-            return _refused(request, proposal, exc, "release" if releasing else "reservation")
+            return refuse(request, proposal, exc, "release" if releasing else "reservation")
         refused = str(exc)
         proposal.refresh_from_db(fields=["status", "reserved_by", "reserved_until"])
     if not request.htmx:
@@ -365,23 +344,3 @@ def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
         },
         status=409 if refused else 200,
     )
-
-
-def _refused(
-    request: HtmxHttpRequest, proposal: Proposal, exc: curation.DecisionRefused, attempted: str
-) -> HttpResponse:
-    """409: the decision was not recorded, and what happened instead (who decided
-    what, when, or who holds the proposal); the fragment alone for htmx."""
-    template = "memoryui/proposal_refused.html" + ("#refusal" if request.htmx else "")
-    context = {
-        "proposal": proposal,
-        "layout": proposal.layout,
-        "workspace": proposal.layout.workspace,
-        "attempted": attempted,
-        "reason": str(exc),
-    }
-    response = render(request, template, context, status=409)
-    if request.htmx:  # into the review page's notice, not in place of the entry
-        response["HX-Retarget"] = "#review-notice"
-        response["HX-Reswap"] = "innerHTML"
-    return response

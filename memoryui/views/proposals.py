@@ -1,43 +1,38 @@
 """Proposals reviewed like pull requests: the list, the review page (entry cards with
-their diffs, flags, citations and comments, paged per document), the folds a card loads
+their diffs, flags, citations and comments, paged per document; ``review_cards``
+presents each card, ``review_marks`` adds the page's flags), the folds a card loads
 (rendered text, evidence), comments, assignment, the review queue, and protecting a
-rollout from being forgotten. What reviewers decide is ``decisions``. Roles are checked
-here, on the server."""
+rollout from being forgotten. What reviewers decide is ``decisions``; what the entry
+actions share, ``entry_actions``. Roles are checked here, on the server."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote, urlencode
 
-from django import forms as django_forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
-from django.db import connection, models
+from django.db import models
 from django.db.models import Count
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
-from django.shortcuts import get_object_or_404, redirect, render
-from django.template.loader import render_to_string
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import escape, format_html
+from django.utils.html import escape
 from django.utils.http import RFC3986_SUBDELIMS, url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
-from generation import lint, review
-from generation.memory_md import CITATION_RE
 from generation.summary import injected_summary
 
-from .. import consolidation, curation, diffs, documents, entry_checks, forms, review_cards
+from .. import consolidation, curation, entry_checks, forms, review_cards
 from ..models import (
     ROLE_ORDER,
     EntryCheck,
     EntryDecision,
     Layout,
     Membership,
-    MemoryVersion,
     Proposal,
     ProtectedRawMemory,
     RawMemory,
@@ -47,69 +42,18 @@ from ..models import (
 )
 from ..rendering import render_markdown
 from ..roles import has_role, workspace_view
-from ..writeback import layout_dirs
-from .common import HtmxHttpRequest, bad_request, key_slug
-
-REVIEW_PAGE_SIZE = 25
-
-
-def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
-    """The route's proposal, in the layout ``workspace_view`` resolved (and checked the
-    role for)."""
-    proposals = Proposal.objects.select_related(
-        "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
-    ).defer("raw_memories_md", "selection")  # only the write-back reads these
-    kept: tuple[str, str, str] | None = None
-    key = (connection.settings_dict["NAME"], pk)
-    if connection.vendor == "postgresql":
-        # The texts only when the row is not the version this process keeps (NULL else:
-        # the columns are NOT NULL), in the same query.
-        kept = _KEPT.get(key)
-        known = kept[0] if kept else ""
-        fresh = "CASE WHEN {} = %s THEN NULL ELSE memoryui_proposal.{} END"
-        proposals = proposals.defer("memory_md", "memory_summary").extra(
-            select={
-                "row_version": ROW_VERSION,
-                "fresh_md": fresh.format(ROW_VERSION, "memory_md"),
-                "fresh_summary": fresh.format(ROW_VERSION, "memory_summary"),
-            },
-            select_params=(known, known),
-        )
-    proposal = get_object_or_404(proposals, pk=pk, layout=request.layout)
-    if connection.vendor == "postgresql":
-        found: Any = proposal
-        if found.fresh_md is None and kept is not None:
-            proposal.memory_md, proposal.memory_summary = kept[1], kept[2]
-        else:
-            proposal.memory_md, proposal.memory_summary = found.fresh_md, found.fresh_summary
-            _keep(key, (found.row_version, found.fresh_md, found.fresh_summary))
-    # The texts' caches then find them by identity (documents.same_text).
-    proposal.memory_md = documents.same_text(proposal.memory_md)
-    proposal.memory_summary = documents.same_text(proposal.memory_summary)
-    return proposal
-
-
-# A version of the row: ``xmin`` (the transaction that wrote it) changes when another
-# transaction updates the row, ``ctid`` (where it is) with every update, even in the same
-# transaction; together they name one version, whose texts never change.
-ROW_VERSION = "memoryui_proposal.xmin::text || memoryui_proposal.ctid::text"
-
-
-# Proposals' texts (2.7 MB for the 10k tree: 7-20 ms to read from PostgreSQL, and every
-# review page and entry action needs them) by database and pk: their row's version and
-# texts. A few, the proposals being reviewed.
-_KEPT: dict[tuple[str, int], tuple[str, str, str]] = {}
-KEPT_PROPOSALS = 4
-
-
-def _keep(key: tuple[str, int], version_and_texts: tuple[str, str, str]) -> None:
-    _KEPT.pop(key, None)
-    while len(_KEPT) >= KEPT_PROPOSALS:
-        try:  # the oldest (another thread may be at it too)
-            _KEPT.pop(next(iter(_KEPT)), None)
-        except (RuntimeError, StopIteration):
-            break
-    _KEPT[key] = version_and_texts
+from . import review_marks
+from .common import HtmxHttpRequest, bad_request
+from .entry_actions import (
+    change_or_404,
+    entry_action,
+    entry_answer,
+    entry_urls,
+    invalid,
+    permissions,
+    reservation,
+)
+from .review_common import REVIEW_PAGE_SIZE, proposal_of, review_url
 
 
 @workspace_view(Role.VIEWER)
@@ -145,38 +89,38 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     if not place.is_valid():
         return bad_request(request, place, back=review_url(proposal), workspace=request.workspace)
     show = place.place().get("show", "")
-    perms = _permissions(request, proposal)
+    perms = permissions(request, proposal)
     protected = set(proposal.layout.protected.values_list("rollout_id", flat=True))
     comments: dict[str, list] = {}
     for comment in proposal.comments.select_related("author"):
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
-    findings = _lint(proposal)
+    findings = review_marks.lint_findings(proposal)
     marks = review_cards.Marks.load(proposal, request.user)
     decidable = {doc.document: curation.decidable(doc) for doc in reviews}
-    _note_lint_and_stale(marks, proposal, decidable, findings)
+    review_marks.note_lint_and_stale(marks, proposal, decidable, findings)
     marks.note_checks(proposal, decidable)
-    new_files = _run_files(proposal)
-    doubles = duplicate_marks(proposal, reviews)
+    new_files = review_marks.run_files(proposal)
+    doubles = review_marks.duplicate_marks(proposal, reviews)
     sections = []
     for doc in reviews:
         cites_all = (
-            _citation_status(proposal, decidable[doc.document], new_files)
+            review_marks.citation_status(proposal, decidable[doc.document], new_files)
             if show == "flagged"
             else {}
         )
-        if show in ("", "all"):  # what _shown says, without a call per entry (thousands)
+        if show in ("", "all"):  # what is_shown says, without a call per entry (thousands)
             shown = [c for c in doc.changes if show or c.status != "unchanged"]
         else:
             shown = [
                 c
                 for c in doc.changes
-                if _shown(
+                if review_marks.is_shown(
                     c,
                     show,
                     marks,
                     doc.document,
-                    show == "flagged" and _unsupported(c, cites_all.get(c.key)),
+                    show == "flagged" and review_marks.is_unsupported(c, cites_all.get(c.key)),
                 )
             ]
         if show == "risk":  # the strongest reason first
@@ -184,20 +128,20 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
-        citations = _citation_status(proposal, list(page.object_list), new_files)
+        citations = review_marks.citation_status(proposal, list(page.object_list), new_files)
         rows = [
-            _row(
+            review_cards.page_card(
                 review_cards.card(
                     doc.document,
                     change,
                     marks,
-                    unsupported=_unsupported(change, citations.get(change.key, [])),
+                    unsupported=review_marks.is_unsupported(change, citations.get(change.key, [])),
                 ),
-                citations.get(change.key, []),
-                comments.get(change.key, []),
-                {"show": show, "page": page.number},
-                (doc.proposed_text, doc.base_text),
-                doubles.get((doc.document, change.key), []),
+                cites=citations.get(change.key, []),
+                comments=comments.get(change.key, []),
+                place={"show": show, "page": page.number},
+                texts=(doc.proposed_text, doc.base_text),
+                duplicates=doubles.get((doc.document, change.key), []),
             )
             for change in page.object_list
         ]
@@ -224,7 +168,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "show": show,
             "show_all": show == "all",
             "filters": forms.REVIEW_FILTERS,
-            "urls": _entry_urls(proposal),
+            "urls": entry_urls(proposal),
             "progress": review_cards.progress(proposal, request.user, marks),
             **reservation(request, proposal),
             "comments": comments.get("", []),
@@ -232,7 +176,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
-            **_lint_banner(proposal, findings, reviews, marks.poisoned),
+            **review_marks.lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),
         },
     )
@@ -283,302 +227,6 @@ def _ledger(
 _PROTECTED_BADGE = ' <span class="badge pin">protected</span>'
 
 
-def _permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
-    workspace = proposal.layout.workspace
-    can_review = has_role(request.user, workspace, Role.REVIEWER)
-    pending = proposal.status == Proposal.Status.PENDING
-    return {
-        "can_review": can_review and not curation.held_by_other(proposal, request.user),
-        "can_comment": can_review,  # also while another reviewer holds it
-        "can_edit": has_role(request.user, workspace, Role.EDITOR),
-        "can_decide": can_review and pending and not curation.held_by_other(proposal, request.user),
-    }
-
-
-def _note_lint_and_stale(
-    marks: review_cards.Marks,
-    proposal: Proposal,
-    changes: dict[str, list[review.Change]],
-    findings: list,
-) -> None:
-    """Mark the entries holding a line a lint finding points at, and those citing only
-    rollouts this consolidation forgets (each card shows both)."""
-    marks.lint = _lint_entries(proposal, changes, findings)
-    forgotten = set(proposal.removed)
-    marks.stale = {
-        (document, c.key)
-        for document, cs in changes.items()
-        for c in cs
-        if _stale(c, forgotten, proposal.memory_md)
-    }
-
-
-DOCUMENT_FILES = {
-    MemoryVersion.Document.MEMORY_MD: "MEMORY.md",
-    MemoryVersion.Document.MEMORY_SUMMARY: "memory_summary.md",
-}
-
-
-def _lint_entries(
-    proposal: Proposal, changes: dict[str, list[review.Change]], findings: list
-) -> set[tuple[str, str]]:
-    """The entries that hold a line a lint finding points at (the findings of the whole
-    proposed files, cached by content)."""
-    findings = [f for f in findings if f.line]
-    if not findings:
-        return set()
-    texts = {
-        MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
-        MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
-    }
-    found: set[tuple[str, str]] = set()
-    for document, name in DOCUMENT_FILES.items():
-        lines = texts[document].splitlines()
-        needles = {
-            lines[f.line - 1].strip()
-            for f in findings
-            if f.path.rsplit("/", 1)[-1] == name and 0 < f.line <= len(lines)
-        } - {""}
-        for change in changes.get(document, ()):
-            if change.proposed and any(n in change.proposed for n in needles):
-                found.add((document, change.key))
-    return found
-
-
-def duplicate_marks(
-    proposal: Proposal, reviews: list[curation.DocumentReview]
-) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(document, card key) -> the likely duplicates its entry is part of in what
-    approving now makes (pending entries as accepted): the other entry, a link to its
-    card, the pair's keys and what a reviewer said of it."""
-    found = curation.duplicates(reviews, acks=proposal.duplicate_acks)
-    if not found:
-        return {}
-    where: dict[tuple[str, str], tuple[str, int]] = {}
-    for doc in reviews:
-        for index, change in enumerate(doc.changes):
-            for key in (change.key, *change.also):
-                where[(doc.document, key)] = (change.key, index // REVIEW_PAGE_SIZE + 1)
-    marks: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for dup in found:
-        for mine, other, title in (
-            (dup.keys[0], dup.keys[1], dup.titles[1]),
-            (dup.keys[1], dup.keys[0], dup.titles[0]),
-        ):
-            card, _ = where.get((dup.document, mine), (mine, 1))
-            other_card, page = where.get((dup.document, other), (other, 1))
-            query = urlencode({"show": "all", f"page_{dup.document}": page})
-            marks.setdefault((dup.document, card), []).append(
-                {
-                    "title": title or other,
-                    "url": f"{review_url(proposal)}?{query}"
-                    f"#entry-{dup.document}-{key_slug(other_card)}",
-                    "first": dup.keys[0],
-                    "second": dup.keys[1],
-                    "ack": dup.ack,
-                    "ack_label": curation.DUPLICATE_ACKS.get(dup.ack, ""),
-                    "ack_by": dup.ack_by,
-                }
-            )
-    return marks
-
-
-def _lint_banner(
-    proposal: Proposal,
-    findings: list,
-    reviews: list[curation.DocumentReview] | None = None,
-    poisoned: set[tuple[str, str]] | None = None,
-) -> dict[str, list]:
-    """The lint findings that will block a write-back of what approving now makes
-    (``lint``), and those only in text the decisions leave out (``lint_aside``: a
-    rejected entry, a quarantined one nobody decided), which will not."""
-    if not any(f.line for f in findings):
-        return {"lint": findings, "lint_aside": []}
-    if reviews is None:
-        reviews = curation.document_reviews(proposal)
-    approved = curation.approved_texts(proposal, reviews, poisoned)
-    texts = {
-        MemoryVersion.Document.MEMORY_MD: proposal.memory_md,
-        MemoryVersion.Document.MEMORY_SUMMARY: proposal.memory_summary,
-    }
-    warn: list = []
-    aside: list = []
-    for finding in findings:
-        document = next(
-            (d for d, name in DOCUMENT_FILES.items() if finding.path.rsplit("/", 1)[-1] == name),
-            None,
-        )
-        lines = texts[document].splitlines() if document else []
-        line = lines[finding.line - 1].strip() if 0 < (finding.line or 0) <= len(lines) else ""
-        left_out = document is not None and line and line not in approved.get(document, "")
-        (aside if left_out else warn).append(finding)
-    return {"lint": warn, "lint_aside": aside}
-
-
-def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
-    """Whether every rollout the entry (a task group: its tasks) cites is one this
-    consolidation forgets."""
-    if not forgotten or not change.proposed:
-        return False
-    cited = review_citations(review.with_members(memory_md, change.key, change.proposed))
-    return bool(cited) and all(_cited_rollout(path, forgotten) for path in cited)
-
-
-def _cited_rollout(path: str, rollouts: set[str]) -> bool:
-    """Whether ``rollout_summaries/<rollout id>_<slug>.md`` names one of ``rollouts``
-    (ids may hold underscores too)."""
-    name = path.rsplit("/", 1)[-1]
-    return any(name[:i] in rollouts for i, ch in enumerate(name) if ch == "_")
-
-
-def _unsupported(change: review.Change, cites: list | None) -> bool:
-    return bool(change.kind in ("task_group", "task") and change.proposed and not cites)
-
-
-def _shown(
-    change: review.Change, show: str, marks: review_cards.Marks, document: str, unsupported: bool
-) -> bool:
-    if show == "all":
-        return True
-    if change.status == "unchanged":
-        return False
-    if show == "undecided":
-        return (document, change.key) not in marks.decisions
-    if show == "changed":
-        return change.status == "changed"
-    if show == "flagged":
-        return review_cards.card(document, change, marks, unsupported=unsupported).flagged
-    if show == "risk":
-        return marks.risky(document, change)
-    return True
-
-
-FOLD_LINES = 40
-CITES_INLINE = 5
-
-
-def _fold(text: str) -> tuple[str, str, int]:
-    """A long block's first ``FOLD_LINES`` lines, the rest, and how many lines that is."""
-    lines = text.splitlines(keepends=True)
-    if len(lines) <= FOLD_LINES + 5:  # folding five lines away helps nobody
-        return text, "", 0
-    return "".join(lines[:FOLD_LINES]), "".join(lines[FOLD_LINES:]), len(lines) - FOLD_LINES
-
-
-def _row(
-    card: review_cards.Card,
-    cites: list,
-    comments: list,
-    place: dict,
-    documents: tuple[str, ...] = (),
-    duplicates: list[dict[str, Any]] | None = None,
-) -> dict:
-    """The template's view of one card (``review_cards.card``): its diff, folds and
-    forms; ``place``: the filter and page its forms go back to."""
-    document, change, decision = card.document, card.change, card.decision
-    edited = card.edited_text
-    applied = edited or change.proposed
-    if edited:  # shown whole, in its own fold, under the suggestion
-        head, tail, more = edited, "", 0
-    elif change.status == "changed":  # the diff shows it
-        head, tail, more = "", "", 0
-    else:
-        head, tail, more = _fold(change.current if change.status == "removed" else applied)
-    diff = (  # a task's number is the proposal's on both sides: renumbering is no change
-        diffs.side_by_side(
-            review.numbered_like(change.current, change.proposed), change.proposed, context=2
-        )
-        if change.status == "changed"
-        else None
-    )
-    suggestion = diffs.side_by_side(change.proposed, edited, context=2) if edited else None
-    shown = (suggestion if suggestion is not None else diff) or []
-    folded = len(shown) > FOLD_LINES + 5
-    head_rows = shown[:FOLD_LINES] if folded else shown
-    tail_rows = shown[FOLD_LINES:] if folded else None
-    slug = f"entry-{document}-{key_slug(change.key)}"
-    hidden = format_html(
-        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
-        'value="{}"><input type="hidden" name="anchor" value="{}">',
-        document,
-        change.key,
-        slug,
-    )
-    if place.get("show"):
-        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
-    if place.get("page") and str(place["page"]) != "1":
-        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
-    return {
-        "hidden": hidden,
-        # The Rendered and Evidence folds' query, as the urlencode filter would write it.
-        "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
-            f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
-        ),
-        "diff_head": review_cards.diff_html(head_rows) if head_rows else None,
-        "diff_tail": tail_rows,
-        "diff_tail_html": review_cards.diff_html(tail_rows) if tail_rows else None,
-        "change": change,
-        "document": document,
-        "decision": decision,
-        "state": card.state,
-        "diff": diff,
-        "suggestion": suggestion,
-        "applied": applied,
-        "head": head,
-        "tail": tail,
-        "more": more,
-        "unsupported": card.flags["unsupported"],
-        "cites": cites,
-        "fold_cites": len(cites) > CITES_INLINE,
-        "id": slug,
-        "comments": comments,
-        "card": card,
-        # A task or section says which task group it is in (proposed, else current).
-        "group_title": review.group_title(documents, change.group) if change.group else "",
-        "approval": card.approval,
-        "approved_in": card.approved_in,
-        "viewed": card.viewed,
-        "pinned": card.flags["pinned"],
-        "rejected_before": card.flags["rejected_before"],
-        "lint": card.flags["lint"],
-        "stale": card.flags["stale"],
-        "check": _check_view(card.check),
-        "duplicates": duplicates or [],
-        "pinnable": bool(change.current) and change.status != "added",
-    }
-
-
-def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
-    """What a card shows of its entry's check: the flags (strongest first), and each
-    claim with its evidence and where it came from."""
-    if check is None:
-        return None
-    return {
-        "risk": check.risk,
-        "flags": check.flags,
-        "claim_count": check.claim_count,
-        "unsupported": check.unsupported,
-        "tool_only": check.tool_only,
-        "label_count": check.label_count,
-        "labels_missing": check.labels_missing,
-    }
-
-
-def _lint(proposal: Proposal) -> list:
-    """What the write-back's lint will say of the proposed files (cached by content;
-    the texts' digests too, so a page after the first hashes nothing)."""
-    base = proposal.layout.memories_dir
-    dirs = layout_dirs(proposal.layout.workspace)
-    findings = []
-    for path, text in (
-        (f"{base}/MEMORY.md", proposal.memory_md),
-        (f"{base}/memory_summary.md", proposal.memory_summary),
-    ):
-        found = lint.cached_findings(path, entry_checks.sha(text), dirs)
-        findings += lint.lint_file(path, text.encode(), dirs) if found is None else found
-    return findings
-
-
 def _reviewers(workspace: Workspace) -> list:
     allowed = [r.value for r in ROLE_ORDER[ROLE_ORDER.index(Role.REVIEWER) :]]
     ids = Membership.objects.filter(workspace=workspace, role__in=allowed).values("user_id")
@@ -591,75 +239,17 @@ def _reviewers(workspace: Workspace) -> list:
     )
 
 
-def _run_files(proposal: Proposal) -> set[str]:
-    """The files this proposal's run wrote (its rollout summaries among them)."""
-    new_files: set[str] = set()
-    if proposal.run is None:  # an agent's proposal: what it cites is imported
-        return new_files
-    for files in proposal.run.jobs.filter(result__isnull=False).values_list(
-        "result__files", flat=True
-    ):
-        new_files.update(files or {})
-    return new_files
-
-
-def _citation_status(
-    proposal: Proposal, changes: list[review.Change], new_files: set[str] | None = None
-) -> dict[str, list]:
-    """For the entries shown: each cited rollout summary, whether it exists (imported,
-    or written by this proposal's run: ``new_files``, read when not given), and where
-    it leads."""
-    cited = {
-        c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
-        for c in changes
-        if c.proposed
-    }
-    links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
-    if new_files is None:
-        new_files = _run_files(proposal)
-    # A summary this run wrote is not on disk before the write-back: its link opens the
-    # text from this proposal (marked pending), not the layout's missing citation.
-    from_run = f"?proposal={proposal.pk}"
-    return {
-        key: [
-            (
-                links[p].exists or p in new_files,
-                links[p].url if links[p].exists or p not in new_files else links[p].url + from_run,
-                p,
-                _short(p),
-            )
-            for p in paths
-            if p in links
-        ]
-        for key, paths in cited.items()
-    }
-
-
-def _short(path: str, limit: int = 48) -> str:
-    name = path.removeprefix("rollout_summaries/")
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
-def review_citations(text: str) -> list[str]:
-    return list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
-
-
 @workspace_view(Role.VIEWER)
 @require_GET
-def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.EntryActionForm)
+def proposal_entry(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
     """One entry as approval would apply it (a reviewer's edit, else the model's text),
     rendered: loaded when its "Rendered" fold opens (the fragment for htmx, a page
     without JavaScript), so the review page renders no Markdown it is not asked for."""
-
-    proposal = proposal_of(request, pk)
-    form = forms.EntryActionForm(request.GET)
-    form.fields["anchor"].required = False
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
-    if change is None:
-        raise Http404("No such entry in this proposal.")
+    change = change_or_404(proposal, document, key)
     edited = (
         EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
         .values_list("edited_text", flat=True)
@@ -677,26 +267,23 @@ def proposal_entry(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int)
             "workspace": proposal.layout.workspace,
             "change": change,
             "html": html,
-            "back": review_url(proposal, f"entry-{document}-{key_slug(key)}"),
+            "back": review_url(proposal, f"entry-{document}-{review_cards.key_slug(key)}"),
         },
     )
 
 
 @workspace_view(Role.VIEWER)
 @require_GET
-def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
+@entry_action(forms.EntryActionForm)
+def proposal_evidence(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
     """One entry's claims, each with the passage that supports it (or "unsupported
     sentence") and the rollout item it most likely came from: loaded when the card's
     Evidence fold opens (the fragment for htmx, a page without JavaScript)."""
-
-    proposal = proposal_of(request, pk)
-    form = forms.EntryActionForm(request.GET)
-    form.fields["anchor"].required = False
-    if not form.is_valid():
-        return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
-    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
-    if change is None or not change.proposed:
+    change = change_or_404(proposal, document, key)
+    if not change.proposed:
         raise Http404("No such entry in this proposal.")
     edited = (
         EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
@@ -714,133 +301,19 @@ def proposal_evidence(request: HtmxHttpRequest, name: str, layout_pk: int, pk: i
         "workspace": proposal.layout.workspace,
         "change": change,
         "claims": check.claims,
-        "back": review_url(proposal, f"entry-{document}-{key_slug(key)}"),
+        "back": review_url(proposal, f"entry-{document}-{review_cards.key_slug(key)}"),
     }
     template = "memoryui/proposal_evidence.html" + ("#claims" if request.htmx else "")
     return render(request, template, context)
 
 
-def _entry_urls(proposal: Proposal) -> dict[str, str]:
-    """The entry actions' URLs, reversed once for all the cards of a page."""
-    args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
-    return {
-        action: reverse(f"memoryui:proposal_{action}", args=args)
-        for action in (
-            "decide",
-            "undo",
-            "viewed",
-            "pin",
-            "comment",
-            "entry",
-            "evidence",
-            "duplicate",
-        )
-    }
-
-
-def card_response(
-    request: HtmxHttpRequest,
-    proposal: Proposal,
-    document: str,
-    key: str,
-    form: forms.ReviewPlaceForm,
-) -> HttpResponse:
-    """One entry's card and, out of band, the progress bar: what an entry action
-    changed, computed for that entry only (not the whole review)."""
-    change = next((c for c in review_cards.changes(proposal, document) if c.key == key), None)
-    if change is None:
-        raise Http404("No such entry in this proposal.")
-    marks = review_cards.Marks.load(proposal, request.user, key=key)
-    findings = _lint(proposal)
-    _note_lint_and_stale(marks, proposal, {document: [change]}, findings)
-    marks.note_checks(proposal, {document: [change]}, key=key)
-    cites = _citation_status(proposal, [change]).get(key, [])
-    place = form.place(document)
-    row = _row(
-        review_cards.card(document, change, marks, unsupported=_unsupported(change, cites)),
-        cites,
-        list(proposal.comments.filter(key=key).select_related("author")),
-        {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
-        (proposal.memory_md, curation.text_of(proposal.base_memory_md)),
-        # A decision can make (or unmake) a duplicate with any other entry.
-        duplicate_marks(proposal, curation.document_reviews(proposal)).get((document, key), []),
-    )
-    context = {
-        "proposal": proposal,
-        "layout": proposal.layout,
-        "workspace": proposal.layout.workspace,
-        "row": row,
-        **_permissions(request, proposal),
-        "urls": _entry_urls(proposal),
-        "progress": review_cards.progress(proposal, request.user),
-        "oob": True,
-    }
-    card = render_to_string("memoryui/proposal_review.html#card", context, request=request)
-    bar = render_to_string("memoryui/proposal_review.html#progress", context, request=request)
-    if (document, key) in marks.lint:  # the banner follows a decision on what it lists
-        context.update(_lint_banner(proposal, findings))
-        bar += render_to_string("memoryui/proposal_review.html#lint", context, request=request)
-    return HttpResponse(card + bar)
-
-
-def entry_answer(
-    request: HtmxHttpRequest,
-    proposal: Proposal,
-    form: forms.ReviewPlaceForm,
-    document: str,
-    key: str,
-) -> HttpResponse:
-    """What an entry action answers: for htmx, that entry's card and the progress bar
-    (``key``: the one entry acted on; empty when there is none); without JavaScript, a
-    redirect back to the same page, filter and entry."""
-    if request.htmx and key:
-        return card_response(request, proposal, document, key, form)
-    return redirect(back_to_review(proposal, form, document))
-
-
-def invalid(request: HtmxHttpRequest, proposal: Proposal, form: django_forms.Form) -> HttpResponse:
-    """A review action's form that does not validate: 400, with the way back."""
-    return bad_request(request, form, back=review_url(proposal), workspace=request.workspace)
-
-
-def back_to_review(proposal: Proposal, form: forms.ReviewPlaceForm, document: str) -> str:
-    """The review page the action came from: its filter, its page, the entry."""
-    query = form.place(document)
-    url = reverse(
-        "memoryui:proposal_review",
-        args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
-    )
-    if query:
-        url += "?" + urlencode(query)
-    anchor = form.cleaned_data.get("anchor")
-    return url + (f"#{anchor}" if anchor else "")
-
-
-def review_url(proposal: Proposal, anchor: str = "") -> str:
-    url = reverse(
-        "memoryui:proposal_review",
-        args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
-    )
-    return url + (f"#{anchor}" if anchor else "")
-
-
-def reservation(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]:
-    workspace = proposal.layout.workspace
-    return {
-        "held": curation.held_by_other(proposal, request.user),
-        "reserved_by_me": curation.held_by(proposal, request.user),
-        "may_reserve": has_role(request.user, workspace, Role.REVIEWER),
-        "may_release": has_role(request.user, workspace, Role.ADMIN),
-    }
-
-
 @workspace_view(Role.REVIEWER)
 @require_POST
-def proposal_comment(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
-    proposal = proposal_of(request, pk)
-    form = forms.CommentPlaceForm(request.POST)
-    if not form.is_valid():
-        return invalid(request, proposal, form)
+@entry_action(forms.CommentPlaceForm)
+def proposal_comment(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.CommentPlaceForm
+) -> HttpResponse:
+    """Comment on an entry (or, without one, on the whole proposal)."""
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     curation.add_comment(
         proposal, form.cleaned_data["text"], user=request.user, document=document, key=key

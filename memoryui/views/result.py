@@ -18,7 +18,7 @@ from .. import curation
 from ..models import MemoryVersion, Role
 from ..roles import workspace_view
 from .common import HtmxHttpRequest
-from .proposals import proposal_of, review_url
+from .review_common import proposal_of, review_url
 
 CONTEXT = 3  # lines shown around each change
 

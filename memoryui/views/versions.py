@@ -13,8 +13,9 @@ from generation import review
 
 from .. import agent_proposals, curation, diffs, entry_checks, forms
 from ..models import MemoryVersion, Role
+from ..review_cards import key_slug
 from ..roles import has_role, require_role, workspace_view
-from .common import HtmxHttpRequest, bad_request, document_or_404, key_slug
+from .common import HtmxHttpRequest, bad_request, document_or_404
 
 HISTORY_PAGE_SIZE = 50
 

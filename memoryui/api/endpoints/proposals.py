@@ -1,0 +1,284 @@
+"""Proposals: the list, one proposal's entries (each a review card, as
+``review_cards`` presents it) and progress, and the decisions on them: per entry,
+approve, reject."""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db import transaction
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Schema
+from ninja.pagination import paginate
+from pydantic import ConfigDict
+
+from ... import curation, review_cards
+from ...models import Proposal, Role
+from ..core import ERRORS, DocumentName, Mapped, Pages, api, conflict, conflict_422, layout
+from .memory import VersionOut, version_out
+
+
+class ProposalOut(Schema):
+    id: int
+    status: str
+    origin: str = Field(
+        description='"pipeline": a generation run made it; "upload": an agent\'s change a '
+        'sandbox uploaded (snapshot_id); "import": an agent\'s change an import found'
+    )
+    run_id: int | None
+    snapshot_id: str | None
+    import_run_id: int | None
+    inputs: list[str] = Field(description="an agent's proposal: the rollouts of its uploads")
+    created_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    reserved_by: str | None
+
+
+class ChangeOut(Schema):
+    document: str
+    key: str
+    status: str
+    pairing: str = Field(
+        "", description='"renamed", "merged", "split" or "rewritten" for a paired change'
+    )
+    previous: list[str] = Field(
+        default_factory=list, description="keys of the removed entries a paired change replaces"
+    )
+    kind: str
+    title: str
+    current: str
+    proposed: str
+    diff: str
+    decision: str | None
+    edited_text: str
+    state: str = Field("", description='"accept", "reject", "edited" or "" (undecided)')
+    approval: str = Field(
+        "",
+        description='"approved": the proposed text is the one an earlier proposal approved; '
+        '"outdated": an earlier proposal approved it and this one changes it again',
+    )
+    viewed: bool = Field(False, description="viewed (or decided) by the caller")
+    flags: list[str] = Field(
+        default_factory=list,
+        description="what needs a look: pinned, rejected_before, outdated, ...",
+    )
+
+
+class ProgressOut(Schema):
+    total: int
+    decided: int
+    accepted: int
+    edited: int
+    rejected: int
+    undecided: int
+    viewed: int
+    not_viewed: int
+    percent: int
+
+
+class ProposalDetail(ProposalOut):
+    changes: list[ChangeOut]
+    conflicts: list[str]
+    progress: ProgressOut
+
+
+def _proposal_out(p: Proposal) -> dict:
+    return {
+        "id": p.pk,
+        "status": p.status,
+        "origin": p.origin,
+        "run_id": p.run_id,
+        "snapshot_id": p.snapshot_id or None,
+        "import_run_id": p.import_run_id,
+        "inputs": list(p.inputs),
+        "created_at": p.created_at,
+        "decided_by": p.decided_by.get_username() if p.decided_by else None,
+        "decided_at": p.decided_at,
+        "reserved_by": p.reserved_by.get_username() if p.reserved_by else None,
+    }
+
+
+def _proposal(request: HttpRequest, name: str, layout_id: int, pk: int, role: Role) -> Proposal:
+    lay = layout(request, name, layout_id, role)
+    return get_object_or_404(
+        Proposal.objects.select_related(
+            "layout__workspace",
+            "base_memory_md",
+            "base_memory_summary",
+            "decided_by",
+            "reserved_by",
+        ).defer("raw_memories_md", "selection"),
+        pk=pk,
+        layout=lay,
+    )
+
+
+@api.get(
+    "/workspaces/{name}/layouts/{layout_id}/proposals",
+    response={200: list[ProposalOut], **ERRORS},
+    tags=["proposals"],
+)
+@paginate(Pages)
+def list_proposals(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    status: Literal["pending", "approved", "rejected"] | None = None,
+    origin: Literal["pipeline", "upload", "import"] | None = None,
+):
+    lay = layout(request, name, layout_id, Role.VIEWER)
+    found = Proposal.objects.filter(layout=lay).select_related("decided_by", "reserved_by")
+    if status:
+        found = found.filter(status=status)
+    if origin:
+        found = found.filter(origin=origin)
+    return Mapped(
+        found.defer("raw_memories_md", "selection", "memory_md", "memory_summary"), _proposal_out
+    )
+
+
+@api.get(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}",
+    response={200: ProposalDetail, **ERRORS},
+    tags=["proposals"],
+)
+def get_proposal(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    proposal_id: int,
+    all: bool = Query(False, description="also entries the proposal leaves unchanged"),
+):
+    """The proposal's entries against the current files, each with a unified diff and
+    its decision so far; ``conflicts``: entries people and the model both changed."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.VIEWER)
+    changes: list[dict[str, Any]] = []
+    conflicts: list[str] = []
+    marks = review_cards.Marks.load(p, request.user)
+    for doc in curation.document_reviews(p):
+        conflicts.extend(c.key for c in doc.conflicts)
+        changes.extend(
+            review_cards.card_json(review_cards.card(doc.document, c, marks))
+            for c in doc.changes
+            if all or c.status != "unchanged"
+        )
+    return {
+        **_proposal_out(p),
+        "changes": changes,
+        "conflicts": conflicts,
+        "progress": review_cards.progress(p, request.user, marks),
+    }
+
+
+class DecisionIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "document": "memory_md",
+                    "keys": ["task_group:deploying the menus service"],
+                    "decision": "accept",
+                },
+                {
+                    "document": "memory_md",
+                    "keys": ["task_group:deploying the menus service"],
+                    "decision": "accept",
+                    "edited_text": "# Task Group: deploying the menus service\n\nscope: ...\n",
+                },
+            ]
+        }
+    )
+
+    document: DocumentName
+    keys: list[str] = Field(..., min_length=1, max_length=1000, description="entry keys")
+    decision: Literal["accept", "reject"]
+    edited_text: str = Field("", max_length=100_000, description="only with a single key")
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/decisions",
+    response={200: ProposalDetail, **ERRORS},
+    tags=["proposals"],
+)
+def decide(request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: DecisionIn):
+    """Accept or reject entries (reviewers), as the review page does."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    if body.edited_text and len(body.keys) != 1:
+        raise conflict_422("edited_text goes with exactly one key")
+    doc = next(d for d in curation.document_reviews(p) if d.document == body.document)
+    known = {c.key for c in doc.changes} | {k for c in doc.changes for k in c.previous}
+    unknown = [k for k in body.keys if k not in known]
+    if unknown:
+        raise conflict_422(f"no such entry in the proposal's {body.document}: {', '.join(unknown)}")
+    try:
+        with transaction.atomic():  # all of them or, when refused, none
+            for key in body.keys:
+                curation.decide(
+                    p,
+                    body.document,
+                    key,
+                    body.decision,
+                    user=request.user,
+                    edited_text=body.edited_text,
+                )
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    return get_proposal(request, name, layout_id, proposal_id, all=False)
+
+
+class ApproveOut(Schema):
+    status: str
+    versions: list[VersionOut]
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/approve",
+    response={200: ApproveOut, **ERRORS},
+    tags=["proposals"],
+)
+def approve(
+    request: HttpRequest,
+    name: str,
+    layout_id: int,
+    proposal_id: int,
+    duplicates_ok: bool = Query(
+        False, description="approve even though the result holds likely duplicates"
+    ),
+):
+    """Approve as the review page does: 409 when already decided, held by another
+    reviewer, while conflicts are undecided, or when the result holds likely duplicates
+    (entries citing mostly the same rollouts in mostly the same words) that no reviewer
+    acknowledged pair by pair on the review page and ``duplicates_ok`` is not set."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    duplicates = curation.duplicates(curation.document_reviews(p), acks=p.duplicate_acks)
+    waiting = curation.open_duplicates(duplicates)
+    if waiting and not duplicates_ok:
+        raise conflict(
+            "likely duplicates (approve with duplicates_ok=true to keep both): "
+            + "; ".join(" / ".join(d.titles) for d in waiting)
+        )
+    try:
+        versions = curation.approve(p, user=request.user, duplicates=duplicates)
+    except curation.UnresolvedConflicts as exc:
+        raise conflict(f"{exc}: " + ", ".join(c.title or c.key for c in exc.conflicts)) from exc
+    except curation.NeedsAnotherApproval:  # recorded; another reviewer's approval applies it
+        return {"status": Proposal.Status.PENDING, "versions": []}
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    return {"status": Proposal.Status.APPROVED, "versions": [version_out(v) for v in versions]}
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/reject",
+    response={200: ProposalOut, **ERRORS},
+    tags=["proposals"],
+)
+def reject(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    try:
+        curation.reject_proposal(p, user=request.user)
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    p.refresh_from_db()
+    return _proposal_out(p)
