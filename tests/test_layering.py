@@ -185,3 +185,18 @@ def test_every_function_local_import_in_product_code_says_why():
                 if not reason.startswith("(") and not above.startswith("#"):
                     unexplained.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not unexplained, "\n".join(unexplained)
+
+
+def test_the_architecture_page_names_every_module_in_its_place():
+    """docs/architecture.md lists every module of the product (a package's parts under
+    it), so that a newcomer finds each one and a new module is placed on purpose."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT / package)
+            if {"migrations", "commands"} & set(relative.parts) or path.name == "__init__.py":
+                continue
+            if f"`{relative.as_posix()}`" not in page and f"`{relative.name}`" not in page:
+                missing.append(f"{package}/{relative.as_posix()}")
+    assert not missing, "not in docs/architecture.md: " + ", ".join(missing)
