@@ -66,7 +66,7 @@ def sha(text: str) -> str:
 # proposal's stored checks are then computed again the next time it is read, so none
 # keeps the flags of a rule that no longer exists or misses those of a new one. (An
 # agent's own version is checked when it is shown or written, never stored.)
-CHECKS_VERSION = 2
+CHECKS_VERSION = 3
 
 
 @lru_cache(maxsize=8192)
@@ -216,7 +216,9 @@ def _as_text(value: Any) -> str:
 
 
 def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict]]:
-    """(risk, flags, claims) of one entry text against what it cites."""
+    """(risk, flags, claims) of one entry text against what it cites. A cited summary
+    that ``sources`` lacks (neither the run's own, pending write-back, nor one the
+    workspace holds) is a flag."""
     cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
     summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
@@ -236,7 +238,7 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     claims = []
     for claim in evidence.check(text, summaries, labels=True) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
-    found = _flags(text, sources)
+    found = _flags(text, sources, require_cited=True)
     risk = max((f.strength for f in found), default=0)
     return risk, [_flag_json(f) for f in found], claims
 
@@ -244,8 +246,9 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
 def _flags(text: str, sources: Sources, *, require_cited: bool = False) -> list[poison.Flag]:
     """The poisoning flags of one entry text, compared with the user's and the
     assistant's words in the rollouts it cites (those of the selection when it cites
-    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (an
-    agent's own entry, checked against everything the workspace holds)."""
+    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (every
+    path: ``sources`` holds the run's own summaries and everything the workspace
+    holds)."""
     cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
     voices = sources.voices(rollout_ids or sources.selected)

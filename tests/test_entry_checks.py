@@ -27,6 +27,7 @@ from memoryui.models import (
     Proposal,
     Role,
     Rollout,
+    WorkspaceFile,
 )
 from tests.factories import make_user
 from tests.review_world import MD
@@ -425,6 +426,53 @@ def test_an_agents_own_entry_citing_a_summary_nobody_has_is_flagged(layout):
     assert [f.kind.value for f in found] == ["missing_source"]
     assert "rollout_summaries/never-ran-0000_invented.md" in found[0].reason
     assert snapshots.plan_export(layout.workspace).refused
+
+
+INVENTED = "rollout_summaries/never-ran-0000_invented.md"
+
+
+def test_a_proposals_entry_citing_a_summary_nobody_has_is_flagged_and_held(layout):
+    invented = HONEST.replace(
+        "rollout_summaries/deploy-auth-proxy-dc4ee6_auth-proxy-deploy-notes-sa-east-1.md",
+        INVENTED,
+    )
+    proposal = propose(layout, invented)
+
+    stored = check(proposal, "auth proxy notes")
+
+    assert [f["kind"] for f in stored.flags] == ["missing_source"]
+    assert INVENTED in stored.flags[0]["reason"] and stored.risk
+    assert key_of(proposal, "auth proxy notes") in {
+        k for _, k in entry_checks.held_entries(proposal)
+    }
+
+
+def test_a_summary_the_run_itself_writes_is_not_missing_while_it_awaits_write_back(layout):
+    """Phase one's summary of this run is written back with the approval: an entry
+    citing it is not marked, though the workspace does not hold it yet."""
+    rollout = Rollout.objects.filter(layout=layout).first()
+    assert rollout is not None
+    fresh = f"rollout_summaries/{rollout.rollout_id}_fresh.md"
+    cited = HONEST.replace(
+        "rollout_summaries/deploy-auth-proxy-dc4ee6_auth-proxy-deploy-notes-sa-east-1.md",
+        fresh,
+    )
+    proposal = propose(layout, cited)
+    result = PhaseOneResult.objects.create(
+        layout=layout,
+        rollout_id=rollout.rollout_id,
+        cache_key="fresh",
+        outcome=PhaseOneResult.Outcome.MEMORY,
+        files={fresh: "Deployment notes for auth-proxy (sa-east-1) are in docs.\n"},
+    )
+    PhaseOneJob.objects.create(
+        run=proposal.run, rollout=rollout, status=PhaseOneJob.Status.DONE, result=result
+    )
+
+    stored = check(proposal, "auth proxy notes")
+
+    assert stored.flags == [] and stored.risk == 0
+    assert not WorkspaceFile.objects.filter(path=f"{ENG}/{fresh}").exists()
 
 
 def test_every_sentence_of_the_summarys_user_preferences_gets_its_origin(layout):
