@@ -462,6 +462,26 @@ def agent_entry_flags(old: str, new: str, sources: Sources) -> list[dict]:
     ]
 
 
+# --- people's edits ----------------------------------------------------------------------
+
+
+def edit_flags(layout: Layout, text: str) -> list[poison.Flag]:
+    """The poisoning flags of a person's edit of an entry of ``layout``'s memory: the
+    checks a proposal's entry gets, against the rollouts it cites that the workspace
+    holds (their user's and assistant's words) and the workspace's allow-list; a
+    citation of a summary the workspace does not hold is flagged."""
+    cited = {m.group(0) for m in CITATION_RE.finditer(text)}
+    allowed = layout.workspace.allowed_hosts()
+    sources = _load_workspace(layout, cited, Sources(allowed=allowed))
+    return _flags(text, sources, require_cited=True)
+
+
+def entry_flags(text: str, sources: Sources) -> list[dict]:
+    """``edit_flags`` of ``text`` with the ``sources`` given (the bench and tests: no
+    database)."""
+    return [_flag_json(flag) for flag in _flags(text, sources, require_cited=True)]
+
+
 def _agent_changes(old: str, new: str) -> list[str]:
     return [
         change.proposed
