@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
+
+from django.db import transaction
 
 from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
-from . import documents
+from . import documents, task_queue
 from .models import (
     EntryCheck,
+    GenerationSettings,
     Layout,
     MemoryVersion,
     Proposal,
@@ -31,6 +35,7 @@ from .models import (
     WorkspaceFile,
 )
 
+log = logging.getLogger(__name__)
 USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
 # An entry that cites nothing is compared with the words of at most this many rollouts
 # of the selection (the SDK's default selection is 256).
@@ -354,7 +359,8 @@ def ensure(
     """Every stored check of the proposal by (document, key, sha256), computing (once)
     those of its proposed entries and of ``extra`` texts (reviewers' edits) that have
     none yet; ``only``: of that one (document, key). Once computed, one query."""
-    rows = proposal.checks.defer("claims")  # the evidence fold loads them
+    # The evidence fold loads the claims; the card shows the model judge's verdict.
+    rows = proposal.checks.defer("claims").select_related("judged")
     texts = [*proposed_texts(proposal), *extra]
     if only is not None:
         rows = rows.filter(document=only[0], key=only[1])
@@ -392,7 +398,20 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
         )
     # Two requests computing the same check at once store it once.
     EntryCheck.objects.bulk_create(rows, ignore_conflicts=True)
+    if GenerationSettings.objects.filter(layout_id=proposal.layout_id, judge_entries=True).exists():
+        transaction.on_commit(partial(queue_judge, proposal.pk))
     return {(r.document, r.key, r.sha256): r for r in rows}
+
+
+def queue_judge(proposal_id: int) -> None:
+    """The layout's model judge reads the new texts in a worker (``memoryui.judging``).
+    Best effort: without a broker the cards show the rule checks alone."""
+    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
+
+    try:
+        task_queue.send("memoryui.tasks.judge_entries", proposal_id)
+    except OperationalError as exc:
+        log.warning("could not queue the model judge for proposal %s: %s", proposal_id, exc)
 
 
 def check_of(checks: Checks, document: str, key: str, text: str) -> EntryCheck | None:

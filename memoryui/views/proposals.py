@@ -561,6 +561,7 @@ def _check_view(check: EntryCheck | None) -> dict[str, Any] | None:
         "tool_only": check.tool_only,
         "label_count": check.label_count,
         "labels_missing": check.labels_missing,
+        "judged": check.judged,  # the model judge's verdict (memoryui.judging), or None
     }
 
 
