@@ -3,7 +3,7 @@
 languages), per family, per half (development, held-out) and per path (proposal, agent
 version, edit). The goal, asserted by ``tests/test_paraphrased_corpus.py``: on the
 held-out half, at least 90 % of poisoned entries flagged and at most 5 % of benign ones,
-on the proposal and the agent-version paths.
+on each of the three paths.
 
     .venv/bin/python bench/bench_paraphrased.py [--misses]
 

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
+
+from django.db import transaction
 
 from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
-from . import documents
+from . import documents, task_queue
 from .models import (
     EntryCheck,
+    GenerationSettings,
     Layout,
     MemoryVersion,
     Proposal,
@@ -31,6 +35,7 @@ from .models import (
     WorkspaceFile,
 )
 
+log = logging.getLogger(__name__)
 USER, ASSISTANT, TOOL = "user", "assistant", "tool output"
 # An entry that cites nothing is compared with the words of at most this many rollouts
 # of the selection (the SDK's default selection is 256).
@@ -66,7 +71,7 @@ def sha(text: str) -> str:
 # proposal's stored checks are then computed again the next time it is read, so none
 # keeps the flags of a rule that no longer exists or misses those of a new one. (An
 # agent's own version is checked when it is shown or written, never stored.)
-CHECKS_VERSION = 2
+CHECKS_VERSION = 3
 
 
 @lru_cache(maxsize=8192)
@@ -216,7 +221,9 @@ def _as_text(value: Any) -> str:
 
 
 def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict]]:
-    """(risk, flags, claims) of one entry text against what it cites."""
+    """(risk, flags, claims) of one entry text against what it cites. A cited summary
+    that ``sources`` lacks (neither the run's own, pending write-back, nor one the
+    workspace holds) is a flag."""
     cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
     summaries = [(p, sources.summaries[p]) for p in cited if p in sources.summaries]
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
@@ -236,7 +243,7 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
     claims = []
     for claim in evidence.check(text, summaries, labels=True) if summaries else _unchecked(text):
         claims.append(_claim_json(claim, summary_index, raw_index, item_index))
-    found = _flags(text, sources)
+    found = _flags(text, sources, require_cited=True)
     risk = max((f.strength for f in found), default=0)
     return risk, [_flag_json(f) for f in found], claims
 
@@ -244,8 +251,9 @@ def check_entry(text: str, sources: Sources) -> tuple[int, list[dict], list[dict
 def _flags(text: str, sources: Sources, *, require_cited: bool = False) -> list[poison.Flag]:
     """The poisoning flags of one entry text, compared with the user's and the
     assistant's words in the rollouts it cites (those of the selection when it cites
-    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (an
-    agent's own entry, checked against everything the workspace holds)."""
+    none). ``require_cited``: a citation of a summary ``sources`` lacks is a flag (every
+    path: ``sources`` holds the run's own summaries and everything the workspace
+    holds)."""
     cited = list(dict.fromkeys(m.group(0) for m in CITATION_RE.finditer(text)))
     rollout_ids = [sources.rollout_of[p] for p in cited if p in sources.rollout_of]
     voices = sources.voices(rollout_ids or sources.selected)
@@ -351,7 +359,8 @@ def ensure(
     """Every stored check of the proposal by (document, key, sha256), computing (once)
     those of its proposed entries and of ``extra`` texts (reviewers' edits) that have
     none yet; ``only``: of that one (document, key). Once computed, one query."""
-    rows = proposal.checks.defer("claims")  # the evidence fold loads them
+    # The evidence fold loads the claims; the card shows the model judge's verdict.
+    rows = proposal.checks.defer("claims").select_related("judged")
     texts = [*proposed_texts(proposal), *extra]
     if only is not None:
         rows = rows.filter(document=only[0], key=only[1])
@@ -389,7 +398,20 @@ def _compute(proposal: Proposal, texts: dict[tuple[str, str, str], str]) -> Chec
         )
     # Two requests computing the same check at once store it once.
     EntryCheck.objects.bulk_create(rows, ignore_conflicts=True)
+    if GenerationSettings.objects.filter(layout_id=proposal.layout_id, judge_entries=True).exists():
+        transaction.on_commit(partial(queue_judge, proposal.pk))
     return {(r.document, r.key, r.sha256): r for r in rows}
+
+
+def queue_judge(proposal_id: int) -> None:
+    """The layout's model judge reads the new texts in a worker (``memoryui.judging``).
+    Best effort: without a broker the cards show the rule checks alone."""
+    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
+
+    try:
+        task_queue.send("memoryui.tasks.judge_entries", proposal_id)
+    except OperationalError as exc:
+        log.warning("could not queue the model judge for proposal %s: %s", proposal_id, exc)
 
 
 def check_of(checks: Checks, document: str, key: str, text: str) -> EntryCheck | None:
@@ -457,6 +479,26 @@ def agent_entry_flags(old: str, new: str, sources: Sources) -> list[dict]:
         for text in _agent_changes(old, new)
         for flag in _flags(text, sources, require_cited=True)
     ]
+
+
+# --- people's edits ----------------------------------------------------------------------
+
+
+def edit_flags(layout: Layout, text: str) -> list[poison.Flag]:
+    """The poisoning flags of a person's edit of an entry of ``layout``'s memory: the
+    checks a proposal's entry gets, against the rollouts it cites that the workspace
+    holds (their user's and assistant's words) and the workspace's allow-list; a
+    citation of a summary the workspace does not hold is flagged."""
+    cited = {m.group(0) for m in CITATION_RE.finditer(text)}
+    allowed = layout.workspace.allowed_hosts()
+    sources = _load_workspace(layout, cited, Sources(allowed=allowed))
+    return _flags(text, sources, require_cited=True)
+
+
+def entry_flags(text: str, sources: Sources) -> list[dict]:
+    """``edit_flags`` of ``text`` with the ``sources`` given (the bench and tests: no
+    database)."""
+    return [_flag_json(flag) for flag in _flags(text, sources, require_cited=True)]
 
 
 def _agent_changes(old: str, new: str) -> list[str]:

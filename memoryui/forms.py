@@ -68,6 +68,7 @@ class GenerationSettingsForm(forms.ModelForm):
             "select_by_usage",
             "selection_unused_days",
             "required_approvals",
+            "judge_entries",
         ]
         widgets = {"extra_prompt": forms.Textarea(attrs={"rows": 5})}
 

@@ -15,7 +15,16 @@ from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.utils import timezone
 
-from memoryui import notifications, pipeline, recovery, webhooks, workspaces, writeback
+from generation import llm
+from memoryui import (
+    judging,
+    notifications,
+    pipeline,
+    recovery,
+    webhooks,
+    workspaces,
+    writeback,
+)
 from memoryui.celery import app
 from memoryui.models import (
     GenerationRun,
@@ -199,6 +208,17 @@ def lint_version(model: str, version_id: int) -> None:
     found = versions.select_related("layout__workspace", "blob").filter(pk=version_id).first()
     if found is not None:  # gone: its layout was deleted meanwhile
         writeback.lint_ahead(found)
+
+
+@app.task(name="memoryui.tasks.judge_entries", bind=True, acks_late=True, max_retries=6)
+def judge_entries(self, proposal_id: int) -> None:
+    """The model judge on a proposal's checked entries (the layout has it on): a verdict
+    per text, kept; a busy or failing model is tried again with backoff."""
+    try:
+        judging.judge_proposal(proposal_id)
+    except llm.TransientModelError as exc:
+        delay = pipeline.retry_delay(self.request.retries + 1, exc.retry_after)
+        raise self.retry(countdown=delay) from exc
 
 
 @app.task(name="memoryui.tasks.heartbeat", ignore_result=True)

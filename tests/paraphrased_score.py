@@ -7,7 +7,8 @@ The three paths an entry reaches the checks by:
   words are known);
 - ``agent``: the same entry added by the agent to its own ``MEMORY.md`` (an upload or an
   import), citing a rollout the workspace holds;
-- ``edit``: a person's edit, with no rollout to compare addresses and preferences with.
+- ``edit``: the same entry written by a person on the memory page, checked against the
+  rollout it cites that the workspace holds.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def flags_on(path: str, entry: Entry) -> list[dict]:
         return entry_checks.agent_entry_flags(
             before, before + "\n" + wrapped(entry), sources(entry)
         )
-    return entry_checks.check_entry(wrapped(entry), entry_checks.Sources())[1]
+    return entry_checks.entry_flags(wrapped(entry), sources(entry))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The paraphrased corpus (``tests/paraphrased_corpus.py``) and the held-out goal that
 ``bench/bench_paraphrased.py`` reports: on entries the detector was not tuned on, at
 least 90 % of poisoned entries flagged and at most 5 % of benign ones, on the proposal
-path and on the agent-version path alike."""
+path, the agent-version path and a person's edit alike."""
 
 from collections import Counter
 
@@ -24,18 +24,10 @@ def test_the_corpus_has_two_hundred_entries_half_poisoned_in_every_family_and_fo
     assert {e.lang for e in held_out} == {"en", "es", "fr", "de"}
 
 
-@pytest.mark.parametrize("path", ["proposal", "agent"])
+@pytest.mark.parametrize("path", ["proposal", "agent", "edit"])
 def test_the_held_out_half_meets_the_goal(path):
     result = score(path, "held-out")
 
     assert sum(result.poisoned.values()) == sum(result.benign.values()) == 52
     assert result.detection >= 0.90, result.missed
     assert result.false_positive <= 0.05, result.false_alarms
-
-
-def test_a_person_s_edit_without_a_rollout_still_catches_most_behaviours():
-    result = score("edit", "held-out")
-
-    # Addresses and preferences need the user's words; the behaviours do not.
-    assert result.detection >= 0.70, result.missed
-    assert result.false_positive <= 0.10, result.false_alarms

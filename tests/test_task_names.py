@@ -23,6 +23,7 @@ NAMES = {
     "memoryui.tasks.lint_workspace",
     "memoryui.tasks.send_notification",
     "memoryui.tasks.send_digests",
+    "memoryui.tasks.judge_entries",
     "memoryui.webhooks.deliver_webhook",
     # Former names, forwarded to the tasks above.
     "generation.tasks.reimport_workspace",

@@ -10,6 +10,7 @@ import Layout``), which is how the rest of the code imports them:
 - ``versions``: versions of ``MEMORY.md``, ``memory_summary.md`` and skill files
 - ``usage``: which memory files and entries agents read, from the rollouts
 - ``generation``: generation settings, runs, phase one's jobs and results
+- ``judging``: the model judge's verdicts on entry texts
 - ``review``: proposals and what people decide on their entries (pins, approvals ...)
 - ``people``: roles, memberships and the audit log
 - ``integrations``: API tokens, the remote snapshot store, webhooks
@@ -34,6 +35,7 @@ from .integrations import (
     WebhookAttempt,
     WebhookDelivery,
 )
+from .judging import JudgeVerdict
 from .operations import LintAllowance, LintResult, OperationStat, WorkerHeartbeat
 from .people import ROLE_ORDER, AuditEvent, Membership, PasswordResetRequest, Role
 from .review import (
@@ -83,6 +85,7 @@ __all__ = [
     "GroupRole",
     "ImportJob",
     "ImportRun",
+    "JudgeVerdict",
     "Layout",
     "LayoutQuerySet",
     "LintAllowance",

@@ -92,6 +92,13 @@ class GenerationSettings(models.Model):
         help_text="With selection by usage: leave out raw memories neither read nor updated "
         "in this many days.",
     )
+    # Off: only the rule checks (generation.poison) read a proposal's entries.
+    judge_entries = models.BooleanField(
+        default=False,
+        help_text="The phase-one model also reads each proposed entry with a fixed rubric and "
+        "gives a verdict and a reason, shown on the review card as the model's (run by the "
+        "worker, once per text). It never quarantines an entry by itself.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -273,6 +273,11 @@ class EntryCheck(EntryRef):
     # Its title and keyword bullets (checked too, counted apart from the sentences).
     label_count = models.PositiveIntegerField(default=0)
     labels_missing = models.PositiveIntegerField(default=0)
+    # The model judge's verdict on the text (``memoryui.judging``), when the layout has
+    # the judge on and the worker has read it: shown beside the flags, never in ``risk``.
+    judged = models.ForeignKey(
+        "memoryui.JudgeVerdict", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -9,9 +9,9 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from generation import poison, review
+from generation import review
 
-from .. import curation, forms
+from .. import curation, entry_checks, forms
 from ..models import AuditEvent, Layout, MemoryVersion, Role
 from ..rendering import render_markdown
 from ..roles import workspace_view
@@ -85,11 +85,11 @@ def entry_edit(request: HtmxHttpRequest, name: str, layout_pk: int, document: st
 def _warn_of_poisoning(
     request: HtmxHttpRequest, layout: Layout, document: str, key: str, text: str
 ) -> None:
-    """A person's edit gets the poisoning checks a proposal's entries get (the pattern
-    ones: an edit has no rollout to compare with). It is saved, since a person wrote it
-    on purpose; the warning says why it looks like an injected instruction, and the
-    audit log keeps it beside the edit."""
-    found = poison.flags(text)
+    """A person's edit gets the poisoning checks a proposal's entries get, against the
+    rollouts it cites. It is saved, since a person wrote it on purpose; the warning says
+    why it looks like an injected instruction, and the audit log keeps it beside the
+    edit."""
+    found = entry_checks.edit_flags(layout, text)
     if not found:
         return
     AuditEvent.record(

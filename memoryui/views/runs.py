@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from generation import review
 from generation.summary import injected_summary
 
-from .. import curation, pipeline
+from .. import curation, judging, pipeline
 from ..forms import GenerationSettingsForm, approx_tokens
 from ..models import GenerationRun, PhaseOneJob, Proposal, Role
 from ..roles import has_role, workspace_view
@@ -36,6 +36,8 @@ def generation(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespo
             saved = form.save(commit=False)
             saved.updated_by = request.user
             saved.save()
+            if saved.judge_entries and "judge_entries" in form.changed_data:
+                judging.judge_pending(layout)  # the worker reads their entries
             tokens = form.extra_prompt_tokens
             if tokens > EXTRA_PROMPT_WARNING_TOKENS:
                 messages.warning(
