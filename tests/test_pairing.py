@@ -1,12 +1,14 @@
 """Pairing of removed and added entries: a renamed, moved and edited, merged or split
 task group is one change, and accepting or rejecting it does exactly that."""
 
+import difflib
 import random
 
 import pytest
 from django.test import Client
 
 from generation import review
+from generation.review import pairing
 from memoryui import curation
 from memoryui.models import (
     ApprovedEntry,
@@ -383,16 +385,16 @@ def test_the_thresholds_separate_the_same_entry_from_different_ones():
     """The numbers behind PAIR_RATIO: unrelated task groups of one project stay well
     below it, a renamed or moved-and-edited one well above."""
     samples = [DEPLOY, FLAKY, NOTES, LINT]
-    words = [review._words(t) for t in samples]
+    words = [pairing._words(t) for t in samples]
     for i, a in enumerate(words):
         for b in words[i + 1 :]:
-            ratio = review.difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+            ratio = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
             assert ratio < review.PAIR_RATIO - 0.3, ratio
     edited = DEPLOY.replace("Deploy the api service", "Rolling out the api").replace(
         "one at a time", "two at a time"
     )
-    ratio = review.difflib.SequenceMatcher(
-        None, review._words(DEPLOY), review._words(edited), autojunk=False
+    ratio = difflib.SequenceMatcher(
+        None, pairing._words(DEPLOY), pairing._words(edited), autojunk=False
     ).ratio()
     assert ratio > review.PAIR_RATIO + 0.25, ratio
 

@@ -18,6 +18,7 @@ from django.urls import reverse
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import lint, tree
+from generation.tree import directory as tree_directory
 from memoryui import curation, lint_allowances, served_memory, snapshot_store, tasks, tokens
 from memoryui.models import (
     AuditEvent,
@@ -536,6 +537,7 @@ def test_a_download_copies_the_uploads_members_by_offset_without_parsing_it(
         return real_read_archive(*args, **kwargs)
 
     monkeypatch.setattr(tree, "read_archive", counting)
+    monkeypatch.setattr(tree_directory, "read_archive", counting)  # read_source's
 
     by_offset = download(secret, "x")
     assert parsed == []

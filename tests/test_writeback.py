@@ -21,6 +21,7 @@ from django.urls import reverse
 from kombu.exceptions import OperationalError
 
 from generation import export, journal, lint, tree
+from generation.tree import directory as tree_directory
 from memoryui import curation, recovery, skills, tasks, writeback
 from memoryui.celery import app
 from memoryui.importer import import_workspace
@@ -167,10 +168,15 @@ def test_a_write_back_of_one_file_re_syncs_that_file_alone(layout, ws, monkeypat
     scans: list[Path] = []
     reads: list[str] = []
     real_read = tree.read_file
-    monkeypatch.setattr(tree, "scan_directory", lambda root, *a: scans.append(root) or iter(()))
-    monkeypatch.setattr(
-        tree, "read_file", lambda root, rel, *a: reads.append(rel) or real_read(root, rel, *a)
-    )
+    # The package's names (what the importer and the journal call) and the directory
+    # reader's own (what ``read_source`` calls).
+    for module in (tree, tree_directory):
+        monkeypatch.setattr(
+            module, "scan_directory", lambda root, *a: scans.append(root) or iter(())
+        )
+        monkeypatch.setattr(
+            module, "read_file", lambda root, rel, *a: reads.append(rel) or real_read(root, rel, *a)
+        )
 
     result = writeback.write_back(layout)
 

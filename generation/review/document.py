@@ -1,0 +1,169 @@
+"""A document's entries: splitting MEMORY.md or memory_summary.md into the entries a
+reviewer decides on, their keys and titles, task numbers, and joining entries back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .. import memory_md
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    kind: str
+    title: str
+    text: str
+    group: str = ""  # the key of the task group holding a task or section ("" at the top)
+
+
+def entries(text: str) -> list[Entry]:
+    """The entries of a document; joined back they give the text exactly."""
+    return list(_entries(text))
+
+
+@lru_cache(maxsize=32)
+def _entries(text: str) -> tuple[Entry, ...]:
+    root = memory_md.parse(text)
+    grouped = any(block.kind == "task_group" for block in root.children)
+    seen: dict[str, int] = {}
+
+    def unique(base: str) -> str:
+        seen[base] = seen.get(base, 0) + 1
+        return base if seen[base] == 1 else f"{base}#{seen[base]}"
+
+    result = []
+    for block in root.children:
+        if not (grouped and block.kind == "task_group"):
+            key = unique(f"{block.kind}:{normalize(block.title)}")
+            result.append(Entry(key, block.kind, block.title, block.dump()))
+            continue
+        lead = 0  # bullets and paragraphs under the group's heading belong to its head
+        while lead < len(block.children) and block.children[lead].level == 0:
+            lead += 1
+        head = block.text + "".join(child.dump() for child in block.children[:lead])
+        group = unique(f"task_group:{normalize(block.title)}")
+        result.append(Entry(group, "task_group", block.title, head))
+        for child in block.children[lead:]:
+            key = unique(member_key(child.kind, child.title, group, child.citations))
+            result.append(Entry(key, child.kind, child.title, child.dump(), group))
+    return tuple(result)
+
+
+def with_members(document: str, entry_key: str, text: str) -> str:
+    """A task group's head with the tasks and sections under it in ``document`` (what
+    the group as a whole cites); any other entry's ``text`` as it is."""
+    return _group_texts(document).get(entry_key, text)
+
+
+def group_title(documents: tuple[str, ...], group: str) -> str:
+    """The title of the task group ``group`` (a key) in the first of ``documents``
+    that has it."""
+    for document in documents:
+        title = _group_titles(document).get(group)
+        if title is not None:
+            return title
+    return group.removeprefix("task_group:")
+
+
+@lru_cache(maxsize=8)
+def _group_titles(document: str) -> dict[str, str]:
+    return {e.key: e.title for e in entries(document) if e.kind == "task_group" and not e.group}
+
+
+@lru_cache(maxsize=8)
+def _group_texts(document: str) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for entry in entries(document):
+        if entry.kind == "task_group" and not entry.group:
+            texts[entry.key] = entry.text
+        elif entry.group in texts:
+            texts[entry.group] += entry.text
+    return texts
+
+
+TASK_NUMBER_RE = re.compile(r"^Task[ \t]+\d+[ \t]*:[ \t]*", re.IGNORECASE)
+TASK_HEADING_RE = re.compile(r"^(#{2,6}[ \t]+Task[ \t]+)(\d+)([ \t]*:)", re.IGNORECASE)
+
+
+def member_key(kind: str, title: str, group: str, citations: list[str]) -> str:
+    """The key of a task or section inside a task group. A task's key is its title
+    without the number and the first rollout it cites, so it survives renumbering and
+    a move to another group; a section's key names its group."""
+    if kind == "task":
+        cited = citations[0].rsplit("/", 1)[-1] if citations else ""
+        return f"task:{normalize(task_title(title))}" + (f" @{cited}" if cited else "")
+    return f"{kind}:{normalize(title)} in {group}"
+
+
+def task_title(title: str) -> str:
+    """A task's title without its ``Task <n>:`` number."""
+    return TASK_NUMBER_RE.sub("", title)
+
+
+def unnumbered(text: str) -> str:
+    """An entry's text with a task heading's number taken out (for comparing)."""
+    return TASK_HEADING_RE.sub(r"\1#\3", text, count=1)
+
+
+def numbered_like(text: str, like: str) -> str:
+    """``text`` with its first task heading numbered as ``like``'s (to compare the two
+    without the number)."""
+    number = task_number(like)
+    if number is None or task_number(text) in (None, number):
+        return text
+    return TASK_HEADING_RE.sub(rf"\g<1>{number}\g<3>", text, count=1)
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def same_text(a: str, b: str) -> bool:
+    """Whether two entry texts say the same (trailing blank lines and a task's number
+    aside)."""
+    return unnumbered(a).rstrip() == unnumbered(b).rstrip()
+
+
+def task_number(text: str) -> int | None:
+    """The number of the task heading ``text`` starts with, None without one."""
+    match = TASK_HEADING_RE.match(text)
+    return int(match.group(2)) if match else None
+
+
+def join(parts: Iterable[str]) -> str:
+    """Concatenate entry texts, each ending in a newline and separated by a blank line."""
+    out: list[str] = []
+    for part in parts:
+        if out:
+            previous = out[-1]
+            if not previous.endswith("\n"):
+                out.append("\n\n")
+            elif not previous.endswith("\n\n"):
+                out.append("\n")
+        out.append(part)
+    return "".join(out)
+
+
+def replace_entry(text: str, key: str, new_text: str) -> str:
+    """The document with one entry's text replaced (or removed when ``new_text`` is
+    empty); raises KeyError for an unknown entry."""
+    parts = entries(text)
+    if key not in {e.key for e in parts}:
+        raise KeyError(key)
+    kept = [new_text if e.key == key else e.text for e in parts]
+    return "".join(
+        part if part.endswith("\n") or i == len(kept) - 1 else part + "\n"
+        for i, part in enumerate(p for p in kept if p)
+    )
+
+
+_WS = re.compile(r"\s+")
+
+
+def contains_entry(document: str, entry_text: str) -> bool:
+    """Whether an entry's text appears in a document, whitespace and case aside."""
+    return _WS.sub(" ", entry_text.strip().lower()) in _WS.sub(" ", document.lower())
