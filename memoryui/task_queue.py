@@ -4,8 +4,8 @@ The tasks (``memoryui.tasks``) sit on top of the services they run: a task calls
 pipeline, the importer, the write-back. A service that must start one (a webhook's
 delivery, a notification's mail, a saved version's lint, a sandbox upload's merge) would
 otherwise import the module that imports it. Instead it names the task here, and the task
-is looked up in the Celery app's registry, which the worker and every sender fill from
-``memoryui.tasks`` when the app is first used (``autodiscover_tasks``).
+is looked up in the Celery app's registry, which the app's autodiscovery fills from
+``memoryui.tasks`` (in a worker at its start, in any other process at its first send).
 
 The lookup returns the task object itself, so ``.delay`` runs eagerly where Celery is
 configured to, and a test that replaces a task's ``delay`` sees the call.
@@ -21,6 +21,11 @@ def task(name: str) -> Any:
     # process that starts Django (the services that send tasks load with the models).
     from memoryui.celery import app  # noqa: PLC0415
 
+    if name not in app.tasks:
+        # A process that has sent no task yet (a web server, a command) has not loaded
+        # memoryui.tasks: the app's autodiscovery fills the registry, as a starting
+        # worker's does (once; a name still missing then is Celery's NotRegistered).
+        app.loader.import_default_modules()
     return app.tasks[name]
 
 

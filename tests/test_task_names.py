@@ -3,11 +3,16 @@ task a later version must run. They are explicit in memoryui/tasks.py; this list
 contract, so renaming or moving a function cannot silently strand queued messages."""
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from memoryui import task_queue, tasks
 from memoryui.celery import app
+
+ROOT = Path(__file__).resolve().parent.parent
 
 NAMES = {
     "memoryui.tasks.reimport_workspace",
@@ -59,3 +64,22 @@ def test_every_task_a_service_sends_by_name_is_registered_under_that_name():
     assert sent <= NAMES
     for name in sent:
         assert task_queue.task(name) is app.tasks[name]
+
+
+def test_a_process_that_never_loaded_the_tasks_sends_one_by_name(tmp_path):
+    """A web server or a command sends its first task from a service (a version's lint
+    after an approval) without having imported ``memoryui.tasks``: the name is found."""
+    code = (
+        "import django, sys; django.setup()\n"
+        "assert 'memoryui.tasks' not in sys.modules\n"
+        "from memoryui import task_queue\n"
+        "task = task_queue.task('memoryui.tasks.lint_version')\n"
+        "assert task.name == 'memoryui.tasks.lint_version', task\n"
+        "assert 'memoryui.tasks' in sys.modules\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "MEMORYUI_VAR_DIR": str(tmp_path), "DEBUG": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
