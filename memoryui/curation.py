@@ -7,7 +7,8 @@ editing the same entry never overwrite each other.
 
 Proposal decisions (entry decisions, approve, reject, reserve) read the proposal again
 under a row lock and check it there: of two decisions at once exactly one finds the
-proposal pending, the other is refused with what happened instead (``DecisionRefused``).
+proposal pending, the other is refused with what happened instead (``DecisionRefused``); skill file
+decisions share that step (``memoryui.proposal_lock``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from generation import review
 from . import (
     documents,
     entry_checks,
+    proposal_lock,
     review_cards,
     skills,
     versioning,
@@ -44,6 +46,9 @@ from .models import (
     RejectedEntry,
     WorkspaceFile,
 )
+from .proposal_lock import AlreadyDecided as AlreadyDecided  # callers' name for it
+from .proposal_lock import DecisionRefused, HeldByOther, held_by_other
+from .proposal_lock import held_by as held_by  # callers' name for it
 
 Document = MemoryVersion.Document
 
@@ -54,39 +59,6 @@ class StaleVersion(Exception):
     def __init__(self, latest: MemoryVersion | None) -> None:
         super().__init__("the document changed since you opened it")
         self.latest = latest
-
-
-class DecisionRefused(ValueError):
-    """A proposal decision that cannot be made: the proposal was decided meanwhile, or
-    another reviewer holds it. ``proposal`` is as read under the lock, so it says who
-    did what, when."""
-
-    def __init__(self, proposal: Proposal, message: str) -> None:
-        super().__init__(message)
-        self.proposal = proposal
-
-
-class AlreadyDecided(DecisionRefused):
-    def __init__(self, proposal: Proposal) -> None:
-        when = timezone.localtime(proposal.decided_at) if proposal.decided_at else None
-        super().__init__(
-            proposal,
-            f"Proposal #{proposal.pk} was already {proposal.get_status_display().lower()}"
-            f" by {proposal.decided_by or 'someone'}"
-            + (f" at {when:%Y-%m-%d %H:%M:%S %Z}" if when else "")
-            + ".",
-        )
-
-
-class HeldByOther(DecisionRefused):
-    def __init__(self, proposal: Proposal) -> None:
-        until = timezone.localtime(proposal.reserved_until) if proposal.reserved_until else None
-        super().__init__(
-            proposal,
-            f"{proposal.reserved_by} is reviewing this proposal right now"
-            + (f" (reserved until {until:%H:%M %Z})" if until else "")
-            + ".",
-        )
 
 
 class EntryDecided(DecisionRefused):
@@ -478,8 +450,7 @@ def decide(
     proposal is decided or another reviewer holds it, and ``EntryDecided`` when another
     reviewer decided the entry; of two decisions at once the proposal's row lock makes
     the second see the first."""
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         existing = (
             EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
             .select_related("user")
@@ -553,8 +524,7 @@ def undo_decision(proposal: Proposal, document: str, key: str, *, user: Any) -> 
     """Take back the decision on one entry (it is undecided again); False when there
     was none. Refused like ``decide`` when the proposal is decided or held by someone
     else."""
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         previous = (
             EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
             .values_list("decision", "edited_text", "user__username")
@@ -612,8 +582,7 @@ def _count_approval(proposal: Proposal, user: Any) -> None:
     required = required_approvals(proposal.layout)
     if required <= 1:
         return
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         approvals = list(Proposal.objects.values_list("approvals", flat=True).get(pk=proposal.pk))
         who = getattr(user, "pk", None)
         if not any(a.get("user") == who for a in approvals):
@@ -634,24 +603,8 @@ def _count_approval(proposal: Proposal, user: Any) -> None:
     raise NeedsAnotherApproval(len(approvals), required)
 
 
-def _lock_pending(proposal: Proposal, user: Any) -> Proposal:
-    """Read the proposal again under a row lock (held until the caller's transaction
-    ends) and refuse unless it is pending and not reserved by someone else. Every
-    decision goes through here, so of two at once the second waits for the first and
-    then sees what it did."""
-    locked = Proposal.objects.select_for_update().only(*_LOCKED_FIELDS).get(pk=proposal.pk)
-    if locked.status != Proposal.Status.PENDING:
-        raise AlreadyDecided(locked)
-    if held_by_other(locked, user):
-        raise HeldByOther(locked)
-    return locked
-
-
-_LOCKED_FIELDS = ("status", "decided_by", "decided_at", "reserved_by", "reserved_until")
-
-
 def _decided(proposal: Proposal, status: str, user: Any) -> None:
-    """The pending -> decided transition, under the lock taken by ``_lock_pending``;
+    """The pending -> decided transition, under the lock taken by ``proposal_lock.deciding``;
     a decision ends the reservation."""
     now = timezone.now()
     person = user if getattr(user, "pk", None) else None
@@ -681,8 +634,7 @@ def approve(
     holds it."""
     created = []
     _count_approval(proposal, user)
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
         reviews = document_reviews(proposal)
 
@@ -901,8 +853,7 @@ def acknowledge_duplicate(
     pair through; each other pair still needs its own."""
     if ack and ack not in DUPLICATE_ACKS:
         raise ValueError(ack)
-    with transaction.atomic():
-        locked = _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user) as locked:
         acks = dict(Proposal.objects.values_list("duplicate_acks", flat=True).get(pk=locked.pk))
         pair = pair_id(document, keys)
         if ack:
@@ -1027,8 +978,7 @@ def _record_approvals(
 def reject_proposal(proposal: Proposal, *, user: Any) -> None:
     """Reject the whole proposal; raises ``DecisionRefused`` when it was decided
     meanwhile or another reviewer holds it."""
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         if proposal.run_id is None:  # an agent's: the approved text stays served
             Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
             for document in (Document.MEMORY_MD, Document.MEMORY_SUMMARY):
@@ -1185,8 +1135,7 @@ def reserve(proposal: Proposal, user: Any) -> None:
     """Reserve a pending proposal for ``user`` for ``RESERVATION`` (again: extend it);
     meanwhile nobody else can decide on it. Raises ``DecisionRefused`` when it is
     decided or someone else holds it."""
-    with transaction.atomic():
-        _lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         until = timezone.now() + RESERVATION
         Proposal.objects.filter(pk=proposal.pk).update(reserved_by=user, reserved_until=until)
         AuditEvent.record(
@@ -1205,7 +1154,7 @@ def release(proposal: Proposal, user: Any, *, override: bool = False) -> bool:
     admins). False when there was none to end; raises ``HeldByOther`` when someone
     else holds it and ``override`` is off."""
     with transaction.atomic():
-        locked = Proposal.objects.select_for_update().only(*_LOCKED_FIELDS).get(pk=proposal.pk)
+        locked = proposal_lock.read_locked(proposal)
         if not (locked.reserved_until and locked.reserved_until > timezone.now()):
             released = False
         elif held_by_other(locked, user) and not override:
@@ -1224,24 +1173,6 @@ def release(proposal: Proposal, user: Any, *, override: bool = False) -> bool:
             released = True
     proposal.reserved_by, proposal.reserved_until = None, None
     return released
-
-
-def held_by_other(proposal: Proposal, user: Any) -> bool:
-    return bool(
-        proposal.reserved_by_id
-        and proposal.reserved_by_id != getattr(user, "pk", None)
-        and proposal.reserved_until
-        and proposal.reserved_until > timezone.now()
-    )
-
-
-def held_by(proposal: Proposal, user: Any) -> bool:
-    return bool(
-        proposal.reserved_by_id
-        and proposal.reserved_by_id == getattr(user, "pk", None)
-        and proposal.reserved_until
-        and proposal.reserved_until > timezone.now()
-    )
 
 
 def assign(proposal: Proposal, reviewer: Any, *, user: Any) -> None:
