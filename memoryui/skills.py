@@ -24,7 +24,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from generation import tree
 
-from . import versioning
+from . import proposal_lock, versioning
 from .models import AuditEvent, Layout, Proposal, SkillFileVersion, WorkspaceFile
 
 Author = SkillFileVersion.Author
@@ -250,15 +250,10 @@ def restore(
 
 def decide(proposal: Proposal, path: str, decision: str, *, user: Any) -> None:
     """Accept or reject one skill file change of a pending proposal. Raises
-    ``curation.DecisionRefused`` when the proposal was decided meanwhile or another
-    reviewer holds it."""
-    # The importer loads this module: at the top, the review's stack (curation, the entry
-    # checks, the poisoning rules) loaded with every command that imports or writes back.
-    from . import curation  # noqa: PLC0415 (deferred: the review's stack, for this one call)
-
+    ``DecisionRefused`` when the proposal was decided meanwhile or another reviewer
+    holds it."""
     layout = proposal.layout
-    with transaction.atomic():
-        curation._lock_pending(proposal, user)
+    with proposal_lock.deciding(proposal, user):
         rows = Proposal.objects.filter(pk=proposal.pk)
         decisions = dict(rows.values_list("skill_decisions", flat=True).get() or {})
         decisions[path] = decision

@@ -3,6 +3,7 @@ review-flow tests and the page benchmark."""
 
 from __future__ import annotations
 
+from generation import review
 from memoryui import curation, entry_checks
 from memoryui.models import GenerationRun, Layout, MemoryVersion, Proposal
 
@@ -39,8 +40,8 @@ def build(
     ``cites``: entry -> how many rollouts it cites; ``extra``: text appended to the
     proposal (a new entry)."""
     cites = cites or {}
-    base_text = curation.review.join(entry(i, f"person {i}") for i in range(n))
-    proposed = curation.review.join(
+    base_text = review.join(entry(i, f"person {i}") for i in range(n))
+    proposed = review.join(
         [*(entry(i, f"model {i}", cites.get(i, 1)) for i in range(n)), *([extra] if extra else [])]
     )
     return proposal_over(layout, base_text, proposed, user=user)

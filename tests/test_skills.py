@@ -405,6 +405,19 @@ def test_a_rejected_skill_change_keeps_the_file_and_an_accepted_one_is_applied(m
     assert late.status_code == 409
 
 
+def test_a_skill_decision_is_refused_like_an_entry_decision_while_another_reviewer_holds_it(
+    model, layout
+):
+    proposal = skill_proposal(layout, model, ("delete_file", {"path": SKILL_MD}))
+    curation.reserve(proposal, make_user("ada"))
+
+    with pytest.raises(curation.HeldByOther):
+        skills.decide(proposal, SKILL_MD, skills.REJECT, user=make_user("rita"))
+
+    assert Proposal.objects.get(pk=proposal.pk).skill_decisions == {}
+    assert not AuditEvent.objects.filter(action="proposal.skill_reject").exists()
+
+
 def test_write_back_refuses_to_delete_a_skill_file_changed_on_disk_since_the_import(layout, ws):
     skills.save(layout, SKILL_MD, None, user=None, based_on=1, action="skill.delete", reason="test")
     on_disk = ws / ENG / SKILL_MD

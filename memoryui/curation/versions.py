@@ -1,0 +1,29 @@
+"""A document's versions as curation reads them: the latest, the latest approved and a
+version's text."""
+
+from __future__ import annotations
+
+from .. import documents, versioning
+from ..models import Layout, MemoryVersion
+
+
+def latest(layout: Layout, document: str) -> MemoryVersion | None:
+    return versioning.latest(MemoryVersion, layout, document=document)
+
+
+def latest_approved(layout: Layout, document: str) -> MemoryVersion | None:
+    """The newest version not awaiting review: what sandboxes are served (lint aside),
+    and what a proposal's decisions are merged with."""
+    return (
+        MemoryVersion.objects.filter(layout=layout, document=document, needs_review=False)
+        .order_by("-number")
+        .first()
+    )
+
+
+def text_of(version: MemoryVersion | None) -> str:
+    """A version's text ("" for none or a deletion): the same object on every call, so
+    the comparison caches keyed by it answer by identity (``documents.text``)."""
+    if version is None or version.blob_id is None:
+        return ""
+    return documents.text(version.blob_id)
