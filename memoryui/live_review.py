@@ -10,6 +10,7 @@ that reports it refreshes it, at most every ``PRESENCE_REFRESH_SECONDS``."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,7 +55,8 @@ class LiveState:
     status_label: str
     reserved_by: str
     people: list[Person]
-    changes: list[tuple[str, str]] = field(default_factory=list)
+    # Each changed entry and how many changes it had (in the order they came).
+    changes: dict[tuple[str, str], int] = field(default_factory=dict)
     too_many: bool = False
 
     @property
@@ -78,8 +80,8 @@ def state(
     layout): the last change's id, the proposal's status and reservation, the other
     people on the page and their cards, and, when ``since`` (a change id) or
     ``since_time`` is given, the entries changed after it. Records that ``user`` is
-    at ``card`` (None: leaves their presence alone). Three queries, and a write every
-    few seconds."""
+    at ``card`` (None: leaves their presence alone). Two queries (three with changes to
+    list), and a write every few seconds."""
     now = now or timezone.now()
     last = ReviewChange.objects.filter(proposal=OuterRef("pk")).order_by("-id").values("id")[:1]
     row = (
@@ -111,7 +113,7 @@ def state(
         reserved_by=reserved or "",
         people=people,
     )
-    if since is not None or since_time is not None:
+    if (since is not None and live.cursor > since) or (since is None and since_time is not None):
         changed = ReviewChange.objects.filter(proposal_id=proposal_pk)
         changed = (
             changed.filter(id__gt=since)
@@ -120,7 +122,7 @@ def state(
         )
         rows = list(changed.order_by("id").values_list("document", "key")[: MAX_CHANGES + 1])
         live.too_many = len(rows) > MAX_CHANGES
-        live.changes = list(dict.fromkeys(r for r in rows[:MAX_CHANGES] if r[1]))
+        live.changes = dict(Counter(r for r in rows[:MAX_CHANGES] if r[1]))
     return live
 
 

@@ -69,7 +69,7 @@ def test_unchanged_is_304_and_another_reviewers_decision_is_200_with_the_card(
     assert body["changes"] == [] and body["people"] == [] and body["status"] == "pending"
     etag, cursor = first["ETag"], body["cursor"]
 
-    with django_assert_max_num_queries(8):  # session, user, layout, role, state (3)
+    with django_assert_max_num_queries(6):  # session, user, layout+workspace, role, state (2)
         again = page.get(
             live_url(proposal), {"since": cursor, "at": ""}, headers={"If-None-Match": etag}
         )
@@ -78,13 +78,13 @@ def test_unchanged_is_304_and_another_reviewers_decision_is_200_with_the_card(
 
     key = keys(proposal)[4]
     curation.decide(proposal, MD, key, "accept", user=bob, edited_text="scope: bob's words\n")
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(7):  # and the changes since
         changed = page.get(
             live_url(proposal), {"since": cursor, "at": ""}, headers={"If-None-Match": etag}
         )
     assert changed.status_code == 200 and changed["ETag"] != etag
     card = f"entry-{MD}-{key_slug(key)}"
-    assert changed.json()["changes"] == [{"document": MD, "key": key, "card": card}]
+    assert changed.json()["changes"] == [{"document": MD, "key": key, "card": card, "n": 1}]
 
     # The card the page then fetches shows bob's decision and his text.
     fresh = page.get(
@@ -118,7 +118,7 @@ def test_undo_and_a_comment_are_changes_and_a_page_drawn_before_them_gets_them(r
     curation.undo_decision(proposal, MD, first, user=bob)
     curation.add_comment(proposal, "look at this", user=bob, document=MD, key=second)
     body = client_of(ada).get(live_url(proposal), {"drawn": drawn}).json()
-    assert [c["key"] for c in body["changes"]] == [first, second]
+    assert [(c["key"], c["n"]) for c in body["changes"]] == [(first, 2), (second, 1)]
     assert body["cursor"] == ReviewChange.objects.filter(proposal=proposal).latest("id").pk
 
 

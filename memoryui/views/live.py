@@ -70,8 +70,8 @@ def proposal_live(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) 
                 "reserved_by": live.reserved_by,
                 "people": [{"name": p.name, "card": p.card} for p in live.people],
                 "changes": [
-                    {"document": d, "key": k, "card": f"entry-{d}-{key_slug(k)}"}
-                    for d, k in live.changes
+                    {"document": d, "key": k, "card": f"entry-{d}-{key_slug(k)}", "n": n}
+                    for (d, k), n in live.changes.items()
                 ],
                 "reload": live.too_many,
             }

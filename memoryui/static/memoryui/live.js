@@ -16,6 +16,12 @@
   var status = root.dataset.status;
   var lastCard = "";
   var failures = 0;
+  // Changes this page made itself, per card, not yet seen in a poll: its own action
+  // already answered with the card, so the poll does not fetch it again. Forgotten
+  // after OWN_MS (an answer that came after the poll that saw its change).
+  var own = {};
+  var OWN_MS = 5000;
+  var OWN_ACTIONS = /\/(decide|undo|comment|pin)\/$/;
 
   function cardOf(element) {
     return element && element.closest ? element.closest("[data-entry]") : null;
@@ -24,6 +30,15 @@
   document.addEventListener("focusin", function (event) {
     var card = cardOf(event.target);
     if (card) lastCard = card.id;
+  });
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var card = cardOf(event.detail.elt);
+    var path = (event.detail.requestConfig && event.detail.requestConfig.path) || "";
+    if (card && event.detail.successful && OWN_ACTIONS.test(path.split("?")[0])) {
+      var mine = own[card.id];
+      own[card.id] = { n: (mine ? mine.n : 0) + 1, at: Date.now() };
+    }
   });
 
   function here() {
@@ -103,7 +118,11 @@
       if (!response.ok) return;
       return response.text().then(function (html) {
         var old = document.getElementById(change.card);
-        if (!old || busy(old)) return; // the person's own action answers with it
+        if (!old) return;
+        if (busy(old)) { // the person's own action on it: after its answer, again
+          window.setTimeout(function () { fetchCard(change); }, 500);
+          return;
+        }
         var template = document.createElement("template");
         template.innerHTML = html;
         var fresh = template.content.querySelector("[data-entry]");
@@ -159,8 +178,11 @@
     } else if (state.reload) {
       notice("Many entries changed meanwhile: reload the page to see them all.");
     }
+    var now = Date.now();
     var shown = state.changes.filter(function (change) {
-      return document.getElementById(change.card) !== null;
+      var mine = own[change.card] && now - own[change.card].at < OWN_MS ? own[change.card].n : 0;
+      delete own[change.card];
+      return change.n > mine && document.getElementById(change.card) !== null;
     });
     showPeople();
     return Promise.all(shown.map(fetchCard));
