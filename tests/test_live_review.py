@@ -191,3 +191,13 @@ def test_deleting_a_proposal_with_decisions_leaves_no_change_behind(review_layou
     curation.decide(proposal, MD, keys(proposal)[0], "accept", user=member(review_layout, "ada"))
     proposal.delete()
     assert ReviewChange.objects.count() == 0
+
+
+def test_a_pin_is_a_change_of_its_entry_in_every_pending_proposal_of_the_layout(review_layout):
+    first, second = build(review_layout, 4), build(review_layout, 4)
+    Proposal.objects.filter(pk=first.pk).update(status=Proposal.Status.REJECTED)
+    key = keys(second)[1]
+    curation.set_pin(review_layout, MD, key, True, user=member(review_layout, "ada"))
+    assert list(ReviewChange.objects.values_list("proposal_id", "document", "key")) == [
+        (second.pk, MD, key)
+    ]
