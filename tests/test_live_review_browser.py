@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
 import memoryui.tasks  # noqa: F401 - registers the tasks that saving a version sends
+from memoryui import curation
 from memoryui.models import Membership, Role
 from tests.factories import make_user
 from tests.review_world import build
@@ -106,6 +108,11 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
         bob.click(f"#{edited} details.edit-then-accept button[type=submit]")
         bob.wait_for_selector(f"#{edited}[data-decided='edited']")
         waited(ada, "id => document.getElementById(id).dataset.decided === 'edited'", edited)
+
+        # Ada reserves the proposal (from another tab, say): bob's page says so.
+        curation.reserve(proposal, get_user_model().objects.get(username="ada"))
+        waited(bob, "() => document.getElementById('live-notice').innerText.includes('ada is')")
+        assert ada.inner_text("#live-notice") == ""
     finally:
         ada_context.close()
         bob_context.close()

@@ -14,6 +14,7 @@
   var etag = "";
   var people = [];
   var status = root.dataset.status;
+  var reservedBy = null; // who holds the proposal, as the first poll found it
   var lastCard = "";
   var failures = 0;
   // Changes this page made itself, per card, not yet seen in a poll: its own action
@@ -172,12 +173,17 @@
   function apply(state) {
     cursor = state.cursor;
     people = state.people;
+    var holder = state.reserved_by === root.dataset.me ? "" : state.reserved_by;
     if (state.status !== status) {
       status = state.status;
       notice("This proposal is now " + state.status_label.toLowerCase() + ": reload the page.");
+    } else if (reservedBy !== null && holder !== reservedBy) {
+      notice(holder ? holder + " is reviewing this proposal now (reserved): reload the page."
+        : "Nobody else holds this proposal now: reload the page to decide.");
     } else if (state.reload) {
       notice("Many entries changed meanwhile: reload the page to see them all.");
     }
+    reservedBy = holder;
     var now = Date.now();
     var shown = state.changes.filter(function (change) {
       var mine = own[change.card] && now - own[change.card].at < OWN_MS ? own[change.card].n : 0;
