@@ -11,6 +11,11 @@ same mix by the same clients: its p95 is the baseline, measured under the same l
 other page's p95 and the p95 of the whole mix are printed against it (goal: at most 3x),
 with every error (a status other than 200, a refused or dropped connection).
 
+``--live-pages N``: meanwhile N open review pages of one proposal, each its own signed-in
+reviewer, poll the live review endpoint every second as ``live.js`` does (``If-None-Match``,
+a move to another card every tenth poll); their answers (200 or 304) are counted apart
+from the mix. Compare the mix's p95 of a run with and without them.
+
 Bounded: ``--rounds`` passes over the mix per client and at most ``--seconds`` in all;
 only 127.0.0.1 is ever contacted. The database is created for the run and dropped after
 it (its name must contain ``bench``).
@@ -60,6 +65,8 @@ MIX = [
     "MEMORY.md, page 50",
 ]
 USER, PASSWORD = "load", "load-bench-pass-123"
+LIVE = "live review poll"
+POLL_SECONDS = 1.0
 
 
 def free_port() -> int:
@@ -89,9 +96,10 @@ def environment(database_url: str, redis_url: str, workdir: Path) -> dict[str, s
     return env
 
 
-def prepare(tree: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
+def prepare(tree: Path, env: dict[str, str], live_pages: int = 0) -> tuple[dict[str, str], str]:
     """Migrate, import the tree, create the user, its membership and an API token (in
-    this process, on the same database); return the URLs of the mix and the token."""
+    this process, on the same database); return the URLs of the mix and the token (and,
+    with ``live_pages``, the live endpoint of a proposal and one reviewer per page)."""
     os.environ.update(env)
     import django
 
@@ -121,6 +129,14 @@ def prepare(tree: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
     urls[API] = api + "?" + urlencode({"limit": 50, "offset": 5000})
     urls[LOGIN] = reverse("login")
     secret = tokens.create_token(user, "load bench", ["bench"]).secret
+    if live_pages:
+        proposal = bench_pages.proposal_pk(layout)
+        urls[LIVE] = reverse("memoryui:proposal_live", args=["bench", layout.pk, proposal])
+        for i in range(live_pages):
+            reviewer = get_user_model().objects.create_user(f"{USER}{i}", password=PASSWORD)
+            Membership.objects.create(
+                workspace=Workspace.objects.get(name="bench"), user=reviewer, role=Role.REVIEWER
+            )
     connections.close_all()
     return urls, secret
 
@@ -151,7 +167,7 @@ def cookies_of(headers: list[tuple[str, str]]) -> dict[str, str]:
     return jar
 
 
-def sign_in(port: int, login_url: str) -> str:
+def sign_in(port: int, login_url: str, username: str = USER) -> str:
     """A session cookie, through the login form as a browser would (with its CSRF token)."""
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
     conn.request("GET", login_url)
@@ -162,7 +178,7 @@ def sign_in(port: int, login_url: str) -> str:
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
     assert token, "no CSRF token on the login page"
     body = urlencode(
-        {"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token.group(1)}
+        {"username": username, "password": PASSWORD, "csrfmiddlewaretoken": token.group(1)}
     )
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
     conn.request(
@@ -232,12 +248,51 @@ def client(
             results.add(label, elapsed)
 
 
+def live_page(
+    index: int, port: int, url: str, cookie: str, done: threading.Event, results: Results
+) -> None:
+    """One open review page: polls ``url`` every second with the last ETag, as live.js
+    does, and moves to another card every tenth poll (a presence write)."""
+    etag, cursor, polls = "", None, 0
+    while not done.is_set():
+        started = time.perf_counter()
+        card = f"entry-memory_md-{(index * 7 + polls // 10) % 4096:012x}"
+        query = {"at": card, **({"since": cursor} if cursor is not None else {"drawn": 0})}
+        headers = {"Host": f"{HOST}:{port}", "Cookie": cookie}
+        if etag:
+            headers["If-None-Match"] = etag
+        try:
+            status, answer, body = request(port, "GET", f"{url}?{urlencode(query)}", headers)
+        except OSError as exc:
+            results.error(f"{LIVE}: {exc}")
+            status = 0
+        elapsed = (time.perf_counter() - started) * 1000
+        if status == 200:
+            etag = answer.get("etag", "")
+            cursor = re.search(rb'"cursor": ?(\d+)', body).group(1).decode()  # type: ignore[union-attr]
+        if status in (200, 304):
+            results.add(f"{LIVE} {status}", elapsed)
+        elif status:
+            results.error(f"{LIVE}: HTTP {status}")
+        polls += 1
+        done.wait(max(0.0, POLL_SECONDS - elapsed / 1000))
+
+
+def server_cpu(master: int) -> float:
+    """CPU seconds the gunicorn workers (the master's children) have used so far."""
+    total = 0.0
+    for child in Path(f"/proc/{master}/task/{master}/children").read_text().split():
+        fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def report(results: Results, seconds: float, clients: int, workers: int) -> str:
+def report(results: Results, seconds: float, clients: int, workers: str) -> str:
     login = results.times.get(LOGIN, [])
     if not login:
         return "no successful login page request: nothing to compare with"
@@ -265,6 +320,17 @@ def report(results: Results, seconds: float, clients: int, workers: int) -> str:
         )
     for message in results.errors[:20]:
         lines.append(f"error: {message}")
+    return "\n".join(lines)
+
+
+def live_report(polls: Results, seconds: float, pages: int) -> str:
+    lines = [f"{pages} open review pages polling: {sum(map(len, polls.times.values()))} polls"]
+    for label, ts in sorted(polls.times.items()):
+        lines.append(
+            f"{label:<26} {len(ts):5d} {sorted(ts)[len(ts) // 2]:8.1f} {p95(ts):8.1f}"
+            f"  ({len(ts) / seconds:.1f}/s)"
+        )
+    lines += [f"error: {message}" for message in polls.errors[:20]]
     return "\n".join(lines)
 
 
@@ -305,9 +371,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (compose: 3)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="gthread workers with this many threads each, as compose.yaml runs them (32); "
+        "0: gunicorn's sync workers",
+    )
     parser.add_argument("--rounds", type=int, default=10, help="passes over the mix per client")
     parser.add_argument("--seconds", type=float, default=300, help="stop after this long")
     parser.add_argument("--keep", action="store_true", help="keep the database")
+    parser.add_argument(
+        "--live-pages", type=int, default=0, help="open review pages polling meanwhile"
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="memoryui-load-"))
@@ -319,12 +395,18 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.database_url, args.redis_url, workdir)
     server = None
     try:
-        urls, secret = prepare(tree, env)
+        urls, secret = prepare(tree, env, args.live_pages)
+        live_url = urls.pop(LIVE, "")
         port = free_port()
         env["WEB_CONCURRENCY"] = str(args.workers)
         server = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "memoryui.wsgi:application"]
-            + ["--bind", f"{HOST}:{port}", "--workers", str(args.workers)],
+            + ["--bind", f"{HOST}:{port}", "--workers", str(args.workers)]
+            + (
+                ["--worker-class", "gthread", "--threads", str(args.threads)]
+                if args.threads
+                else []
+            ),
             cwd=PROJECT_DIR,
             env=env,
             stdout=(workdir / "gunicorn.log").open("wb"),
@@ -339,8 +421,23 @@ def main(argv: list[str] | None = None) -> int:
                 status = request(port, "GET", url, headers if label != LOGIN else {})[0]
                 if status != 200:
                     raise SystemExit(f"{label} ({url}) answered HTTP {status} before the run")
+        live_cookies = [sign_in(port, urls[LOGIN], f"{USER}{i}") for i in range(args.live_pages)]
         log(f"{args.clients} clients, {args.rounds} rounds of {len(urls)} requests each ...")
-        results = Results()
+        results, polls, done = Results(), Results(), threading.Event()
+        pollers = [
+            threading.Thread(target=live_page, args=(i, port, live_url, c, done, polls))
+            for i, c in enumerate(live_cookies)
+        ]
+        for thread in pollers:
+            thread.start()
+        if pollers:  # every page has drawn and polls; then what polling alone costs
+            time.sleep(POLL_SECONDS)
+            cpu, count = server_cpu(server.pid), sum(map(len, polls.times.values()))
+            time.sleep(10)
+            count = sum(map(len, polls.times.values())) - count
+            per_poll = (server_cpu(server.pid) - cpu) / count * 1000
+            log(f"polling alone: {per_poll:.1f} ms of CPU a poll")
+        cpu = server_cpu(server.pid)
         started = time.monotonic()
         deadline = started + args.seconds
         threads = [
@@ -354,8 +451,17 @@ def main(argv: list[str] | None = None) -> int:
             thread.start()
         for thread in threads:
             thread.join()
-        print(report(results, time.monotonic() - started, args.clients, args.workers))
-        return 0 if not results.errors else 1
+        cpu = server_cpu(server.pid) - cpu
+        done.set()
+        for thread in pollers:
+            thread.join()
+        workers = f"{args.workers}{f' x {args.threads} threads' if args.threads else ' sync'}"
+        print(report(results, time.monotonic() - started, args.clients, workers))
+        answered = sum(map(len, results.times.values()))
+        print(f"server CPU {cpu:.1f} s, {cpu / answered * 1000:.1f} ms a request of the mix")
+        if pollers:
+            print(live_report(polls, time.monotonic() - started, len(pollers)))
+        return 0 if not results.errors and not polls.errors else 1
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)

@@ -13,6 +13,7 @@ from .views import (
     entries,
     exports,
     layouts,
+    live,
     members,
     notifications,
     proposals,
@@ -85,6 +86,8 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(proposal + "evidence/", proposals.proposal_evidence, name="proposal_evidence"),
     path(proposal + "comment/", proposals.proposal_comment, name="proposal_comment"),
     path(proposal + "assign/", proposals.proposal_assign, name="proposal_assign"),
+    path(proposal + "live/", live.proposal_live, name="proposal_live"),
+    path(proposal + "live/card/", live.proposal_live_card, name="proposal_live_card"),
     path(layout + "protect/", proposals.protect, name="protect"),
     # what reviewers decide
     path(proposal + "decide/", decisions.proposal_decide, name="proposal_decide"),

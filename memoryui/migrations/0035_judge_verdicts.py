@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0033_notifications'),
+        ('memoryui', '0034_live_review_changes_and_presence'),
     ]
 
     operations = [

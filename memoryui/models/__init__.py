@@ -17,6 +17,7 @@ import Layout``), which is how the rest of the code imports them:
 - ``operations``: worker heartbeats, operation counters, lint results and allowances
 - ``teams``: identity-provider sign-in (provider identities, group roles), watches and
   the notifications they mail
+- ``live``: live review (which entries changed, who is looking at which card)
 """
 
 from .generation import (
@@ -36,6 +37,7 @@ from .integrations import (
     WebhookDelivery,
 )
 from .judging import JudgeVerdict
+from .live import ReviewChange, ReviewPresence
 from .operations import LintAllowance, LintResult, OperationStat, WorkerHeartbeat
 from .people import ROLE_ORDER, AuditEvent, Membership, PasswordResetRequest, Role
 from .review import (
@@ -104,6 +106,8 @@ __all__ = [
     "ProviderIdentity",
     "RawMemory",
     "RejectedEntry",
+    "ReviewChange",
+    "ReviewPresence",
     "Role",
     "Rollout",
     "RolloutSummary",

@@ -1,0 +1,120 @@
+"""Live review in Chromium, two people on one proposal's review page, each in a browser
+context of their own: one decides a card and the other sees it within 2 seconds without
+a reload, while the other's unsaved edit of another card stays as typed; each sees where
+the other is."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from memoryui import curation
+from memoryui.models import Membership, Role
+from tests.factories import make_user
+from tests.review_world import build
+from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
+from tests.test_review_browser import open_page, review_layout, review_url, until  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = os.environ.get("MEMORYUI_SCREENSHOTS")  # a folder: keep the page's picture
+
+
+def waited(page, predicate: str, arg=None, timeout: float = 2.0) -> float:  # type: ignore[no-untyped-def]
+    """Seconds until ``predicate`` held (at most ``timeout``)."""
+    started = time.monotonic()
+    until(page, predicate, arg, timeout=timeout)
+    return time.monotonic() - started
+
+
+def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_edit(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+    tmp_path: Path,
+):
+    proposal = build(review_layout, 12)
+    Membership.objects.create(
+        workspace=review_layout.workspace, user=make_user("bob"), role=Role.REVIEWER
+    )
+    url = review_url(live_server, proposal)
+    ada_context, ada = open_page(browser)
+    bob_context, bob = open_page(browser)
+    try:
+        log_in(ada, live_server, "ada")
+        log_in(bob, live_server, "bob")
+        ada.goto(url)
+        bob.goto(url)
+        cards = ada.locator("article[data-entry]")
+        first, edited, looked_at = (cards.nth(i).get_attribute("id") for i in (0, 3, 6))
+
+        # Bob starts an edit of one card and leaves it unsaved, the cursor in it.
+        bob.click(f"#{edited} details.edit-then-accept summary")
+        area = f"#{edited} textarea[name=edited_text]"
+        bob.click(area)
+        bob.keyboard.press("Control+End")
+        bob.keyboard.type(" (bob was here)")
+        typed = bob.input_value(area)
+
+        # Ada is at another card: bob sees her there, and she sees him at his.
+        ada.click(f"#{looked_at} .entry-title")
+        ada.focus(f"#{looked_at}")
+        assert (
+            waited(bob, "id => !!document.querySelector(`#${id} [data-presence=ada]`)", looked_at)
+            < 2
+        )
+        waited(ada, "id => !!document.querySelector(`#${id} [data-presence=bob]`)", edited)
+        assert "bob" in ada.inner_text("#live-people")
+
+        # Ada accepts the first card; bob's page shows it, by ada, within 2 s.
+        ada.click(f"#{first} button.decide.accept")
+        ada.wait_for_selector(f"#{first}[data-decided='accept']")
+        seconds = waited(
+            bob,
+            """id => { const c = document.getElementById(id);
+                return c && c.dataset.decided === 'accept' && c.innerText.includes('by ada'); }""",
+            first,
+        )
+        assert seconds < 2
+        assert "1 of 12 decided" in bob.inner_text("#review-progress")
+
+        # Ada accepts a card with her edit: bob sees her text.
+        second = cards.nth(1).get_attribute("id")
+        ada.click(f"#{second} details.edit-then-accept summary")
+        ada.fill(
+            f"#{second} textarea[name=edited_text]",
+            "# Task Group: group 001\n\nscope: ada's words\n",
+        )
+        ada.click(f"#{second} details.edit-then-accept button[type=submit]")
+        ada.wait_for_selector(f"#{second}[data-decided='edited']")
+        waited(bob, "id => document.getElementById(id).dataset.decided === 'edited'", second)
+        assert "ada's words" in bob.inner_text(f"#{second}")
+
+        # Bob's edit is as he left it: typed, open, focused; no reload happened.
+        assert bob.input_value(area) == typed
+        assert bob.evaluate(f"document.querySelector('#{edited} details.edit-then-accept').open")
+        assert bob.evaluate("document.activeElement.name") == "edited_text"
+        assert bob.evaluate("document.activeElement.closest('article').id") == edited
+        if SCREENSHOTS:
+            bob.evaluate("id => document.getElementById(id).scrollIntoView()", second)
+            bob.screenshot(path=str(Path(SCREENSHOTS) / "live-review-presence.png"))
+
+        # And he can still send it.
+        bob.click(f"#{edited} details.edit-then-accept button[type=submit]")
+        bob.wait_for_selector(f"#{edited}[data-decided='edited']")
+        waited(ada, "id => document.getElementById(id).dataset.decided === 'edited'", edited)
+
+        # Ada reserves the proposal (from another tab, say): bob's page says so.
+        curation.reserve(proposal, get_user_model().objects.get(username="ada"))
+        waited(bob, "() => document.getElementById('live-notice').innerText.includes('ada is')")
+        assert ada.inner_text("#live-notice") == ""
+    finally:
+        ada_context.close()
+        bob_context.close()
+    decisions = {d.key: (d.user.username, d.edited_text) for d in proposal.decisions.all()}
+    assert len(decisions) == 3
+    assert any(user == "bob" and "(bob was here)" in text for user, text in decisions.values())
