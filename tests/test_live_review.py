@@ -21,7 +21,7 @@ from memoryui.models import (
     ReviewPresence,
     Role,
 )
-from memoryui.views.common import key_slug
+from memoryui.review_cards import key_slug
 from tests.factories import make_user
 from tests.review_world import MD, build
 
