@@ -1,8 +1,9 @@
 """What a new user meets in the first hour, as they meet it: the demo's proposals, whose
 citations of the summaries their own run wrote open those summaries (pending, from the
 proposal); the demo login kept across restarts; HEAD answered wherever GET is; every
-configuration error one line naming its setting; the local model's server deaf to the
-dashboard's PORT and HOST."""
+configuration error one line naming its setting, whichever process reads it (manage.py, the
+Celery worker and beat, gunicorn); the local model's server deaf to the dashboard's PORT and
+HOST."""
 
 import os
 import re
@@ -176,6 +177,45 @@ def test_a_configuration_error_is_one_line_naming_the_setting(name, value):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"manage.py: configuration error: {name} "), lines[0]
     assert "s3cret" not in result.stderr  # a URL's password is never printed
+
+
+ENTRY_POINTS = {
+    # What compose and the docs start, each reading the settings on its own.
+    "celery worker": "-m celery -A memoryui worker --pool=solo".split(),
+    "celery beat": "-m celery -A memoryui beat".split(),
+    "gunicorn": "-m gunicorn memoryui.wsgi --bind 127.0.0.1:0 --no-control-socket".split(),
+}
+PROGRAMS = {"celery worker": "celery", "celery beat": "celery", "gunicorn": "memoryui.wsgi"}
+# gunicorn's own log lines ("[2026-12-04 09:50:17 +0000] [21520] [ERROR] Shutting down: ...").
+GUNICORN_LOG_LINE = re.compile(r"^\[[^]]+\] \[\d+\] \[[A-Z]+\] ")
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DATABASE_URL", "mysql://memoryui:s3cret@db/memoryui"), ("MEMORYUI_MODEL_TIMEOUT", "soon")],
+)
+def test_a_configuration_error_is_one_line_also_for_the_worker_beat_and_the_web_server(
+    entry_point, name, value, tmp_path
+):
+    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+    result = subprocess.run(
+        [sys.executable, *ENTRY_POINTS[entry_point]],
+        cwd=ROOT,
+        env={**base, "DEBUG": "1", "MEMORYUI_VAR_DIR": str(tmp_path / "var"), name: value},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output and "s3cret" not in output, output
+    # gunicorn says it started a worker and stops (its "App failed to load", not a
+    # worker booted again and again); the error itself is our one line.
+    lines = [line for line in output.splitlines() if not GUNICORN_LOG_LINE.match(line)]
+    assert len(lines) == 1, output
+    assert lines[0].startswith(f"{PROGRAMS[entry_point]}: configuration error: {name} "), output
 
 
 # --- the local model's server ---------------------------------------------------------------
