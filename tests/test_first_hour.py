@@ -23,6 +23,7 @@ from memoryui import pipeline
 from memoryui.demo import prepare_demo_workspace
 from memoryui.models import Layout, Proposal
 from tests.factories import make_user
+from tests.test_bin_scripts import free_port, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -239,27 +240,9 @@ def test_the_model_servers_environment_keeps_none_of_the_dashboards_settings():
     assert env == {"PATH": "/usr/bin", "HOME": "/home/x", "LC_ALL": "C.UTF-8"}
 
 
-def listening(port: int) -> set[str]:
-    """The local addresses (hex, as /proc/net/tcp* writes them) listening on ``port``."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            local, state = line.split()[1], line.split()[3]
-            address, _, hex_port = local.partition(":")
-            if state == "0A" and int(hex_port, 16) == port:
-                found.add(address)
-    return found
-
-
 def test_the_local_model_serves_on_its_own_port_on_loopback_whatever_port_and_host_say(
     monkeypatch,
 ):
-    from tests.test_bin_scripts import free_port  # noqa: PLC0415
-
     dashboard_port = free_port()
     monkeypatch.setenv("PORT", str(dashboard_port))  # as bin/start's caller sets them
     monkeypatch.setenv("HOST", "0.0.0.0")
