@@ -315,6 +315,7 @@ def test_start_with_the_local_model_serves_the_dashboard_on_port_and_the_model_o
     )
 
     assert "Generation uses the local model gemma-3-270m" in printed
+    assert f"memoryui is at http://127.0.0.1:{port}/" in printed  # a link, not 0.0.0.0
     assert "installing" not in printed  # the checkout's .venv had it all
     assert seen["dashboard"] == 200 and seen["model"] == "gemma-3-270m"
     # The dashboard on every interface, the model on 127.0.0.1 only (hex, as /proc says).
