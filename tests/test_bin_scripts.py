@@ -180,13 +180,13 @@ def start_and_signal(
     """bin/start until it prints its login (and ``wait_for``), then ``while_running`` with
     what it printed so far, then ``sig`` to the script's process alone (as a supervisor or
     `kill PID` sends it): what it printed, once nothing is left."""
-    port = free_port()
-    log = tmp_path / f"start-{port}.log"
+    env = {"PORT": str(free_port()), "PYTHON": str(launcher(tmp_path)), **(env or {})}
+    log = tmp_path / f"start-{env['PORT']}.log"
     with log.open("w") as out:
         start = subprocess.Popen(
             ["bin/start", *args],
             cwd=project,
-            env=clean_env(**{"PORT": str(port), "PYTHON": str(launcher(tmp_path)), **(env or {})}),
+            env=clean_env(**env),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -294,10 +294,10 @@ def test_start_with_the_local_model_serves_the_dashboard_on_port_and_the_model_o
     seen: dict[str, object] = {}
 
     def while_running(printed: str) -> None:
-        dashboard = urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=30)
-        seen["dashboard"] = dashboard.status
-        models = urllib.request.urlopen(f"http://127.0.0.1:{model_port}/v1/models", timeout=30)
-        seen["model"] = json.loads(models.read())["data"][0]["id"]
+        get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open  # loopback
+        seen["dashboard"] = get(f"http://127.0.0.1:{port}/accounts/login/", timeout=30).status
+        models = get(f"http://127.0.0.1:{model_port}/v1/models", timeout=30).read()
+        seen["model"] = json.loads(models)["data"][0]["id"]
         seen["listening"] = listening(port), listening(model_port)
 
     printed = start_and_signal(
@@ -316,7 +316,7 @@ def test_start_with_the_local_model_serves_the_dashboard_on_port_and_the_model_o
 
     assert "Generation uses the local model gemma-3-270m" in printed
     assert f"memoryui is at http://127.0.0.1:{port}/" in printed  # a link, not 0.0.0.0
-    assert "installing" not in printed  # the checkout's .venv had it all
+    assert "installing" not in printed  # the tests' .venv had it all
     assert seen["dashboard"] == 200 and seen["model"] == "gemma-3-270m"
     # The dashboard on every interface, the model on 127.0.0.1 only (hex, as /proc says).
     assert seen["listening"] == ({"00000000"}, {"0100007F"}), printed
