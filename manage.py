@@ -9,6 +9,8 @@ import sys  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.core.management import BaseCommand, ManagementUtility  # noqa: E402
 
+from memoryui.configuration import configuration_error_line  # noqa: E402
+
 
 class Utility(ManagementUtility):
     """Django's own, but for the garbage collector: start-up (Django, the settings, the
@@ -36,8 +38,7 @@ def main() -> int:
         # (unless asked for one, as Django's --traceback asks for a command's errors).
         if "--traceback" in sys.argv:
             raise
-        message = " ".join(str(exc).split())  # one line, whoever raised it
-        print(f"manage.py: configuration error: {message}", file=sys.stderr)
+        print(configuration_error_line("manage.py", exc), file=sys.stderr)
         if "SECRET_KEY" in str(exc) and os.environ.get("DEBUG", "") == "":
             print(
                 "  For development on this machine, `export DEBUG=1` first (bin/start does); "

@@ -9,7 +9,12 @@ from celery import Celery
 from celery.schedules import crontab
 from django.conf import settings
 
+from .configuration import read_settings_or_exit
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
+# `celery -A memoryui worker` (or beat) reads the settings here first: a wrong one is one
+# line naming it, not Celery's "Unable to load celery application" and a traceback.
+read_settings_or_exit("celery")
 
 app = Celery("memoryui")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -344,9 +344,11 @@ MEMORYUI_HEARTBEAT_STALE_SECONDS = env_int(
 # is made in memoryui/celery.py, with Celery's crontab); a mail the
 # SMTP server does not take is tried again after base, 2 base, 4 base ... seconds.
 MEMORYUI_DIGEST_HOUR = env_int("MEMORYUI_DIGEST_HOUR", 7)
-MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS = float(
-    env_str("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", "60")
-)
+if not 0 <= MEMORYUI_DIGEST_HOUR <= 23:  # else the worker and beat fail in Celery's crontab
+    raise ImproperlyConfigured(
+        f"MEMORYUI_DIGEST_HOUR must be an hour from 0 to 23, got {MEMORYUI_DIGEST_HOUR}"
+    )
+MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS = env_float("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", 60)
 MEMORYUI_NOTIFICATION_MAX_ATTEMPTS = env_int("MEMORYUI_NOTIFICATION_MAX_ATTEMPTS", 10)
 MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS = env_int(
     "MEMORYUI_NOTIFICATION_SMTP_TIMEOUT_SECONDS", 30
@@ -562,13 +564,25 @@ if SENTRY_DSN:
     import sentry_sdk
     from sentry_sdk.integrations.celery import CeleryIntegration
     from sentry_sdk.integrations.django import DjangoIntegration
+    from sentry_sdk.utils import BadDsn
 
-    sentry_sdk.init(
-        dsn=SENTRY_DSN,
-        integrations=[DjangoIntegration(), CeleryIntegration()],
-        environment=env_str("SENTRY_ENVIRONMENT", "development" if DEBUG else "production"),
-        traces_sample_rate=env_float("SENTRY_TRACES_SAMPLE_RATE", 0),
-        send_default_pii=False,
+    try:
+        sentry_sdk.init(
+            dsn=SENTRY_DSN,
+            integrations=[DjangoIntegration(), CeleryIntegration()],
+            environment=env_str("SENTRY_ENVIRONMENT", "development" if DEBUG else "production"),
+            traces_sample_rate=env_float("SENTRY_TRACES_SAMPLE_RATE", 0),
+            send_default_pii=False,
+        )
+    except BadDsn as exc:  # its message names the part that is wrong, never the key
+        raise ImproperlyConfigured(f"SENTRY_DSN is not a Sentry DSN ({exc})") from None
+
+# Logging's own names only: anything else fails in Django's set-up, with a traceback.
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper() or "INFO"
+if LOG_LEVEL not in _LOG_LEVELS:
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}, got {env_str('LOG_LEVEL')!r}"
     )
 
 LOGGING = {
@@ -579,7 +593,7 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # One line per model request is noise; their failures are recorded on the jobs.
     # (The openai client's transport logs as "httpx2" in recent versions.) Axes: lockouts
     # (warnings), not every login.

@@ -5,7 +5,12 @@ from typing import Any
 
 from django.core.wsgi import get_wsgi_application
 
+from memoryui.configuration import read_settings_or_exit
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryui.settings")
+# A wrong setting is one line naming it, not a traceback in gunicorn's worker; the status
+# is gunicorn's "App failed to load", which stops gunicorn rather than boot the worker again.
+read_settings_or_exit("memoryui.wsgi", status=4)
 django_application = get_wsgi_application()
 
 

@@ -2,6 +2,7 @@
 checkout's): .venv is reused whatever launcher starts Python, and bin/start ends with
 the demo login, once the dashboard answers, and how to stop it; Ctrl-C stops it all."""
 
+import json
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +77,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp* writes them) listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
 
 
 def session_processes(sid: int) -> list[str]:
@@ -149,25 +168,37 @@ def test_start_ends_with_the_login_once_the_dashboard_answers(tmp_path):
     assert (project / "var" / "worker-ready").read_text().strip().isdigit()
 
 
-def start_and_signal(project: Path, tmp_path: Path, sig: int, *args: str) -> str:
-    """bin/start until it prints its login, then ``sig`` to the script's process alone
-    (as a supervisor or `kill PID` sends it): what it printed, once nothing is left."""
-    port = free_port()
-    log = tmp_path / f"start-{port}.log"
+def start_and_signal(
+    project: Path,
+    tmp_path: Path,
+    sig: int,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_for: str = "Stop with Ctrl-C",
+    while_running: Callable[[str], None] | None = None,
+) -> str:
+    """bin/start until it prints its login (and ``wait_for``), then ``while_running`` with
+    what it printed so far, then ``sig`` to the script's process alone (as a supervisor or
+    `kill PID` sends it): what it printed, once nothing is left."""
+    env = {"PORT": str(free_port()), "PYTHON": str(launcher(tmp_path)), **(env or {})}
+    log = tmp_path / f"start-{env['PORT']}.log"
     with log.open("w") as out:
         start = subprocess.Popen(
             ["bin/start", *args],
             cwd=project,
-            env=clean_env(PORT=str(port), PYTHON=str(launcher(tmp_path))),
+            env=clean_env(**env),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 300
-        while "Stop with Ctrl-C" not in log.read_text() and time.monotonic() < deadline:
+        while not all(s in log.read_text() for s in ("Stop with Ctrl-C", wait_for)):
             assert start.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.5)
+        if while_running:
+            while_running(log.read_text())
         os.kill(start.pid, sig)
         start.wait(timeout=120)
         assert group_ends(start.pid, within=60), (
@@ -244,3 +275,49 @@ def test_setup_says_llama_cpp_takes_minutes_only_when_uv_builds_it(tmp_path):
     assert "Installed 3 packages" in cached  # uv's own lines pass through
     assert "building it from source, about 5 minutes" in built
     assert built.index("Building llama-cpp-python") < built.index("building it from source")
+
+
+def test_start_with_the_local_model_serves_the_dashboard_on_port_and_the_model_on_loopback(
+    tmp_path,
+):
+    """`PORT=... HOST=0.0.0.0 MEMORYUI_DEMO_MODEL=local bin/start`, with the real model: the
+    dashboard on PORT on every interface (as HOST says), llama.cpp's server on its own port
+    and on loopback only (it reads PORT and HOST from its environment too, and took the
+    dashboard's port before); SIGTERM to bin/start leaves no process behind. The copy uses
+    the tests' own .venv, where `bin/setup --all-groups` installed the local model: nothing
+    to install, so bin/start's own start is what takes the time."""
+    project = project_copy(tmp_path, with_app=True)
+    (project / ".venv").symlink_to(sys.prefix)  # the environment running the tests
+    port, model_port = free_port(), free_port()
+    while model_port == port:
+        model_port = free_port()
+    seen: dict[str, object] = {}
+
+    def while_running(printed: str) -> None:
+        get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open  # loopback
+        seen["dashboard"] = get(f"http://127.0.0.1:{port}/accounts/login/", timeout=30).status
+        models = get(f"http://127.0.0.1:{model_port}/v1/models", timeout=30).read()
+        seen["model"] = json.loads(models)["data"][0]["id"]
+        seen["listening"] = listening(port), listening(model_port)
+
+    printed = start_and_signal(
+        project,
+        tmp_path,
+        signal.SIGTERM,
+        env={
+            "PORT": str(port),
+            "HOST": "0.0.0.0",
+            "MEMORYUI_DEMO_MODEL": "local",
+            "MEMORYUI_LOCAL_MODEL_PORT": str(model_port),
+        },
+        wait_for=f"local model gemma-3-270m at http://127.0.0.1:{model_port}/v1",
+        while_running=while_running,
+    )
+
+    assert "Generation uses the local model gemma-3-270m" in printed
+    assert f"memoryui is at http://127.0.0.1:{port}/" in printed  # a link, not 0.0.0.0
+    assert "installing" not in printed  # the tests' .venv had it all
+    assert seen["dashboard"] == 200 and seen["model"] == "gemma-3-270m"
+    # The dashboard on every interface, the model on 127.0.0.1 only (hex, as /proc says).
+    assert seen["listening"] == ({"00000000"}, {"0100007F"}), printed
+    assert listening(port) == listening(model_port) == set()  # both gone with the rest

@@ -1,8 +1,9 @@
 """What a new user meets in the first hour, as they meet it: the demo's proposals, whose
 citations of the summaries their own run wrote open those summaries (pending, from the
 proposal); the demo login kept across restarts; HEAD answered wherever GET is; every
-configuration error one line naming its setting; the local model's server deaf to the
-dashboard's PORT and HOST."""
+configuration error one line naming its setting, whichever process reads it (manage.py, the
+Celery worker and beat, gunicorn); the local model's server deaf to the dashboard's PORT and
+HOST."""
 
 import os
 import re
@@ -22,6 +23,7 @@ from memoryui import pipeline
 from memoryui.demo import prepare_demo_workspace
 from memoryui.models import Layout, Proposal
 from tests.factories import make_user
+from tests.test_bin_scripts import free_port, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,16 +168,59 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
         ("MEMORYUI_STORAGE", "ftp"),
         ("MEMORYUI_DEMO_MODEL", "huge"),
         ("SENTRY_TRACES_SAMPLE_RATE", "half"),
+        ("SENTRY_DSN", "sentry.invalid/1"),
+        ("LOG_LEVEL", "loud"),
+        ("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", "a minute"),
+        ("MEMORYUI_DIGEST_HOUR", "24"),  # else Celery's crontab refuses it in the worker
     ],
 )
 def test_a_configuration_error_is_one_line_naming_the_setting(name, value):
-    result = manage("check", **{name: value, "SENTRY_DSN": "https://key@sentry.invalid/1"})
+    result = manage("check", **{"SENTRY_DSN": "https://key@sentry.invalid/1", name: value})
 
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"manage.py: configuration error: {name} "), lines[0]
     assert "s3cret" not in result.stderr  # a URL's password is never printed
+
+
+ENTRY_POINTS = {
+    # What compose and the docs start, each reading the settings on its own.
+    "celery worker": "-m celery -A memoryui worker --pool=solo".split(),
+    "celery beat": "-m celery -A memoryui beat".split(),
+    "gunicorn": "-m gunicorn memoryui.wsgi --bind 127.0.0.1:0 --no-control-socket".split(),
+}
+PROGRAMS = {"celery worker": "celery", "celery beat": "celery", "gunicorn": "memoryui.wsgi"}
+# gunicorn's own log lines ("[2026-12-04 09:50:17 +0000] [21520] [ERROR] Shutting down: ...").
+GUNICORN_LOG_LINE = re.compile(r"^\[[^]]+\] \[\d+\] \[[A-Z]+\] ")
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DATABASE_URL", "mysql://memoryui:s3cret@db/memoryui"), ("MEMORYUI_MODEL_TIMEOUT", "soon")],
+)
+def test_a_configuration_error_is_one_line_also_for_the_worker_beat_and_the_web_server(
+    entry_point, name, value, tmp_path
+):
+    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+    result = subprocess.run(
+        [sys.executable, *ENTRY_POINTS[entry_point]],
+        cwd=ROOT,
+        env={**base, "DEBUG": "1", "MEMORYUI_VAR_DIR": str(tmp_path / "var"), name: value},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output and "s3cret" not in output, output
+    # gunicorn says it started a worker and stops (its "App failed to load", not a
+    # worker booted again and again); the error itself is our one line.
+    lines = [line for line in output.splitlines() if not GUNICORN_LOG_LINE.match(line)]
+    assert len(lines) == 1, output
+    assert lines[0].startswith(f"{PROGRAMS[entry_point]}: configuration error: {name} "), output
 
 
 # --- the local model's server ---------------------------------------------------------------
@@ -199,27 +244,9 @@ def test_the_model_servers_environment_keeps_none_of_the_dashboards_settings():
     assert env == {"PATH": "/usr/bin", "HOME": "/home/x", "LC_ALL": "C.UTF-8"}
 
 
-def listening(port: int) -> set[str]:
-    """The local addresses (hex, as /proc/net/tcp* writes them) listening on ``port``."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            local, state = line.split()[1], line.split()[3]
-            address, _, hex_port = local.partition(":")
-            if state == "0A" and int(hex_port, 16) == port:
-                found.add(address)
-    return found
-
-
 def test_the_local_model_serves_on_its_own_port_on_loopback_whatever_port_and_host_say(
     monkeypatch,
 ):
-    from tests.test_bin_scripts import free_port  # noqa: PLC0415
-
     dashboard_port = free_port()
     monkeypatch.setenv("PORT", str(dashboard_port))  # as bin/start's caller sets them
     monkeypatch.setenv("HOST", "0.0.0.0")
