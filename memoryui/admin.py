@@ -20,6 +20,7 @@ from .models import (
     GroupRole,
     ImportJob,
     ImportRun,
+    JudgeVerdict,
     Layout,
     LintAllowance,
     LintResult,
@@ -37,6 +38,8 @@ from .models import (
     ProviderIdentity,
     RawMemory,
     RejectedEntry,
+    ReviewChange,
+    ReviewPresence,
     Rollout,
     RolloutSummary,
     SearchDocument,
@@ -370,6 +373,44 @@ class EntryReadAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the product writes and reads itself: shown, never changed by hand."""
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(JudgeVerdict)
+class JudgeVerdictAdmin(ReadOnlyAdmin):
+    """The model judge's verdicts, one per entry text and rubric version (what a review
+    card shows as the model's opinion)."""
+
+    list_display = ["verdict", "model", "rubric_version", "created_at"]
+    list_filter = ["verdict", "rubric_version"]
+    search_fields = ["reason"]
+
+
+@admin.register(ReviewChange)
+class ReviewChangeAdmin(ReadOnlyAdmin):
+    """Each entry change of a pending proposal, what open review pages poll for."""
+
+    list_display = ["proposal", "document", "key", "at"]
+    raw_id_fields = ["proposal"]
+
+
+@admin.register(ReviewPresence)
+class ReviewPresenceAdmin(ReadOnlyAdmin):
+    """Who has a review page open at which card (ignored once older than a few
+    seconds)."""
+
+    list_display = ["proposal", "user", "card", "seen_at"]
+    list_select_related = ["user"]
+    raw_id_fields = ["proposal", "user"]
 
 
 @admin.register(PasswordResetRequest)
