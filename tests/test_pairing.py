@@ -3,6 +3,7 @@ task group is one change, and accepting or rejecting it does exactly that."""
 
 import difflib
 import random
+import re
 
 import pytest
 from django.test import Client
@@ -16,10 +17,13 @@ from memoryui.models import (
     GenerationRun,
     Membership,
     MemoryVersion,
+    PhaseOneJob,
+    PhaseOneResult,
     Pin,
     Proposal,
     RejectedEntry,
     Role,
+    Rollout,
 )
 from tests.factories import make_user
 from tests.test_api import api, bearer, token_for
@@ -253,6 +257,22 @@ def proposal_with(layout, memory_md: str) -> Proposal:
         layout, MD, BASE, user=None, reason="base", based_on=curation.latest(layout, MD).number
     )
     run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
+    # The summaries the entries cite, written by the run's phase one (as a real run's are),
+    # so that no entry is held back for citing a summary nobody wrote.
+    rollout = Rollout.objects.filter(layout=layout).first()
+    for cited in sorted(set(re.findall(r"rollout_summaries/[\w.-]+\.md", memory_md))):
+        result, _ = PhaseOneResult.objects.get_or_create(
+            layout=layout,
+            cache_key=cited,
+            defaults={
+                "rollout_id": rollout.rollout_id,
+                "outcome": PhaseOneResult.Outcome.MEMORY,
+                "files": {cited: "What the run did.\n"},
+            },
+        )
+        PhaseOneJob.objects.create(
+            run=run, rollout=rollout, status=PhaseOneJob.Status.DONE, result=result
+        )
     return Proposal.objects.create(
         layout=layout,
         run=run,
