@@ -37,8 +37,3 @@ def send(name: str, *args: Any) -> None:
 def send_on_commit(name: str, *args: Any) -> None:
     """Send the task once the current transaction commits (at once outside one)."""
     task(name).delay_on_commit(*args)
-
-
-def send_later(name: str, *args: Any, countdown: float) -> None:
-    """Send the task to run ``countdown`` seconds from now."""
-    task(name).apply_async(args, countdown=countdown)
