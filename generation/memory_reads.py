@@ -149,7 +149,7 @@ def _word(node: tree_sitter.Node) -> str | None:
     kind = node.type
     text = (node.text or b"").decode("utf-8", "replace")
     if kind in ("word", "number"):
-        return re.sub(r"\\(.)", r"\1", text)
+        return re.sub(r"\\(.)", r"\1", text) if "\\" in text else text
     if kind == "raw_string":
         return text[1:-1]
     if kind == "string":
@@ -220,18 +220,16 @@ def command_reads(
 
 
 def _mentions_memory(cmd: str, workdir: str, memories_dir: str) -> bool:
-    text = cmd + "\n" + workdir
-    return any(
-        word in text
-        for word in (
-            "MEMORY.md",
-            "memory_summary",
-            "raw_memories",
-            "rollout_summaries",
-            "skills",
-            memories_dir.rsplit("/", 1)[-1],
-        )
-    )
+    search = _memory_words(memories_dir).search
+    return search(cmd) is not None or (bool(workdir) and search(workdir) is not None)
+
+
+@lru_cache(maxsize=64)
+def _memory_words(memories_dir: str) -> re.Pattern[str]:
+    """Any word a command that reads memory must contain (one scan of the text)."""
+    words = ["MEMORY.md", "memory_summary", "raw_memories", "rollout_summaries", "skills"]
+    words.append(memories_dir.rsplit("/", 1)[-1])
+    return re.compile("|".join(re.escape(word) for word in words if word))
 
 
 def _statements(node: tree_sitter.Node, context: _Context) -> None:
@@ -271,6 +269,7 @@ def _statement(node: tree_sitter.Node, context: _Context) -> None:
         _statements(node, context)
 
 
+@lru_cache(maxsize=4096)
 def _resolve(cwd: str | None, path: str, memories_dir: str) -> str | None:
     """``path`` relative to the workspace root, or None when it is not under it. An
     absolute path is taken to be inside the sandbox's workspace when it goes through
@@ -294,6 +293,7 @@ def _resolve(cwd: str | None, path: str, memories_dir: str) -> str | None:
     return joined
 
 
+@lru_cache(maxsize=4096)
 def _memory_path(cwd: str | None, path: str, memories_dir: str) -> str | None:
     """``path`` relative to the memories dir, or None when it is outside it."""
     full = _resolve(cwd, path, memories_dir)
@@ -583,21 +583,44 @@ def segment_reads(
 ) -> Iterator[ItemReads]:
     """The memory reads of one run segment's generated items (its input repeats what
     earlier runs did), each with the output its call got."""
+    calls = [
+        (position, item)
+        for position, item in enumerate(generated)
+        if isinstance(item, dict) and _may_read(item, memories_dir)
+    ]
+    if not calls:
+        return  # most segments: no call names a memory file, no output is decoded
+    wanted = {item.get("call_id") for _, item in calls}
     outputs: dict[str, str] = {}
     for item in generated:
         if isinstance(item, dict) and str(item.get("type", "")).endswith("_output"):
             call_id = item.get("call_id") or item.get("id")
-            if isinstance(call_id, str):
+            if isinstance(call_id, str) and call_id in wanted:
                 outputs[call_id] = _output_text(item)
     offset = len(input_items)
-    for position, item in enumerate(generated):
-        if not isinstance(item, dict):
-            continue
+    for position, item in calls:
         found = _item_reads(item, outputs, memories_dir)
         if found is not None:
             command, reads = found
             if reads:
                 yield ItemReads(segment, offset + position + 1, command, tuple(reads))
+
+
+def _may_read(item: dict[str, Any], memories_dir: str) -> bool:
+    """Whether a generated item can be a read at all: a ``load_skill`` call, or a shell
+    call whose text names a memory file or folder (checked before any JSON is decoded)."""
+    kind = item.get("type")
+    if kind == "function_call":
+        name = item.get("name")
+        if name == LOAD_SKILL:
+            return True
+        if name != "exec_command":
+            return False
+        raw = item.get("arguments")
+        if isinstance(raw, str):
+            return _mentions_memory(raw, "", memories_dir)
+        return isinstance(raw, dict)
+    return kind in ("shell_call", "local_shell_call")
 
 
 def _item_reads(

@@ -108,9 +108,12 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
         rollout_id = rollout_of.get(rollout_reads.file_id)
         if rollout_id is None:
             continue
+        adapted: dict[int, Any] = {}
         for item in rollout_reads.items:
             when, state = rollout_reads.segments[item.segment - 1]
-            at = adapt(when)
+            at = adapted.get(item.segment)
+            if at is None:
+                at = adapted[item.segment] = adapt(when)
             for read in item.reads:
                 version = None
                 keys: tuple[str, ...] = ()
