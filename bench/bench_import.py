@@ -379,8 +379,8 @@ class Breakdown:
         from django.db.models import Model, QuerySet
 
         from generation import tree
-        from memoryui import usage
-        from memoryui.importer import bulk, parsing, reading, syncing, versions
+        from memoryui import bulk, usage
+        from memoryui.importer import parsing, reading, syncing, versions
 
         self.wrap_iterator(tree, "read_source", "read files (tree.read_source)")
         for name in (

@@ -14,13 +14,13 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from django.db import connection
-from django.db.models import Count, Max, Min, Model
+from django.db.models import Count, Max, Min
 from django.urls import reverse
 from django.utils import timezone
 
 from generation import memory_md, memory_reads, phase_two, review, tree
 
-from . import documents
+from . import bulk, documents
 from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
 
 # Kept per read: the command that read (what the rollout page shows beside it).
@@ -139,8 +139,8 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
                     )
                 )
                 hits.append(keys)
-    ids = _insert(MemoryRead, list(ReadRow._fields), reads, returning=True)
-    _insert(
+    ids = bulk.insert_with_ids(MemoryRead, list(ReadRow._fields), reads)
+    bulk.insert_many(
         EntryRead,
         list(EntryRow._fields),
         [
@@ -190,40 +190,6 @@ class EntryRow(NamedTuple):
     segment: int
     read_at: Any
     terminal_state: str
-
-
-CHUNK = 500
-
-
-def _insert(
-    model: type[Model],
-    columns: list[str],
-    rows: Sequence[tuple[Any, ...]],
-    *,
-    returning: bool = False,
-) -> list[int]:
-    """Rows written as the database takes them (values adapted by the caller), in
-    statements of ``CHUNK`` rows; with ``returning``, the new rows' ids in order. An import
-    finds reads in thousands of rollouts, and the ORM's ``bulk_create`` spent most of its
-    time making and preparing a model instance per row."""
-    qn = connection.ops.quote_name
-    head = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(c) for c in columns)}) VALUES "
-    one = f"({', '.join(['%s'] * len(columns))})"
-    ids: list[int] = []
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), CHUNK):
-            chunk = rows[start : start + CHUNK]
-            if not returning:
-                cursor.executemany(head + one, chunk)
-                continue
-            # Both databases return the ids of a multi-row insert in the rows' order
-            # (what Django's bulk_create relies on too).
-            cursor.execute(
-                f"{head}{', '.join([one] * len(chunk))} RETURNING {qn('id')}",
-                [value for row in chunk for value in row],
-            )
-            ids.extend(row[0] for row in cursor.fetchall())
-    return ids
 
 
 # --- usage per entry ------------------------------------------------------------------

@@ -4,6 +4,8 @@
 file must write rows for that file, not for the whole workspace it is merged into."""
 
 import io
+import json
+import shutil
 import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,10 +15,13 @@ import pytest
 from django.db import connection, models
 from django.utils import timezone
 
-from memoryui.importer import bulk, import_workspace
+from memoryui import bulk
+from memoryui.importer import import_workspace
 from memoryui.models import (
     Blob,
+    EntryRead,
     Layout,
+    MemoryRead,
     MemoryVersion,
     RawMemory,
     Rollout,
@@ -202,3 +207,86 @@ def test_a_one_file_persist_writes_rows_for_that_file_not_for_the_workspace(
     assert whole > 2000  # the first persist wrote the workspace
     print(f"rows written: first persist {whole}, one-file persist {one_file}")
     assert one_file <= 15, f"a one-file persist wrote {one_file} rows ({whole} for the first)"
+
+
+def reads_of(name: str) -> list[tuple[Any, ...]]:
+    """The memory reads of workspace ``name`` and the entries each hit, ids replaced by
+    the rollout's file path and the version's number."""
+    rows = []
+    reads = MemoryRead.objects.filter(layout__workspace__name=name).select_related(
+        "rollout__file", "version"
+    )
+    for read in reads.prefetch_related("entries"):
+        rows.append(
+            (
+                read.rollout.file.path,
+                read.segment,
+                read.item,
+                read.kind,
+                read.path,
+                read.how,
+                read.command,
+                read.read_at,
+                read.terminal_state,
+                read.version.number if read.version else None,
+                read.entry_count,
+                sorted((e.key, e.segment, e.read_at, e.terminal_state) for e in read.entries.all()),
+            )
+        )
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.postgresql
+def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
+    db, fixtures_dir, frozen_clock, monkeypatch, tmp_path
+):
+    tree = tmp_path / "workspace"
+    shutil.copytree(fixtures_dir / "small-a" / "workspace", tree)
+    memory = (tree / "memories" / "MEMORY.md").read_text().splitlines()
+    calls = [
+        ("rg -n rotate-keys memories/MEMORY.md", "27:" + memory[26]),
+        ("sed -n 1,30p memories/MEMORY.md", ""),
+    ]
+    items = []
+    for number, (cmd, output) in enumerate(calls):
+        call = f"call_{number}"
+        items.append(
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "call_id": call,
+                "arguments": json.dumps({"cmd": cmd}),
+            }
+        )
+        items.append({"type": "function_call_output", "call_id": call, "output": output})
+    segment = {
+        "updated_at": "2026-11-30T10:00:00+00:00",
+        "rollout_id": "reader",
+        "input": [{"role": "user", "content": "rotate the keys"}],
+        "generated_items": items,
+        "terminal_metadata": {"terminal_state": "completed"},
+    }
+    (tree / "sessions" / "reader.jsonl").write_text(json.dumps(segment) + "\n")
+
+    copied = []
+    real_copy = bulk._copy_rows
+    monkeypatch.setattr(
+        bulk, "_copy_rows", lambda model, *a: (copied.append(model), real_copy(model, *a))
+    )
+    import_workspace(tree, "reads")
+    assert {MemoryRead, EntryRead} <= set(copied)  # both tables went by COPY
+    by_copy = reads_of("reads")
+    forget("reads")
+
+    monkeypatch.setattr(bulk, "_copy_rows", bulk._execute_rows)
+    import_workspace(tree, "reads")
+    by_insert = reads_of("reads")
+
+    assert by_copy == by_insert
+    hits = [(read[4], read[5], [key for key, *_ in read[11]]) for read in by_copy]
+    rotate = "task:rotate-keys-ledger-sync, outcome fail @ops-ledger-sync-77656c_"
+    assert [(path, how, len(keys)) for path, how, keys in hits] == [
+        ("MEMORY.md", "search", 1),  # the rg printed one line of one task
+        ("MEMORY.md", "range", 6),  # lines 1-30: the first group's entries and the next task
+    ]
+    assert hits[0][2][0].startswith(rotate)

@@ -15,7 +15,8 @@ Its parts, each using only those listed after it:
 - ``reports``: the report and the import run (``ImportResult``, ``LayoutCounts``);
 - ``parsing``: the rows parsed from each new or changed file;
 - ``reading``: the tree read from a directory or an archive;
-- ``bulk``: bulk loading (``COPY`` on PostgreSQL, ``executemany`` elsewhere).
+- ``bulk``: fresh planner statistics after a large import (the bulk loading itself,
+  ``COPY`` on PostgreSQL and ``executemany`` elsewhere, is ``memoryui.bulk``).
 """
 
 from .imports import (

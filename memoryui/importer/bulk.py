@@ -1,92 +1,14 @@
-"""Bulk loading: the import's rows written without building model instances.
-
-The sync writes tens of thousands of rows for a large tree, so it inserts with ``COPY``
-on PostgreSQL and ``executemany`` elsewhere rather than through the ORM: the ORM's
-per-object cost was most of the import time (see ``bench/README.md``).
-"""
+"""The import's own bulk step: fresh planner statistics after a large import. The
+bulk loading itself is ``memoryui.bulk`` (the memory reads of ``memoryui.usage`` go
+through it too)."""
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Iterator, Sequence
-from datetime import datetime
-from typing import Any
-
-from django.db import connection, models
+from django.db import connection
 
 from ..models import RawMemory, Rollout, RolloutSummary, SearchDocument, WorkspaceFile
 
-CHUNK = 1000
 ANALYZE_AFTER = 1000
-
-
-def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(seq), size):
-        yield seq[start : start + size]
-
-
-def insert_many(
-    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str = ""
-) -> None:
-    """Insert rows fast: ``COPY`` on PostgreSQL, ``executemany`` elsewhere. With
-    ``ignore``, rows whose ``ignore`` column already exists are skipped. Both ways write
-    the same rows (tests/test_bulk_load.py compares them table by table)."""
-    if not rows:
-        return
-    if connection.vendor == "postgresql":
-        _copy_rows(model, columns, rows, ignore)
-    else:
-        _execute_rows(model, columns, rows, ignore)
-
-
-def _copy_rows(
-    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str
-) -> None:
-    qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
-    cols = ", ".join(qn(c) for c in columns)
-    with connection.cursor() as cursor:
-        target = table
-        if ignore:
-            # COPY cannot skip conflicts: stage the rows, then insert what is new.
-            target = qn(f"staging_{model._meta.db_table}")
-            cursor.execute(f"CREATE TEMPORARY TABLE {target} (LIKE {table} INCLUDING DEFAULTS)")
-        # Binary: contents go as their bytes and text as UTF-8, where the text format
-        # spelled every byte of a blob in hex and escaped every text (a quarter of the
-        # client's CPU for the rows of a large tree, and the server's parsing of it).
-        with cursor.cursor.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_column_types(model, tuple(columns)))
-            for row in rows:
-                copy.write_row(row)
-        if ignore:
-            cursor.execute(
-                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {target} "
-                f"ON CONFLICT ({qn(ignore)}) DO NOTHING"
-            )
-            cursor.execute(f"DROP TABLE {target}")
-
-
-def _execute_rows(
-    model: type[models.Model], columns: list[str], rows: list[tuple[Any, ...]], ignore: str
-) -> None:
-    qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
-    cols = ", ".join(qn(c) for c in columns)
-    sql = f"INSERT INTO {table} ({cols}) VALUES ({', '.join(['%s'] * len(columns))})"
-    if ignore:
-        sql += f" ON CONFLICT ({qn(ignore)}) DO NOTHING"
-    with connection.cursor() as cursor:
-        for chunk in chunks(rows, CHUNK):
-            cursor.executemany(sql, chunk)
-
-
-@functools.cache
-def _column_types(model: type[models.Model], columns: tuple[str, ...]) -> list[str]:
-    """The PostgreSQL type of each of ``model``'s ``columns`` (``varchar(64)`` as
-    ``varchar``), for a binary ``COPY``."""
-    fields = {f.column: f for f in model._meta.concrete_fields}
-    return [re.sub(r"\(.*\)$", "", fields[column].db_type(connection) or "") for column in columns]
 
 
 def analyze_after(written: int) -> None:
@@ -98,25 +20,3 @@ def analyze_after(written: int) -> None:
     with connection.cursor() as cursor:
         for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
             cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
-
-
-def update_many(
-    model: type[models.Model],
-    columns: str | list[str],
-    rows: list[tuple[Any, ...]],
-    key: str = "id",
-) -> None:
-    """``UPDATE ... SET columns = row[:-1] WHERE key = row[-1]`` for every row."""
-    if not rows:
-        return
-    qn = connection.ops.quote_name
-    cols = [columns] if isinstance(columns, str) else columns
-    adapt = connection.ops.adapt_datetimefield_value
-    rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in row) for row in rows]
-    sql = (
-        f"UPDATE {qn(model._meta.db_table)} SET {', '.join(f'{qn(c)} = %s' for c in cols)} "
-        f"WHERE {qn(key)} = %s"
-    )
-    with connection.cursor() as cursor:
-        for chunk in chunks(rows, CHUNK):
-            cursor.executemany(sql, chunk)

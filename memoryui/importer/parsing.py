@@ -1,7 +1,7 @@
 """Parsing the files found new or changed into their rows: rollouts, raw memories,
 rollout summaries and the search text of each, and the problems each file has.
 
-The rows are tuples in column order, written with the bulk loader (``bulk``)."""
+The rows are tuples in column order, written with the bulk loader (``memoryui.bulk``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from generation import tree
 from generation.kinds import FileKind
 
 from .. import usage
+from ..bulk import CHUNK, chunks, insert_many, update_many
 from ..models import EPOCH, RawMemory, Rollout, RolloutSummary, SearchDocument
-from .bulk import CHUNK, chunks, insert_many, update_many
 from .reading import Item, file_name
 
 

@@ -20,8 +20,9 @@ from generation.kinds import FileKind
 from generation.tree import LayoutDirs
 
 from .. import usage
+from ..bulk import chunks, insert_many, update_many
 from ..models import Blob, Layout, RawMemory, Workspace, WorkspaceFile
-from .bulk import analyze_after, chunks, insert_many, update_many
+from .bulk import analyze_after
 from .parsing import KnownIds, ParsedRows
 from .reading import Item, Progress, TreeReader, file_name
 from .reports import ImportResult, LayoutCounts, record_run, repeat_run
