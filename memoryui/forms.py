@@ -578,6 +578,16 @@ class ApproveForm(forms.Form):
     duplicates_ok = forms.BooleanField(required=False)
 
 
+class RequestChangesForm(forms.Form):
+    """The third outcome of a review: close the proposal without applying it, saying
+    what the next one should change."""
+
+    message = forms.CharField(
+        validators=[comment_size],
+        error_messages={"required": "Say what should change: the next proposal shows it."},
+    )
+
+
 # --- export -------------------------------------------------------------------------
 
 

@@ -98,6 +98,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(proposal + "pin/", decisions.proposal_pin, name="proposal_pin"),
     path(proposal + "approve/", decisions.proposal_approve, name="proposal_approve"),
     path(proposal + "reject/", decisions.proposal_reject, name="proposal_reject"),
+    path(
+        proposal + "request-changes/",
+        decisions.proposal_request_changes,
+        name="proposal_request_changes",
+    ),
     path(proposal + "reserve/", decisions.proposal_reserve, name="proposal_reserve"),
     # entries edited by hand, the summary editor
     path(document + "edit/", entries.entry_edit, name="entry_edit"),

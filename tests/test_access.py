@@ -65,6 +65,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:proposal_decide": {"POST": R},
     "memoryui:proposal_approve": {"GET": R, "POST": R},
     "memoryui:proposal_reject": {"GET": R, "POST": R},
+    "memoryui:proposal_request_changes": {"POST": R},
     "memoryui:proposal_undo": {"POST": R},
     "memoryui:proposal_duplicate": {"POST": R},
     "memoryui:proposal_result": {"GET": V},

@@ -175,6 +175,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "reviewers": _reviewers(proposal.layout.workspace),
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
+            "change_request": curation.change_request(proposal.layout, before=proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             **review_marks.lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),

@@ -1,6 +1,6 @@
 """Proposals: the list, one proposal's entries (each a review card, as
 ``review_cards`` presents it) and progress, and the decisions on them: per entry,
-approve, reject."""
+approve, request changes, reject."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -33,6 +33,9 @@ class ProposalOut(Schema):
     decided_by: str | None
     decided_at: datetime | None
     reserved_by: str | None
+    review_message: str = Field(
+        "", description='with status "changes_requested": what the reviewer asked to change'
+    )
 
 
 class ChangeOut(Schema):
@@ -96,6 +99,7 @@ def _proposal_out(p: Proposal) -> dict:
         "decided_by": p.decided_by.get_username() if p.decided_by else None,
         "decided_at": p.decided_at,
         "reserved_by": p.reserved_by.get_username() if p.reserved_by else None,
+        "review_message": p.review_message,
     }
 
 
@@ -124,7 +128,7 @@ def list_proposals(
     request: HttpRequest,
     name: str,
     layout_id: int,
-    status: Literal["pending", "approved", "rejected"] | None = None,
+    status: Literal["pending", "approved", "rejected", "changes_requested"] | None = None,
     origin: Literal["pipeline", "upload", "import"] | None = None,
 ):
     lay = layout(request, name, layout_id, Role.VIEWER)
@@ -278,6 +282,41 @@ def reject(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
     try:
         curation.reject_proposal(p, user=request.user)
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    p.refresh_from_db()
+    return _proposal_out(p)
+
+
+class RequestChangesIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"message": "Keep the deploy steps in one task group, as before."}]
+        }
+    )
+
+    message: str = Field(
+        ..., min_length=1, max_length=10_000, description="what the next proposal should change"
+    )
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/request-changes",
+    response={200: ProposalOut, **ERRORS},
+    tags=["proposals"],
+)
+def request_changes(
+    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: RequestChangesIn
+):
+    """Close the proposal without applying it (reviewers), as the submit dialog does:
+    the entries rejected so far are remembered, the next proposal of the layout shows
+    ``message`` and phase two is told it. 409 when already decided or held by another
+    reviewer."""
+    if not body.message.strip():
+        raise conflict_422("say what should change")
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    try:
+        curation.request_changes(p, body.message, user=request.user)
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     p.refresh_from_db()

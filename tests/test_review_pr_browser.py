@@ -1,0 +1,71 @@
+"""Reviewing like a pull request, in Chromium: *Request changes* from the submit dialog
+by keyboard, and what the next proposal shows of it.
+
+MEMORYUI_SCREENSHOTS=<dir> the tests also save screenshots there."""
+
+from __future__ import annotations
+
+import pytest
+
+from memoryui.models import Membership, Proposal, RejectedEntry
+from tests.review_world import build
+from tests.test_agent_proposals_browser import shot
+from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
+from tests.test_review_browser import (  # noqa: F401 - the module's fixture
+    focused,
+    open_page,
+    review_layout,
+    review_url,
+    settled,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_request_changes_by_keyboard_closes_the_proposal_and_the_next_one_shows_it(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    proposal = build(review_layout, 4)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.keyboard.press("j")
+        card = focused(page)
+        page.keyboard.press("r")
+        settled(page, card, "reject")
+        page.keyboard.press("s")
+        page.wait_for_selector("#review-dialog[open] #request-changes")
+        page.focus("#request-changes summary")
+        page.keyboard.press("Enter")  # opens the fold
+        page.keyboard.press("Tab")  # to the message
+        assert page.evaluate("document.activeElement.id") == "changes-message"
+        page.keyboard.type("Keep group 000 as people wrote it.")
+        shot(page, "request-changes-dialog")
+        with page.expect_navigation():
+            page.keyboard.press("Control+Enter")
+        page.wait_for_selector("#changes-requested")
+        assert "Changes requested" in page.inner_text("h1")
+        assert "Keep group 000 as people wrote it." in page.inner_text("#changes-requested")
+        assert not page.locator("#submit-review").count()  # closed: nothing to approve
+
+        proposal.refresh_from_db()
+        assert proposal.status == Proposal.Status.CHANGES_REQUESTED
+        assert RejectedEntry.objects.filter(proposal=proposal).count() == 1
+
+        user = Membership.objects.get().user
+        second = build(review_layout, 4, user=user)
+        page.goto(review_url(live_server, second))
+        notice = page.inner_text("#answering-request")
+        assert notice == (
+            f"Changes requested on proposal #{proposal.pk} by ada: "
+            "Keep group 000 as people wrote it."
+        )
+        shot(page, "review-answering-request")
+        with page.expect_navigation():
+            page.click(f"#answering-request a >> text=proposal #{proposal.pk}")
+        assert page.url.endswith(f"/proposals/{proposal.pk}/")
+    finally:
+        context.close()
