@@ -286,7 +286,15 @@ class CommentForm(forms.Form):
     text = forms.CharField(validators=[comment_size])
     document = forms.ChoiceField(required=False, choices=lambda: [("", "")] + _documents())
     key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
+    # A line of the entry's text (from 1), for a comment on that line.
+    line = forms.IntegerField(required=False, min_value=1, max_value=100_000)
     anchor = AnchorField()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("line") and not data.get("key"):
+            raise forms.ValidationError("A comment on a line needs the entry it is in.")
+        return data
 
 
 class AssignForm(forms.Form):

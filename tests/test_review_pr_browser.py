@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryui.models import Membership, Proposal, RejectedEntry
+from memoryui.models import Comment, Membership, Proposal, RejectedEntry
 from tests.review_world import build
 from tests.test_agent_proposals_browser import shot
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
@@ -69,3 +69,44 @@ def test_request_changes_by_keyboard_closes_the_proposal_and_the_next_one_shows_
         assert page.url.endswith(f"/proposals/{proposal.pk}/")
     finally:
         context.close()
+
+
+def test_a_line_comment_by_keyboard_is_shown_at_its_line_and_kept_on_reload(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    proposal = build(review_layout, 3)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.keyboard.press("j")
+        page.keyboard.press("j")  # the second entry
+        card = focused(page)
+        page.keyboard.press("c")
+        page.keyboard.type("Which model is this?")
+        page.keyboard.press("Tab")  # to "On line"
+        page.keyboard.type("3")
+        page.keyboard.press("Control+Enter")
+        row = f"#{card} table.diff tr.line-comments"
+        page.wait_for_selector(row)
+        # Right under the diff's line 3, the one it is about.
+        above = page.evaluate(
+            "sel => document.querySelector(sel).previousElementSibling.innerText", row
+        )
+        assert "scope: model 1" in above and "3" in above
+        assert "Which model is this?" in page.inner_text(row)
+        page.reload()
+        page.wait_for_selector(row)
+        assert "rita" not in page.inner_text(row) and "ada" in page.inner_text(row)
+        # A click on a right-hand line number starts a comment on that line.
+        page.click(f"#{card} table.diff tr:first-child td.no >> nth=1")
+        assert page.input_value(f"#{card} details.comment-form input[name=line]") == "1"
+        assert page.evaluate("document.activeElement.name") == "text"
+        page.evaluate("id => document.getElementById(id).scrollIntoView()", card)
+        shot(page, "review-line-comment")
+    finally:
+        context.close()
+    comment = Comment.objects.get()
+    assert (comment.line, comment.line_text) == (3, "scope: model 1")

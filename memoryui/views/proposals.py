@@ -314,10 +314,31 @@ def proposal_evidence(
 def proposal_comment(
     request: HtmxHttpRequest, proposal: Proposal, form: forms.CommentPlaceForm
 ) -> HttpResponse:
-    """Comment on an entry (or, without one, on the whole proposal)."""
+    """Comment on an entry, on one line of it (``line``: of the entry's text as approval
+    would apply it, what the diff's right-hand numbers count), or, without an entry, on
+    the whole proposal."""
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    line, line_text = form.cleaned_data["line"], ""
+    if line:
+        change = change_or_404(proposal, document, key)
+        decision = proposal.decisions.filter(document=document, key=key).first()
+        lines = ((decision and decision.edited_text) or change.proposed).splitlines()
+        if line > len(lines):
+            return bad_request(
+                request,
+                f"The entry has {len(lines)} lines: there is no line {line} to comment on.",
+                back=review_url(proposal),
+                workspace=request.workspace,
+            )
+        line_text = lines[line - 1]
     curation.add_comment(
-        proposal, form.cleaned_data["text"], user=request.user, document=document, key=key
+        proposal,
+        form.cleaned_data["text"],
+        user=request.user,
+        document=document,
+        key=key,
+        line=line,
+        line_text=line_text,
     )
     return entry_answer(request, proposal, form, document, key if document else "")
 

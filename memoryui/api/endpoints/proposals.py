@@ -13,7 +13,7 @@ from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from ... import curation, review_cards
-from ...models import Proposal, Role
+from ...models import Comment, Proposal, Role
 from ..core import ERRORS, DocumentName, Mapped, Pages, api, conflict, conflict_422, layout
 from .memory import VersionOut, version_out
 
@@ -80,10 +80,27 @@ class ProgressOut(Schema):
     percent: int
 
 
+class CommentOut(Schema):
+    document: str = Field(description='"" for a comment on the whole proposal')
+    key: str = Field(description='the entry commented on; "" for the whole proposal')
+    line: int | None = Field(
+        description="a line comment: the line (from 1) of the entry's text it was made on"
+    )
+    line_text: str = Field(description="what that line read then")
+    at_line: int | None = Field(
+        description="where that line is in the entry's text now (an edit may move it)"
+    )
+    outdated: bool = Field(description="an edit took the line away")
+    author: str | None
+    text: str
+    created_at: datetime
+
+
 class ProposalDetail(ProposalOut):
     changes: list[ChangeOut]
     conflicts: list[str]
     progress: ProgressOut
+    comments: list[CommentOut]
 
 
 def _proposal_out(p: Proposal) -> dict:
@@ -160,8 +177,12 @@ def get_proposal(
     changes: list[dict[str, Any]] = []
     conflicts: list[str] = []
     marks = review_cards.Marks.load(p, request.user)
+    applied: dict[tuple[str, str], str] = {}
     for doc in curation.document_reviews(p):
         conflicts.extend(c.key for c in doc.conflicts)
+        for c in doc.changes:
+            decision = doc.decisions.get(c.key)
+            applied[(doc.document, c.key)] = (decision and decision.edited_text) or c.proposed
         changes.extend(
             review_cards.card_json(review_cards.card(doc.document, c, marks))
             for c in doc.changes
@@ -172,6 +193,22 @@ def get_proposal(
         "changes": changes,
         "conflicts": conflicts,
         "progress": review_cards.progress(p, request.user, marks),
+        "comments": [_comment_out(c, applied) for c in p.comments.select_related("author")],
+    }
+
+
+def _comment_out(comment: Comment, applied: dict[tuple[str, str], str]) -> dict[str, Any]:
+    review_cards.anchor_comments([comment], applied.get((comment.document, comment.key), ""))
+    return {
+        "document": comment.document,
+        "key": comment.key,
+        "line": comment.line,
+        "line_text": comment.line_text,
+        "at_line": comment.at_line,  # type: ignore[attr-defined]
+        "outdated": comment.outdated,  # type: ignore[attr-defined]
+        "author": comment.author.get_username() if comment.author else None,
+        "text": comment.text,
+        "created_at": comment.created_at,
     }
 
 

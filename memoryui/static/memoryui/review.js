@@ -210,6 +210,14 @@
     if (event.target.id === "review-help-open") openHelp();
     var card = cardOf(event.target);
     if (card) lastCard = card;
+    // A line number on the diff's right (the entry as approval would apply it): a
+    // comment on that line.
+    var number = event.target.closest ? event.target.closest("table.diff td.no") : null;
+    if (card && number && number.cellIndex === 2 && number.textContent.trim()) {
+      openDetails(card, "details.comment-form");
+      var line = card.querySelector("details.comment-form input[name=line]");
+      if (line) line.value = number.textContent.trim();
+    }
   });
 
   document.addEventListener("close", function () {
