@@ -311,9 +311,21 @@ def page_card(
         "lines": len(applied.splitlines()),
         # A task or section says which task group it is in (proposed, else current).
         "group_title": review.group_title(texts, change.group) if change.group else "",
+        # A moved entry: where it was and where it goes, with its neighbours at each.
+        "move": _move(change, texts),
         "duplicates": duplicates or [],
         "pinnable": bool(change.current) and change.status != "added",
     }
+
+
+def _move(change: review.Change, texts: tuple[str, ...]) -> dict[str, Any] | None:
+    if change.status != "moved" or len(texts) < 2:
+        return None
+    proposed, base = texts[0], texts[1]
+    before, after = review.place_of(base, change.key), review.place_of(proposed, change.key)
+    if before is None or after is None:
+        return None
+    return {"kind": change.kind.replace("_", " "), "from": before, "to": after}
 
 
 def anchor_comments(comments: list[Any], text: str) -> list[Any]:
