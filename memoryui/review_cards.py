@@ -273,12 +273,11 @@ def page_card(
     head_rows = shown[:FOLD_LINES] if folded else shown
     tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
-    hidden = format_html(
+    hidden = format_html(  # a card's forms go back to the card (``back_to_review``)
         '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
-        'value="{}"><input type="hidden" name="anchor" value="{}">',
+        'value="{}">',
         document,
         change.key,
-        slug,
     )
     anchor_comments(comments, applied)
     at_line = _placed(comments, {r.right_no for r in head_rows if r.kind != "skip"})
