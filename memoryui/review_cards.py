@@ -273,18 +273,9 @@ def page_card(
     head_rows = shown[:FOLD_LINES] if folded else shown
     tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
-    hidden = format_html(  # a card's forms go back to the card (``back_to_review``)
-        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
-        'value="{}">',
-        document,
-        change.key,
-    )
+    hidden = hidden_inputs(document, change.key, place)
     anchor_comments(comments, applied)
     at_line = _placed(comments, {r.right_no for r in head_rows if r.kind != "skip"})
-    if place.get("show"):
-        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
-    if place.get("page") and str(place["page"]) != "1":
-        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
     return {
         "card": card,
         "id": slug,
@@ -315,6 +306,22 @@ def page_card(
         "duplicates": duplicates or [],
         "pinnable": bool(change.current) and change.status != "added",
     }
+
+
+def hidden_inputs(document: str, key: str, place: dict) -> SafeString:
+    """What a card's forms send besides their own fields: the entry, and the filter and
+    page to go back to (the card's id is derived from the entry, ``back_to_review``)."""
+    hidden = format_html(
+        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+        'value="{}">',
+        document,
+        key,
+    )
+    if place.get("show"):
+        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
+    if place.get("page") and str(place["page"]) != "1":
+        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
+    return hidden
 
 
 def _move(change: review.Change, texts: tuple[str, ...]) -> dict[str, Any] | None:

@@ -83,6 +83,7 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(layout + "proposals/", proposals.proposal_list, name="proposal_list"),
     path(proposal, proposals.proposal_review, name="proposal_review"),
     path(proposal + "entry/", proposals.proposal_entry, name="proposal_entry"),
+    path(proposal + "edit/", proposals.proposal_edit, name="proposal_edit"),
     path(proposal + "evidence/", proposals.proposal_evidence, name="proposal_evidence"),
     path(proposal + "comment/", proposals.proposal_comment, name="proposal_comment"),
     path(proposal + "assign/", proposals.proposal_assign, name="proposal_assign"),

@@ -203,6 +203,7 @@ def entry_urls(proposal: Proposal) -> dict[str, str]:
             "pin",
             "comment",
             "entry",
+            "edit",
             "evidence",
             "duplicate",
         )

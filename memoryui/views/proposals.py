@@ -273,6 +273,44 @@ def proposal_entry(
     )
 
 
+@workspace_view(Role.REVIEWER)
+@require_GET
+@entry_action(forms.EntryActionForm)
+def proposal_edit(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
+    """One entry's "Edit, then accept" form, its text as approval would apply it: loaded
+    when the card's fold opens (the fragment for htmx, a page without JavaScript), so
+    the review page does not carry every entry's text a second time."""
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = change_or_404(proposal, document, key)
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    place = form.place(document)
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "change": change,
+        "editing": True,
+        "urls": entry_urls(proposal),
+        "row": {
+            "hidden": review_cards.hidden_inputs(
+                document,
+                key,
+                {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
+            ),
+            "applied": edited or change.proposed,
+        },
+        "back": review_url(proposal, f"entry-{document}-{review_cards.key_slug(key)}"),
+    }
+    template = "memoryui/proposal_entry.html" + ("#edit-form" if request.htmx else "")
+    return render(request, template, context)
+
+
 @workspace_view(Role.VIEWER)
 @require_GET
 @entry_action(forms.EntryActionForm)

@@ -81,16 +81,21 @@
     if (control) control.click();
   }
 
+  var loading = null; // a fold opened by its shortcut whose form is still loading
+
+  function focusText(area) {
+    area.focus();
+    area.setSelectionRange(area.value.length, area.value.length);
+  }
+
   function openDetails(card, selector) {
     if (!card) return;
     var details = card.querySelector(selector);
     if (!details) return;
     details.open = true;
     var area = details.querySelector("textarea");
-    if (area) {
-      area.focus();
-      area.setSelectionRange(area.value.length, area.value.length);
-    }
+    if (area) focusText(area);
+    else if (details.hasAttribute("hx-get")) loading = details; // focused once loaded
   }
 
   function dialogOpen() {
@@ -175,6 +180,12 @@
       if (open) open.close();
       target.scrollIntoView({ block: "center" });
       pending = null;
+      return;
+    }
+    if (loading && target && loading.contains(target)) { // the edit form is here
+      var area = loading.querySelector("textarea");
+      loading = null;
+      if (area) focusText(area);
       return;
     }
     // A fold that loaded inside a card (evidence, rendered text) leaves the focus alone
