@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryui.models import Comment, Membership, Proposal, RejectedEntry
+from memoryui.models import Comment, EntryDecision, Membership, Proposal, RejectedEntry
 from tests.review_world import build
 from tests.test_agent_proposals_browser import shot
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
@@ -17,6 +17,7 @@ from tests.test_review_browser import (  # noqa: F401 - the module's fixture
     review_layout,
     review_url,
     settled,
+    until,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -110,3 +111,32 @@ def test_a_line_comment_by_keyboard_is_shown_at_its_line_and_kept_on_reload(
         context.close()
     comment = Comment.objects.get()
     assert (comment.line, comment.line_text) == (3, "scope: model 1")
+
+
+def test_keys_typed_while_the_edit_form_loads_are_its_text_never_decisions(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    proposal = build(review_layout, 3)
+    context, page = open_page(browser)
+    held = []
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.route("**/edit/?*", lambda route: held.append(route))  # its answer waits
+        page.keyboard.press("j")
+        card = focused(page)
+        page.keyboard.press("e")
+        page.keyboard.type(" ar")  # a (accept) and r (reject), were they shortcuts
+        until(page, "() => true")
+        assert held, "the edit form was not asked for"
+        assert page.get_attribute(f"#{card}", "data-decided") == ""
+        held[0].continue_()
+        until(page, "() => document.activeElement.name === 'edited_text'")
+        assert page.input_value(f"#{card} textarea[name=edited_text]").endswith(" ar")
+        page.keyboard.press("Control+Enter")
+        settled(page, card, "edited")
+    finally:
+        context.close()
+    assert EntryDecision.objects.get().edited_text.endswith(" ar")

@@ -82,9 +82,12 @@
   }
 
   var loading = null; // a fold opened by its shortcut whose form is still loading
+  var typedAhead = ""; // what was typed meanwhile: text for the form, not shortcuts
 
   function focusText(area) {
     area.focus();
+    if (typedAhead) area.value += typedAhead;
+    typedAhead = "";
     area.setSelectionRange(area.value.length, area.value.length);
   }
 
@@ -124,6 +127,17 @@
         focusCard(cardOf(details));
       }
       return; // shortcuts wait while someone types
+    }
+    if (loading) { // its form is on its way: keys are text for it, never decisions
+      if (event.key === "Escape") {
+        loading.open = false;
+        loading = null;
+        typedAhead = "";
+      } else if (event.key.length === 1 && !event.ctrlKey && !event.metaKey) {
+        typedAhead += event.key;
+      }
+      event.preventDefault();
+      return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || dialogOpen()) return;
     var card = currentCard();
@@ -207,9 +221,14 @@
     }
   });
 
-  document.addEventListener("htmx:responseError", function () {
+  function failed() {
     pending = null;
-  });
+    loading = null; // a fold that could not load takes no more keys
+    typedAhead = "";
+  }
+
+  document.addEventListener("htmx:responseError", failed);
+  document.addEventListener("htmx:sendError", failed);
 
   document.addEventListener("click", function (event) {
     var close = event.target.closest ? event.target.closest("[data-dialog-close]") : null;
