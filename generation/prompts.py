@@ -21,6 +21,7 @@ CURRENT_MEMORY_TAG = "current_memory_md"
 CURRENT_SUMMARY_TAG = "current_memory_summary"
 PINNED_TAG = "pinned_entry"
 REJECTED_TAG = "rejected_entry"
+REVIEW_FEEDBACK_TAG = "review_feedback"
 
 PHASE_ONE_INSTRUCTIONS = """\
 You write memory for AI agents. You receive the transcript of one finished agent rollout \
@@ -271,8 +272,27 @@ def _pins_and_rejections(pinned: Iterable[str], rejected: Iterable[str]) -> list
     return parts
 
 
+def review_feedback(message: str, rejected_titles: Iterable[str] = ()) -> str:
+    """The last review's request for changes as a prompt part ("" when there is none):
+    the reviewer's message and the titles of the entries they rejected."""
+    if not message.strip():
+        return ""
+    body = message.strip()
+    titles = [t for t in rejected_titles if t.strip()]
+    if titles:
+        body += "\nEntries the reviewer rejected:\n" + "\n".join(f"- {t}" for t in titles)
+    return (
+        "Review feedback: people reviewed your previous proposal and asked for changes. "
+        "Address it in this consolidation.\n" + tagged(REVIEW_FEEDBACK_TAG, body)
+    )
+
+
 def phase_two_agent_prompt(
-    *, selection_lines: str, pinned: Iterable[str], rejected: Iterable[str]
+    *,
+    selection_lines: str,
+    pinned: Iterable[str],
+    rejected: Iterable[str],
+    feedback: str = "",
 ) -> str:
     parts = [
         "Consolidate the memory folder: update MEMORY.md and memory_summary.md (and skills "
@@ -281,6 +301,7 @@ def phase_two_agent_prompt(
         + tagged(SELECTION_TAG, selection_lines),
     ]
     parts += _pins_and_rejections(pinned, rejected)
+    parts += [feedback] if feedback else []
     parts.append("Edit the files with your tools, then say briefly what you changed.")
     return "\n\n".join(parts)
 

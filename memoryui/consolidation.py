@@ -94,18 +94,23 @@ def agent_prompts(
     pinned: list[str],
     rejected: list[str],
     extra_prompt: str,
+    feedback: str = "",
 ) -> tuple[str, str]:
-    """(instructions, prompt) for phase two's agent in the chosen prompt set."""
+    """(instructions, prompt) for phase two's agent in the chosen prompt set;
+    ``feedback``: the last review's request for changes (``prompts.review_feedback``)."""
     if prompt_set == "sdk":
         return "", sdk_phase_two_prompt(
             memories_dir=memories_dir,
             plan=plan,
             extra_prompt=extra_prompt,
-        ) + _curated_section(pinned, rejected)
+        ) + _curated_section(pinned, rejected, feedback)
     return (
         prompts.phase_two_agent_instructions(extra_prompt),
         prompts.phase_two_agent_prompt(
-            selection_lines=phase_two.selection_lines(plan), pinned=pinned, rejected=rejected
+            selection_lines=phase_two.selection_lines(plan),
+            pinned=pinned,
+            rejected=rejected,
+            feedback=feedback,
         ),
     )
 
@@ -136,7 +141,7 @@ def sdk_phase_two_prompt(
     )
 
 
-def _curated_section(pinned: list[str], rejected: list[str]) -> str:
+def _curated_section(pinned: list[str], rejected: list[str], feedback: str = "") -> str:
     """What people decided, told to the agent after the SDK's prompt (memoryui's text)."""
     parts = []
     pinned = [p for p in pinned if p.strip()]
@@ -155,6 +160,7 @@ def _curated_section(pinned: list[str], rejected: list[str]) -> str:
                 prompts.tagged(prompts.REJECTED_TAG, r, n=str(i)) for i, r in enumerate(rejected, 1)
             )
         )
+    parts += [feedback] if feedback else []
     return "\n\n" + "\n\n".join(parts) if parts else ""
 
 
@@ -167,6 +173,7 @@ def consolidate(
     selection_file: WorkspaceFile | None,
     pinned: list[str],
     rejected: list[str],
+    feedback: str = "",
     client: Any,
     config: llm.ModelConfig,
     should_cancel: Callable[[], bool],
@@ -183,6 +190,7 @@ def consolidate(
             pinned=pinned,
             rejected=rejected,
             extra_prompt=snapshot.get("extra_prompt", ""),
+            feedback=feedback,
         )
     except ImportError as exc:
         return Consolidation(

@@ -286,7 +286,15 @@ class CommentForm(forms.Form):
     text = forms.CharField(validators=[comment_size])
     document = forms.ChoiceField(required=False, choices=lambda: [("", "")] + _documents())
     key = forms.CharField(required=False, max_length=KEY_LENGTH, strip=False)
+    # A line of the entry's text (from 1), for a comment on that line.
+    line = forms.IntegerField(required=False, min_value=1, max_value=100_000)
     anchor = AnchorField()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("line") and not data.get("key"):
+            raise forms.ValidationError("A comment on a line needs the entry it is in.")
+        return data
 
 
 class AssignForm(forms.Form):
@@ -576,6 +584,16 @@ class ApproveForm(forms.Form):
     )
     # Approve even though the result holds likely duplicates (listed in the dialog).
     duplicates_ok = forms.BooleanField(required=False)
+
+
+class RequestChangesForm(forms.Form):
+    """The third outcome of a review: close the proposal without applying it, saying
+    what the next one should change."""
+
+    message = forms.CharField(
+        validators=[comment_size],
+        error_messages={"required": "Say what should change: the next proposal shows it."},
+    )
 
 
 # --- export -------------------------------------------------------------------------

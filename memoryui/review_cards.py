@@ -273,17 +273,9 @@ def page_card(
     head_rows = shown[:FOLD_LINES] if folded else shown
     tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
-    hidden = format_html(
-        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
-        'value="{}"><input type="hidden" name="anchor" value="{}">',
-        document,
-        change.key,
-        slug,
-    )
-    if place.get("show"):
-        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
-    if place.get("page") and str(place["page"]) != "1":
-        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
+    hidden = hidden_inputs(document, change.key, place)
+    anchor_comments(comments, applied)
+    at_line = _placed(comments, {r.right_no for r in head_rows if r.kind != "skip"})
     return {
         "card": card,
         "id": slug,
@@ -292,7 +284,7 @@ def page_card(
         "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
             f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
         ),
-        "diff_head": diff_html(head_rows) if head_rows else None,
+        "diff_head": diff_html(head_rows, at_line) if head_rows else None,
         "diff_tail": tail_rows,
         "diff_tail_html": diff_html(tail_rows) if tail_rows else None,
         "suggestion": suggestion,
@@ -302,12 +294,91 @@ def page_card(
         "more": more,
         "cites": cites,
         "fold_cites": len(cites) > CITES_INLINE,
-        "comments": comments,
+        # Those not shown at their line in the diff (on the entry, on a line of a text
+        # without diff, outdated); "comment_count" counts them all.
+        "comments": [c for c in comments if c.at_line not in at_line],
+        "comment_count": len(comments),
+        "lines": len(applied.splitlines()),
         # A task or section says which task group it is in (proposed, else current).
         "group_title": review.group_title(texts, change.group) if change.group else "",
+        # A moved entry: where it was and where it goes, with its neighbours at each.
+        "move": _move(change, texts),
         "duplicates": duplicates or [],
         "pinnable": bool(change.current) and change.status != "added",
     }
+
+
+def hidden_inputs(document: str, key: str, place: dict) -> SafeString:
+    """What a card's forms send besides their own fields: the entry, and the filter and
+    page to go back to (the card's id is derived from the entry, ``back_to_review``)."""
+    hidden = format_html(
+        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+        'value="{}">',
+        document,
+        key,
+    )
+    if place.get("show"):
+        hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
+    if place.get("page") and str(place["page"]) != "1":
+        hidden += format_html('<input type="hidden" name="page" value="{}">', place["page"])
+    return hidden
+
+
+def _move(change: review.Change, texts: tuple[str, ...]) -> dict[str, Any] | None:
+    if change.status != "moved" or len(texts) < 2:
+        return None
+    proposed, base = texts[0], texts[1]
+    before, after = review.place_of(base, change.key), review.place_of(proposed, change.key)
+    if before is None or after is None:
+        return None
+    return {"kind": change.kind.replace("_", " "), "from": before, "to": after}
+
+
+def anchor_comments(comments: list[Any], text: str) -> list[Any]:
+    """Each line comment's place in ``text``, the entry as approval would apply it:
+    ``at_line``, the line it was made on while that line still reads the same, else
+    the first line that reads so; ``outdated`` when no line does (an edit took it
+    away). A comment on the whole entry gets neither."""
+    lines = text.splitlines()
+    for comment in comments:
+        comment.at_line, comment.outdated = None, False
+        if comment.line is None:
+            continue
+        if comment.line <= len(lines) and lines[comment.line - 1] == comment.line_text:
+            comment.at_line = comment.line
+        elif comment.line_text in lines:
+            comment.at_line = lines.index(comment.line_text) + 1
+        else:
+            comment.outdated = True
+    return comments
+
+
+def _placed(comments: list[Any], shown: set[int | None]) -> dict[int, list[Any]]:
+    """The comments anchored to a line the diff shows, by that line."""
+    out: dict[int, list[Any]] = {}
+    for comment in comments:
+        if comment.at_line is not None and comment.at_line in shown:
+            out.setdefault(comment.at_line, []).append(comment)
+    return out
+
+
+def _line_comments(comments: list[Any]) -> str:
+    """The comments of one diff line, as the row the diff shows under it."""
+    notes = "".join(
+        format_html(
+            '<div class="comment"><b>{}</b> <span class="muted">on line {}</span>'
+            "<div>{}</div></div>",
+            c.author or "someone",
+            c.at_line,
+            _breaks(c.text),
+        )
+        for c in comments
+    )
+    return f'<tr class="line-comments"><td colspan="4">{notes}</td></tr>'
+
+
+def _breaks(text: str) -> SafeString:
+    return mark_safe("<br>".join(escape(line) for line in text.splitlines()))  # noqa: S308 - escaped
 
 
 def _fold(text: str) -> tuple[str, str, int]:
@@ -386,10 +457,13 @@ def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[
     }
 
 
-def diff_html(rows: list[Any]) -> SafeString:
+def diff_html(rows: list[Any], comments: dict[int, list[Any]] | None = None) -> SafeString:
     """``memoryui/_diff.html`` for ``rows`` (``diffs.Row``, cells already escaped), byte
     for byte, built in Python: a review page shows some 150 diff rows, a dozen template
-    nodes each (``tests/test_review_cards.py`` checks both give the same HTML)."""
+    nodes each (``tests/test_review_cards.py`` checks both give the same HTML).
+    ``comments``: line comments by the line of the right-hand text they are shown
+    under."""
+    comments = dict(comments or {})
     out = [
         '<table class="diff">\n  <colgroup><col class="no"><col><col class="no"><col>'
         "</colgroup>\n  <tbody>\n  "
@@ -404,6 +478,8 @@ def diff_html(rows: list[Any]) -> SafeString:
                 f'{row.right_no or ""}</td><td class="r">{conditional_escape(row.right)}</td>'
                 "</tr>\n  "
             )
+            if row.right_no in comments:
+                out.append(_line_comments(comments.pop(row.right_no)))
     if not rows:
         out.append('<tr><td colspan="4" class="muted">No change.</td></tr>\n  ')
     out.append("\n  </tbody>\n</table>\n")

@@ -83,6 +83,7 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(layout + "proposals/", proposals.proposal_list, name="proposal_list"),
     path(proposal, proposals.proposal_review, name="proposal_review"),
     path(proposal + "entry/", proposals.proposal_entry, name="proposal_entry"),
+    path(proposal + "edit/", proposals.proposal_edit, name="proposal_edit"),
     path(proposal + "evidence/", proposals.proposal_evidence, name="proposal_evidence"),
     path(proposal + "comment/", proposals.proposal_comment, name="proposal_comment"),
     path(proposal + "assign/", proposals.proposal_assign, name="proposal_assign"),
@@ -98,6 +99,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(proposal + "pin/", decisions.proposal_pin, name="proposal_pin"),
     path(proposal + "approve/", decisions.proposal_approve, name="proposal_approve"),
     path(proposal + "reject/", decisions.proposal_reject, name="proposal_reject"),
+    path(
+        proposal + "request-changes/",
+        decisions.proposal_request_changes,
+        name="proposal_request_changes",
+    ),
     path(proposal + "reserve/", decisions.proposal_reserve, name="proposal_reserve"),
     # entries edited by hand, the summary editor
     path(document + "edit/", entries.entry_edit, name="entry_edit"),

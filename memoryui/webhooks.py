@@ -45,6 +45,7 @@ EVENTS = [
     ("proposal.ready", "A proposal is ready for review"),
     ("proposal.approved", "A proposal was approved"),
     ("proposal.rejected", "A proposal was rejected"),
+    ("proposal.changes_requested", "Changes were requested on a proposal"),
     ("writeback.done", "A write-back wrote files"),
     ("export.done", "A snapshot was exported or downloaded"),
     ("run.failed", "A generation run failed"),
@@ -228,6 +229,7 @@ def redeliver(delivery: WebhookDelivery) -> None:
 AUDIT_EVENTS = {
     "proposal.approve": "proposal.approved",
     "proposal.reject": "proposal.rejected",
+    "proposal.request_changes": "proposal.changes_requested",
     "writeback.write": "writeback.done",
     "export.snapshot": "export.done",
     "export.download": "export.done",

@@ -245,6 +245,23 @@ def test_rejecting_an_agents_proposal_keeps_the_approved_memory(base, ws, tmp_pa
     assert not MemoryVersion.objects.filter(needs_review=True).exists()
 
 
+def test_requesting_changes_on_an_agents_proposal_keeps_the_approved_memory(
+    base, ws, tmp_path, admin_user
+):
+    before = text(base, MD)
+    upload(ws, tmp_path, "sbx-a", agent_edit(before))
+    (proposal,) = Proposal.objects.all()
+
+    curation.request_changes(proposal, "Keep the old wording.", user=admin_user)
+
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.CHANGES_REQUESTED
+    assert served(base, "MEMORY.md") == before
+    assert curation.text_of(curation.latest(base, MD)) == before
+    assert not MemoryVersion.objects.filter(needs_review=True).exists()
+    assert curation.review_feedback(base)[0].endswith("Keep the old wording.")
+
+
 # --- pages and the API -----------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ def test_an_agents_proposal_reviewed_by_keyboard_through_the_submit_dialog(
             card = focused(page)
             if decisions[card] == "edit":
                 page.keyboard.press("e")
-                assert page.evaluate("document.activeElement.name") == "edited_text"
+                until(page, "() => document.activeElement.name === 'edited_text'")
                 page.keyboard.press("Control+End")
                 page.keyboard.type("- checked with the analytics team [Task 1]\n")
                 page.keyboard.press("Control+Enter")

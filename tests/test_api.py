@@ -288,6 +288,20 @@ ENDPOINTS = [
         ),
     ),
     (
+        "request_changes",
+        Role.REVIEWER,
+        lambda lay, p, r: (
+            "post",
+            api(lay, f"/proposals/{p.pk}/request-changes"),
+            {"message": "merge the deploy groups"},
+        ),
+        lambda lay, p, r: (
+            "post",
+            reverse("memoryui:proposal_request_changes", args=["a", lay.pk, p.pk]),
+            {"message": "merge the deploy groups"},
+        ),
+    ),
+    (
         "import",
         Role.ADMIN,
         lambda lay, p, r: ("post", "/api/workspaces/a/imports", {}),
@@ -647,7 +661,7 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
                 )
                 assert response.status_code in (200, 201, 409), (path, example, response.content)
                 exercised.append((path, response.status_code))
-    assert len(exercised) == 6, exercised
+    assert len(exercised) == 7, exercised
     assert [s for _, s in exercised].count(409) <= 1, exercised
 
 

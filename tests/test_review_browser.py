@@ -125,7 +125,7 @@ def test_a_whole_review_by_keyboard_from_opening_to_approval(
             elif i == 7:  # edit, then accept
                 card = focused(page)
                 page.keyboard.press("e")
-                assert page.evaluate("document.activeElement.name") == "edited_text"
+                until(page, "() => document.activeElement.name === 'edited_text'")
                 page.keyboard.press("Control+Home")
                 page.keyboard.press("ArrowDown")
                 page.keyboard.press("ArrowDown")
@@ -291,7 +291,7 @@ def test_shortcuts_mark_viewed_pin_comment_and_escape_cancels_an_edit(
         page.wait_for_selector(f"#{card} .badge.pin")
         until(page, "id => document.activeElement.id === id", card)
         page.keyboard.press("e")
-        assert page.evaluate("document.activeElement.name") == "edited_text"
+        until(page, "() => document.activeElement.name === 'edited_text'")
         page.keyboard.press("Escape")
         assert focused(page) == card
         assert not page.locator(f"#{card} details.edit-then-accept").evaluate("d => d.open")

@@ -11,6 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.html import escape
 
 from generation import review
 from memoryui import curation
@@ -234,8 +235,18 @@ def test_an_edit_then_accept_shows_the_edit_as_what_approval_applies(proposal, r
 
     assert "your text is what approval applies" in body
     assert "<ins>edited</ins>" in body or "<ins>edited by a reviewer</ins>" in body
-    textarea = re.search(r'<textarea name="edited_text"[^>]*>([^<]*)</textarea>', body)
+    # The card's "Edit, then accept" fold loads the reviewer's text to edit further.
+    assert 'name="edited_text"' not in body
+    form = (
+        client_for(reviewer)
+        .get(url("proposal_edit", proposal), {"document": MD, "key": key}, **HX)
+        .content.decode()
+    )
+    textarea = re.search(r'<textarea name="edited_text"[^>]*>([^<]*)</textarea>', form)
     assert textarea and "edited by a reviewer" in textarea.group(1)
+    assert f'<input type="hidden" name="key" value="{escape(key)}">' in form
+    page = client_for(reviewer).get(url("proposal_edit", proposal), {"document": MD, "key": key})
+    assert page.status_code == 200 and "edited by a reviewer" in page.content.decode()
 
 
 def test_the_submit_summary_counts_the_review(proposal, reviewer):

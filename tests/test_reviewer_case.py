@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from generation import review
 from memoryui import curation
@@ -259,3 +260,56 @@ def test_a_renumbered_and_edited_tasks_diff_shows_only_the_edit(layout, fixtures
     card = page[start : page.index("</article>", start)]
     changed = re.findall(r'<tr class="changed">(.*?)</tr>', card, re.S)
     assert len(changed) == 1 and "NFKD" in changed[0]  # the keywords line alone
+
+
+@pytest.mark.django_db
+def test_the_moved_card_shows_from_where_to_where_with_the_neighbouring_tasks(layout, fixtures_dir):
+    base = sdk_groups(fixtures_dir)
+    proposal = proposal_over(layout, base, proposal_of(base))
+    [move] = [c for c in review.compare(base, proposal.memory_md) if c.status == "moved"]
+    client = Client()
+    client.force_login(member(Role.VIEWER, layout, "vera"))
+
+    page = client.get(url("proposal_review", layout, proposal.pk) + "?show=all").content.decode()
+
+    start = page.index(f'aria-label="moved entry: {move.title}')
+    card = page[start : page.index("</article>", start)]
+    [note] = re.findall(r"<p class=\"move-note\" data-move>(.*?)</p>", card, re.S)
+    assert html.unescape(re.sub(r"<[^>]+>", "", note)) == (
+        "Moved from jobkit bug fixes, task 3 of 3 (after fix-duration-parse, outcome success) "
+        "to menus bug fixes, task 8 of 8 (after fix-slugify-unicode again, outcome success)."
+    )
+    # The card an action answers with (htmx) says so too.
+    viewed = client.post(
+        url("proposal_viewed", layout, proposal.pk),
+        {"document": MD, "key": move.key, "action": "on"},
+        HTTP_HX_REQUEST="true",
+    ).content.decode()
+    assert "Moved from <q>jobkit bug fixes</q>, task 3 of 3" in viewed
+
+
+@pytest.mark.django_db
+def test_the_review_page_of_the_reviewers_case_stays_light(layout, fixtures_dir):
+    base = sdk_groups(fixtures_dir)
+    proposal = proposal_over(layout, base, proposal_of(base))
+    summary = curation.text_of(curation.latest(layout, SUMMARY))
+    proposal.memory_summary = summary_of(summary)
+    proposal.save(update_fields=["memory_summary"])
+    unchanged = [
+        c
+        for c in review.compare(base, proposal.memory_md)
+        if c.status == "unchanged" and c.kind == "task"
+    ]
+    client = Client()
+    client.force_login(member(Role.REVIEWER, layout))
+
+    page = client.get(url("proposal_review", layout, proposal.pk)).content
+
+    # Twelve changed entries of MEMORY.md and the summary's one, with every form a
+    # reviewer uses; the entries left unchanged are not in the page until asked for.
+    assert page.count(b"<article") == 13
+    texts = [escape(c.proposed).encode() for c in unchanged]
+    assert texts and not any(t in page for t in texts)
+    assert len(page) < 95_000, len(page)
+    everything = client.get(url("proposal_review", layout, proposal.pk) + "?show=all").content
+    assert all(t in everything for t in texts)

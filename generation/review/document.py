@@ -69,6 +69,37 @@ def group_title(documents: tuple[str, ...], group: str) -> str:
     return group.removeprefix("task_group:")
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where an entry stands in a document, among the entries of its kind beside it (a
+    task among its group's tasks, a task group among the groups): its group's title
+    ("" at the top level), its position (from 1) of how many, and the titles of the
+    entries just before and after it, without task numbers ("" at an end)."""
+
+    group: str
+    position: int
+    count: int
+    before: str
+    after: str
+
+
+def place_of(document: str, key: str) -> Place | None:
+    """Where the entry ``key`` stands in ``document`` (None when it is not there)."""
+    found = entries(document)
+    entry = next((e for e in found if e.key == key), None)
+    if entry is None:
+        return None
+    beside = [e for e in found if e.group == entry.group and e.kind == entry.kind]
+    at = beside.index(entry)
+    return Place(
+        group=group_title((document,), entry.group) if entry.group else "",
+        position=at + 1,
+        count=len(beside),
+        before=task_title(beside[at - 1].title) if at else "",
+        after=task_title(beside[at + 1].title) if at + 1 < len(beside) else "",
+    )
+
+
 @lru_cache(maxsize=8)
 def _group_titles(document: str) -> dict[str, str]:
     return {e.key: e.title for e in entries(document) if e.kind == "task_group" and not e.group}

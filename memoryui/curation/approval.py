@@ -1,6 +1,7 @@
 """A whole proposal decided: approve (its decided entries merged with what people
 changed meanwhile, its skill file changes, its forgetting) or reject. Both are made under
-the pending proposal's lock (``proposal_lock``) and the layout's, and audited."""
+the pending proposal's lock (``proposal_lock``) and the layout's, and audited. A request for
+changes closes it like a rejection, with the reviewer's message for the next one."""
 
 from __future__ import annotations
 
@@ -340,6 +341,73 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
             layout=proposal.layout,
             target=f"proposal #{proposal.pk}",
         )
+
+
+def request_changes(proposal: Proposal, message: str, *, user: Any) -> None:
+    """Close the proposal without applying it, asking for changes: the reviewer's
+    ``message`` is kept (audited), the entries rejected so far are remembered as
+    rejections (phase two is told not to write them again), and the next proposal of
+    the layout shows the request (``change_request``) while phase two gets it as
+    feedback (``review_feedback``). Raises ``DecisionRefused`` as ``reject_proposal``
+    does."""
+    message = message.strip()[:10_000]
+    with proposal_lock.deciding(proposal, user):
+        if proposal.run_id is None:  # an agent's: the approved text stays served
+            Layout.objects.select_for_update().filter(pk=proposal.layout_id).first()
+            for document in (Document.MEMORY_MD, Document.MEMORY_SUMMARY):
+                approved = text_of(latest_approved(proposal.layout, document))
+                _settle_agent_versions(
+                    proposal,
+                    document,
+                    approved,
+                    user=user,
+                    reason=f"changes requested on agent proposal #{proposal.pk}",
+                )
+        for doc in document_reviews(proposal):
+            _record_rejections(proposal, doc, user)
+        _decided(proposal, Proposal.Status.CHANGES_REQUESTED, user)
+        Proposal.objects.filter(pk=proposal.pk).update(review_message=message)
+        proposal.review_message = message
+        AuditEvent.record(
+            proposal.layout.workspace,
+            "proposal.request_changes",
+            user=user,
+            layout=proposal.layout,
+            target=f"proposal #{proposal.pk}",
+            message=message,
+            rejected=list(
+                RejectedEntry.objects.filter(proposal=proposal).values_list("title", flat=True)
+            ),
+        )
+
+
+def change_request(layout: Layout, *, before: Proposal | None = None) -> Proposal | None:
+    """The proposal of ``layout`` decided last (before ``before``, when given), when
+    its outcome was a request for changes: what the next proposal answers."""
+    decided = Proposal.objects.filter(layout=layout).exclude(status=Proposal.Status.PENDING)
+    if before is not None:
+        decided = decided.filter(pk__lt=before.pk)
+    last = (
+        decided.select_related("decided_by")
+        .only("pk", "status", "review_message", "decided_at", "decided_by", "layout_id")
+        .order_by("-decided_at", "-pk")
+        .first()
+    )
+    return last if last and last.status == Proposal.Status.CHANGES_REQUESTED else None
+
+
+def review_feedback(layout: Layout) -> tuple[str, list[str]]:
+    """What phase two is told of the last review when it asked for changes: the
+    reviewer's message (with the proposal's number) and the titles of the entries it
+    rejected; ("", []) when the last decided proposal was not a request for changes."""
+    request = change_request(layout)
+    if request is None:
+        return "", []
+    titles = RejectedEntry.objects.filter(proposal=request).values_list("title", flat=True)
+    return (
+        f"Changes requested on proposal #{request.pk}: {request.review_message}",
+        [t for t in titles if t],
+    )
 
 
 def _forget(proposal: Proposal) -> list[str]:

@@ -16,21 +16,34 @@ RESERVATION = timedelta(minutes=30)
 
 
 def add_comment(
-    proposal: Proposal, text: str, *, user: Any, document: str = "", key: str = ""
+    proposal: Proposal,
+    text: str,
+    *,
+    user: Any,
+    document: str = "",
+    key: str = "",
+    line: int | None = None,
+    line_text: str = "",
 ) -> Comment:
+    """A comment on the proposal, on an entry (``key``), or on one line of an entry
+    (``line``, from 1, and ``line_text``, what it read then)."""
     comment = Comment.objects.create(
         proposal=proposal,
         document=document,
         key=key,
         text=text.strip()[:10_000],
         author=user if getattr(user, "pk", None) else None,
+        line=line,
+        line_text=line_text,
     )
     AuditEvent.record(
         proposal.layout.workspace,
         "comment.add",
         user=user,
         layout=proposal.layout,
-        target=f"proposal #{proposal.pk}" + (f" {key}" if key else ""),
+        target=f"proposal #{proposal.pk}"
+        + (f" {key}" if key else "")
+        + (f" line {line}" if line else ""),
     )
     return comment
 

@@ -24,6 +24,9 @@ class Proposal(models.Model):
         PENDING = "pending", "Awaiting review"
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
+        # Closed without applying, with the reviewer's message (``review_message``):
+        # the next proposal of the layout shows it and phase two is told it.
+        CHANGES_REQUESTED = "changes_requested", "Changes requested"
 
     class Origin(models.TextChoices):
         PIPELINE = "pipeline", "pipeline run"
@@ -48,7 +51,7 @@ class Proposal(models.Model):
     agent_versions = models.ManyToManyField(
         MemoryVersion, blank=True, related_name="agent_proposals"
     )
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=24, choices=Status.choices, default=Status.PENDING)
     base_memory_md = models.ForeignKey(
         MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -76,6 +79,8 @@ class Proposal(models.Model):
     # Reviewers who approved while the layout requires more than one approval:
     # [{"user": pk, "name", "at"}]; the last required one applies the proposal.
     approvals = models.JSONField(default=list, blank=True)
+    # What the reviewer asked for when requesting changes.
+    review_message = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -192,7 +197,10 @@ class RejectedEntry(EntryRef):
 
 
 class Comment(models.Model):
-    """A note on a proposal, or on one of its entries (``key``)."""
+    """A note on a proposal, or on one of its entries (``key``), or on one line of an
+    entry: ``line`` (from 1) and ``line_text`` in the proposed entry's text as it was
+    when the comment was made, so that a later edit leaves it "outdated" rather than
+    pointing at another line."""
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="comments")
     document = models.CharField(max_length=32, blank=True)
@@ -201,6 +209,8 @@ class Comment(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     text = models.TextField()
+    line = models.PositiveIntegerField(null=True, blank=True)
+    line_text = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

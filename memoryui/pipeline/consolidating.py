@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from generation import phase_two
+from generation import phase_two, prompts
 
 from .. import consolidation, curation, documents, entry_checks, observability, usage
 from ..models import (
@@ -125,6 +125,7 @@ def _consolidate_claimed(run_id: int) -> None:
         selection_file=selection_file,
         pinned=curation.pinned_texts(run.layout, curation.text_of(run.base_memory_md)),
         rejected=curation.rejected_texts(run.layout),
+        feedback=prompts.review_feedback(*curation.review_feedback(run.layout)),
         client=model_client(config),
         config=config,
         should_cancel=lambda: GenerationRun.objects.filter(

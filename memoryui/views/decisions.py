@@ -1,8 +1,8 @@
 """What reviewers decide on a proposal: per entry (accept, reject, undo, viewed, pin),
-and on the whole (approve, reject, reserve it while reviewing). A decision that comes
-too late (another reviewer's, a held proposal) is refused with 409 and what happened
-instead. The review page itself is ``proposals``; what the entry actions share (load,
-validate, refuse, the card they answer with), ``entry_actions``."""
+and on the whole (approve, request changes, reject, reserve it while reviewing). A
+decision that comes too late (another reviewer's, a held proposal) is refused with 409
+and what happened instead. The review page itself is ``proposals``; what the entry
+actions share (load, validate, refuse, the card they answer with), ``entry_actions``."""
 
 from __future__ import annotations
 
@@ -197,6 +197,7 @@ def _submit_dialog(
     reviews: list[curation.DocumentReview] | None = None,
     duplicates: list[curation.Duplicate] | None = None,
     refused: bool = False,
+    changes_form: forms.RequestChangesForm | None = None,
 ) -> HttpResponse:
     """The review's summary (counts, conflicts, likely duplicates with links to their
     cards, skill files and what approval does to each) and the choice for undecided
@@ -221,6 +222,7 @@ def _submit_dialog(
         "skill_files": consolidation.skill_diffs(proposal),
         "undecided": undecided,
         "refused": refused,
+        "changes_form": changes_form or forms.RequestChangesForm(),
     }
     # A refusal in the dialog is swapped in like the dialog itself (htmx swaps 2xx).
     status = 400 if refused and not request.htmx else 200
@@ -302,6 +304,35 @@ def proposal_reject(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     except curation.DecisionRefused as exc:
         return refuse(request, proposal, exc, "rejection")
     messages.info(request, "Proposal rejected; the current files stay as they are.")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = review_url(proposal)
+        return response
+    return redirect("memoryui:proposal_review", name=name, layout_pk=layout_pk, pk=pk)
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_request_changes(
+    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+) -> HttpResponse:
+    """Close the proposal without applying it, with the reviewer's message (from the
+    submit dialog): the next proposal of the layout shows it, phase two is told it."""
+    proposal = proposal_of(request, pk)
+    form = forms.RequestChangesForm(request.POST)
+    if not form.is_valid():
+        if request.htmx:  # the dialog again, saying what is missing
+            return _submit_dialog(request, proposal, curation.UNDECIDED_ACCEPT, changes_form=form)
+        return invalid(request, proposal, form)
+    try:
+        curation.request_changes(proposal, form.cleaned_data["message"], user=request.user)
+    except curation.DecisionRefused as exc:
+        return refuse(request, proposal, exc, "request for changes")
+    messages.info(
+        request,
+        "Changes requested: the proposal is closed without applying it; the next one "
+        "shows your message, and the next consolidation is told it.",
+    )
     if request.htmx:
         response = HttpResponse(status=204)
         response["HX-Redirect"] = review_url(proposal)

@@ -167,7 +167,13 @@ def back_to_review(proposal: Proposal, form: forms.ReviewPlaceForm, document: st
     )
     if query:
         url += "?" + urlencode(query)
-    anchor = form.cleaned_data.get("anchor")
+    # The card's own id unless the form names another element (cards send none).
+    key = form.cleaned_data.get("key")
+    if isinstance(key, list):  # a decision's keys: one card's, or all (no card)
+        key = key[0] if len(key) == 1 else ""
+    anchor = form.cleaned_data.get("anchor") or (
+        f"entry-{document}-{review_cards.key_slug(key)}" if document and key else ""
+    )
     return url + (f"#{anchor}" if anchor else "")
 
 
@@ -197,6 +203,7 @@ def entry_urls(proposal: Proposal) -> dict[str, str]:
             "pin",
             "comment",
             "entry",
+            "edit",
             "evidence",
             "duplicate",
         )

@@ -175,6 +175,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "reviewers": _reviewers(proposal.layout.workspace),
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
             "reintroduced": curation.reintroduced(proposal),
+            "change_request": curation.change_request(proposal.layout, before=proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             **review_marks.lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),
@@ -272,6 +273,44 @@ def proposal_entry(
     )
 
 
+@workspace_view(Role.REVIEWER)
+@require_GET
+@entry_action(forms.EntryActionForm)
+def proposal_edit(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
+    """One entry's "Edit, then accept" form, its text as approval would apply it: loaded
+    when the card's fold opens (the fragment for htmx, a page without JavaScript), so
+    the review page does not carry every entry's text a second time."""
+    document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    change = change_or_404(proposal, document, key)
+    edited = (
+        EntryDecision.objects.filter(proposal=proposal, document=document, key=key)
+        .values_list("edited_text", flat=True)
+        .first()
+    )
+    place = form.place(document)
+    context = {
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "change": change,
+        "editing": True,
+        "urls": entry_urls(proposal),
+        "row": {
+            "hidden": review_cards.hidden_inputs(
+                document,
+                key,
+                {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
+            ),
+            "applied": edited or change.proposed,
+        },
+        "back": review_url(proposal, f"entry-{document}-{review_cards.key_slug(key)}"),
+    }
+    template = "memoryui/proposal_entry.html" + ("#edit-form" if request.htmx else "")
+    return render(request, template, context)
+
+
 @workspace_view(Role.VIEWER)
 @require_GET
 @entry_action(forms.EntryActionForm)
@@ -313,10 +352,31 @@ def proposal_evidence(
 def proposal_comment(
     request: HtmxHttpRequest, proposal: Proposal, form: forms.CommentPlaceForm
 ) -> HttpResponse:
-    """Comment on an entry (or, without one, on the whole proposal)."""
+    """Comment on an entry, on one line of it (``line``: of the entry's text as approval
+    would apply it, what the diff's right-hand numbers count), or, without an entry, on
+    the whole proposal."""
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
+    line, line_text = form.cleaned_data["line"], ""
+    if line:
+        change = change_or_404(proposal, document, key)
+        decision = proposal.decisions.filter(document=document, key=key).first()
+        lines = ((decision and decision.edited_text) or change.proposed).splitlines()
+        if line > len(lines):
+            return bad_request(
+                request,
+                f"The entry has {len(lines)} lines: there is no line {line} to comment on.",
+                back=review_url(proposal),
+                workspace=request.workspace,
+            )
+        line_text = lines[line - 1]
     curation.add_comment(
-        proposal, form.cleaned_data["text"], user=request.user, document=document, key=key
+        proposal,
+        form.cleaned_data["text"],
+        user=request.user,
+        document=document,
+        key=key,
+        line=line,
+        line_text=line_text,
     )
     return entry_answer(request, proposal, form, document, key if document else "")
 

@@ -1,6 +1,6 @@
 """Proposals: the list, one proposal's entries (each a review card, as
 ``review_cards`` presents it) and progress, and the decisions on them: per entry,
-approve, reject."""
+approve, request changes, reject."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -13,7 +13,7 @@ from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from ... import curation, review_cards
-from ...models import Proposal, Role
+from ...models import Comment, Proposal, Role
 from ..core import ERRORS, DocumentName, Mapped, Pages, api, conflict, conflict_422, layout
 from .memory import VersionOut, version_out
 
@@ -33,6 +33,9 @@ class ProposalOut(Schema):
     decided_by: str | None
     decided_at: datetime | None
     reserved_by: str | None
+    review_message: str = Field(
+        "", description='with status "changes_requested": what the reviewer asked to change'
+    )
 
 
 class ChangeOut(Schema):
@@ -77,10 +80,27 @@ class ProgressOut(Schema):
     percent: int
 
 
+class CommentOut(Schema):
+    document: str = Field(description='"" for a comment on the whole proposal')
+    key: str = Field(description='the entry commented on; "" for the whole proposal')
+    line: int | None = Field(
+        description="a line comment: the line (from 1) of the entry's text it was made on"
+    )
+    line_text: str = Field(description="what that line read then")
+    at_line: int | None = Field(
+        description="where that line is in the entry's text now (an edit may move it)"
+    )
+    outdated: bool = Field(description="an edit took the line away")
+    author: str | None
+    text: str
+    created_at: datetime
+
+
 class ProposalDetail(ProposalOut):
     changes: list[ChangeOut]
     conflicts: list[str]
     progress: ProgressOut
+    comments: list[CommentOut]
 
 
 def _proposal_out(p: Proposal) -> dict:
@@ -96,6 +116,7 @@ def _proposal_out(p: Proposal) -> dict:
         "decided_by": p.decided_by.get_username() if p.decided_by else None,
         "decided_at": p.decided_at,
         "reserved_by": p.reserved_by.get_username() if p.reserved_by else None,
+        "review_message": p.review_message,
     }
 
 
@@ -124,7 +145,7 @@ def list_proposals(
     request: HttpRequest,
     name: str,
     layout_id: int,
-    status: Literal["pending", "approved", "rejected"] | None = None,
+    status: Literal["pending", "approved", "rejected", "changes_requested"] | None = None,
     origin: Literal["pipeline", "upload", "import"] | None = None,
 ):
     lay = layout(request, name, layout_id, Role.VIEWER)
@@ -156,8 +177,12 @@ def get_proposal(
     changes: list[dict[str, Any]] = []
     conflicts: list[str] = []
     marks = review_cards.Marks.load(p, request.user)
+    applied: dict[tuple[str, str], str] = {}
     for doc in curation.document_reviews(p):
         conflicts.extend(c.key for c in doc.conflicts)
+        for c in doc.changes:
+            decision = doc.decisions.get(c.key)
+            applied[(doc.document, c.key)] = (decision and decision.edited_text) or c.proposed
         changes.extend(
             review_cards.card_json(review_cards.card(doc.document, c, marks))
             for c in doc.changes
@@ -168,6 +193,22 @@ def get_proposal(
         "changes": changes,
         "conflicts": conflicts,
         "progress": review_cards.progress(p, request.user, marks),
+        "comments": [_comment_out(c, applied) for c in p.comments.select_related("author")],
+    }
+
+
+def _comment_out(comment: Comment, applied: dict[tuple[str, str], str]) -> dict[str, Any]:
+    review_cards.anchor_comments([comment], applied.get((comment.document, comment.key), ""))
+    return {
+        "document": comment.document,
+        "key": comment.key,
+        "line": comment.line,
+        "line_text": comment.line_text,
+        "at_line": comment.at_line,  # type: ignore[attr-defined]
+        "outdated": comment.outdated,  # type: ignore[attr-defined]
+        "author": comment.author.get_username() if comment.author else None,
+        "text": comment.text,
+        "created_at": comment.created_at,
     }
 
 
@@ -278,6 +319,41 @@ def reject(request: HttpRequest, name: str, layout_id: int, proposal_id: int):
     p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
     try:
         curation.reject_proposal(p, user=request.user)
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    p.refresh_from_db()
+    return _proposal_out(p)
+
+
+class RequestChangesIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"message": "Keep the deploy steps in one task group, as before."}]
+        }
+    )
+
+    message: str = Field(
+        ..., min_length=1, max_length=10_000, description="what the next proposal should change"
+    )
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/request-changes",
+    response={200: ProposalOut, **ERRORS},
+    tags=["proposals"],
+)
+def request_changes(
+    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: RequestChangesIn
+):
+    """Close the proposal without applying it (reviewers), as the submit dialog does:
+    the entries rejected so far are remembered, the next proposal of the layout shows
+    ``message`` and phase two is told it. 409 when already decided or held by another
+    reviewer."""
+    if not body.message.strip():
+        raise conflict_422("say what should change")
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    try:
+        curation.request_changes(p, body.message, user=request.user)
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     p.refresh_from_db()

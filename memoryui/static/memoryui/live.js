@@ -56,7 +56,7 @@
 
   function typed(card) {
     var out = [];
-    card.querySelectorAll("textarea, input[type=text]").forEach(function (field) {
+    card.querySelectorAll("textarea, input[type=text], input[type=number]").forEach(function (field) {
       if (field.value !== field.defaultValue || field === document.activeElement) {
         out.push({ key: fieldKey(field), field: field });
       }
@@ -75,7 +75,7 @@
     var targets = [];
     for (var i = 0; i < kept.length; i++) {
       var match = null;
-      fresh.querySelectorAll("textarea, input[type=text]").forEach(function (field) {
+      fresh.querySelectorAll("textarea, input[type=text], input[type=number]").forEach(function (field) {
         if (!match && fieldKey(field) === kept[i].key) match = field;
       });
       if (!match) return false;
@@ -100,7 +100,7 @@
     if (window.htmx) window.htmx.process(fresh);
     if (focusAt) {
       focusAt.field.focus({ preventScroll: true });
-      focusAt.field.setSelectionRange(focusAt.start, focusAt.end);
+      if (focusAt.start !== null) focusAt.field.setSelectionRange(focusAt.start, focusAt.end);
     } else if (wasFocused) {
       fresh.focus({ preventScroll: true });
     }

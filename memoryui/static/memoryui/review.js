@@ -81,16 +81,24 @@
     if (control) control.click();
   }
 
+  var loading = null; // a fold opened by its shortcut whose form is still loading
+  var typedAhead = ""; // what was typed meanwhile: text for the form, not shortcuts
+
+  function focusText(area) {
+    area.focus();
+    if (typedAhead) area.value += typedAhead;
+    typedAhead = "";
+    area.setSelectionRange(area.value.length, area.value.length);
+  }
+
   function openDetails(card, selector) {
     if (!card) return;
     var details = card.querySelector(selector);
     if (!details) return;
     details.open = true;
     var area = details.querySelector("textarea");
-    if (area) {
-      area.focus();
-      area.setSelectionRange(area.value.length, area.value.length);
-    }
+    if (area) focusText(area);
+    else if (details.hasAttribute("hx-get")) loading = details; // focused once loaded
   }
 
   function dialogOpen() {
@@ -119,6 +127,17 @@
         focusCard(cardOf(details));
       }
       return; // shortcuts wait while someone types
+    }
+    if (loading) { // its form is on its way: keys are text for it, never decisions
+      if (event.key === "Escape") {
+        loading.open = false;
+        loading = null;
+        typedAhead = "";
+      } else if (event.key.length === 1 && !event.ctrlKey && !event.metaKey) {
+        typedAhead += event.key;
+      }
+      event.preventDefault();
+      return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || dialogOpen()) return;
     var card = currentCard();
@@ -177,6 +196,12 @@
       pending = null;
       return;
     }
+    if (loading && target && loading.contains(target)) { // the edit form is here
+      var area = loading.querySelector("textarea");
+      loading = null;
+      if (area) focusText(area);
+      return;
+    }
     // A fold that loaded inside a card (evidence, rendered text) leaves the focus alone
     // and does not take the place of the card's own pending action.
     if (target && cardOf(target) && !target.matches("[data-entry]")) return;
@@ -196,9 +221,14 @@
     }
   });
 
-  document.addEventListener("htmx:responseError", function () {
+  function failed() {
     pending = null;
-  });
+    loading = null; // a fold that could not load takes no more keys
+    typedAhead = "";
+  }
+
+  document.addEventListener("htmx:responseError", failed);
+  document.addEventListener("htmx:sendError", failed);
 
   document.addEventListener("click", function (event) {
     var close = event.target.closest ? event.target.closest("[data-dialog-close]") : null;
@@ -210,6 +240,14 @@
     if (event.target.id === "review-help-open") openHelp();
     var card = cardOf(event.target);
     if (card) lastCard = card;
+    // A line number on the diff's right (the entry as approval would apply it): a
+    // comment on that line.
+    var number = event.target.closest ? event.target.closest("table.diff td.no") : null;
+    if (card && number && number.cellIndex === 2 && number.textContent.trim()) {
+      openDetails(card, "details.comment-form");
+      var line = card.querySelector("details.comment-form input[name=line]");
+      if (line) line.value = number.textContent.trim();
+    }
   });
 
   document.addEventListener("close", function () {
