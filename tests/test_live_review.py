@@ -73,8 +73,10 @@ def test_unchanged_is_304_and_another_reviewers_decision_is_200_with_the_card(
         again = page.get(
             live_url(proposal), {"since": cursor, "at": ""}, headers={"If-None-Match": etag}
         )
-    assert again.status_code == 304
-    assert again["ETag"] == etag and again.content == b""
+    assert again.status_code == 304 and again.content == b""
+    # The ETag's stamp part is new (ada's presence came meanwhile), what it stands on is not.
+    assert again["ETag"].split(".")[1] == etag.split(".")[1]
+    etag = again["ETag"]
 
     key = keys(proposal)[4]
     curation.decide(proposal, MD, key, "accept", user=bob, edited_text="scope: bob's words\n")

@@ -12,6 +12,7 @@
   var interval = parseInt(root.dataset.interval, 10) || 1000;
   var cursor = null; // the last change this page has
   var etag = "";
+  var token = ""; // the last answer's poll token: the server's quick 304 needs it
   var people = [];
   var status = root.dataset.status;
   var reservedBy = null; // who holds the proposal, as the first poll found it
@@ -200,14 +201,18 @@
     else params.set("since", cursor);
     var headers = {};
     if (etag) headers["If-None-Match"] = etag;
+    if (token) headers["X-Live-Token"] = token;
     fetch(root.dataset.liveUrl + "?" + params.toString(), {
       credentials: "same-origin",
       headers: headers,
       cache: "no-store",
     }).then(function (response) {
+      if (response.status === 304 || response.ok) {
+        etag = response.headers.get("ETag") || etag;
+        token = response.headers.get("X-Live-Token") || token;
+      }
       if (response.status === 304) return null;
       if (!response.ok) throw new Error("HTTP " + response.status);
-      etag = response.headers.get("ETag") || "";
       return response.json().then(apply);
     }).then(function () {
       failures = 0;
