@@ -23,7 +23,7 @@
   // after OWN_MS (an answer that came after the poll that saw its change).
   var own = {};
   var OWN_MS = 5000;
-  var OWN_ACTIONS = /\/(decide|undo|comment|pin)\/$/;
+  var OWN_ACTIONS = /\/(decide|undo|comment|pin|duplicate)\/$/;
 
   function cardOf(element) {
     return element && element.closest ? element.closest("[data-entry]") : null;
