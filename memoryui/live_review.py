@@ -43,6 +43,8 @@ PRESENCE_SECONDS = 12
 PRESENCE_REFRESH_SECONDS = 5
 # More changes than this since a page was drawn: the page says to reload instead.
 MAX_CHANGES = 100
+# A decided proposal's change rows and anyone's presence older than this go (``prune``).
+PRUNE_AFTER = timedelta(hours=1)
 
 
 @dataclass
@@ -159,6 +161,30 @@ def _note_presence(
             [ReviewPresence(proposal_id=proposal_pk, user=user, card=card, seen_at=now)],
             ignore_conflicts=True,  # the same person's other tab was first
         )
+
+
+def prune(now: datetime | None = None) -> tuple[int, int]:
+    """Drop the change rows of decided proposals (their pages say to reload, and a page
+    drawn now has no change to catch up on) and presences, older than ``PRUNE_AFTER``:
+    how many of each. A pending proposal keeps its rows, which an open page may still
+    need (one an entry change, fewer than its audit events)."""
+    cutoff = (now or timezone.now()) - PRUNE_AFTER
+    changes, _ = (
+        ReviewChange.objects.filter(at__lt=cutoff)
+        .exclude(proposal__status=Proposal.Status.PENDING)
+        .delete()
+    )
+    presences, _ = ReviewPresence.objects.filter(seen_at__lt=cutoff).delete()
+    return changes, presences
+
+
+def leave(proposal_pk: int, layout: Layout, user: Any) -> None:
+    """``user`` closed the proposal's page: their presence goes now."""
+    gone, _ = ReviewPresence.objects.filter(
+        proposal_id=proposal_pk, proposal__layout=layout, user=user
+    ).delete()
+    if gone:
+        changed(proposal_pk)
 
 
 def changed(proposal_id: int) -> None:

@@ -130,6 +130,11 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
         # The pages sat still meanwhile for a while: their polls were answered early.
         time.sleep(2)
         assert bool(quick_answers) == quick
+
+        # Bob closes his page (navigates away): ada's page drops him within 2 s.
+        bob.goto("about:blank")
+        assert waited(ada, "() => !document.getElementById('live-people').innerText") < 2
+        assert not ada.locator("[data-presence=bob]").count()
     finally:
         ada_context.close()
         bob_context.close()

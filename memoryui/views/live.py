@@ -1,6 +1,7 @@
 """Live review: what a proposal's open review page polls (``proposal_live``: the
 entries others changed since it last asked, who is at which card; 304 while nothing
-changed) and the card it then fetches again (``proposal_live_card``). The page's side
+changed), the card it then fetches again (``proposal_live_card``) and what it sends
+as it closes (``proposal_live_leave``). The page's side
 is ``static/memoryui/live.js``; the state is ``memoryui.live_review``."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 
 from django import forms as django_forms
 from django.http import Http404, HttpResponse, HttpResponseNotModified, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from .. import forms, live_polls, live_review
 from ..models import Role
@@ -102,3 +103,15 @@ def proposal_live_card(
         return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     return card_response(request, proposal, document, key, form)
+
+
+@workspace_view(Role.VIEWER)
+@require_POST
+def proposal_live_leave(
+    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+) -> HttpResponse:
+    """The page is closing (``navigator.sendBeacon`` on ``pagehide``, with the CSRF
+    token): this person is no longer on it, and the others' pages say so at their next
+    poll rather than after ``live_review.PRESENCE_SECONDS``."""
+    live_review.leave(pk, request.layout, request.user)
+    return HttpResponse(status=204)

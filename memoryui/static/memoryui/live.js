@@ -229,5 +229,13 @@
     window.setTimeout(poll, wait);
   }
 
+  // Leaving (closed, reloaded, navigated away): the others drop this person at once.
+  window.addEventListener("pagehide", function () {
+    if (!navigator.sendBeacon) return;
+    var form = new FormData();
+    form.append("csrfmiddlewaretoken", root.dataset.csrf);
+    navigator.sendBeacon(root.dataset.leaveUrl, form);
+  });
+
   poll();
 })();
