@@ -262,11 +262,14 @@ def live_page(
     done: threading.Event,
     results: Results,
     move_every: int = 10,
+    keep_alive: bool = False,
 ) -> None:
     """One open review page: polls ``url`` every second with the last ETag and poll
     token, as live.js does, and moves to another card every ``move_every`` polls (a
-    presence write, and a new stamp for every page)."""
+    presence write, and a new stamp for every page). With ``keep_alive``, on one
+    connection while the server keeps it, as a browser does; else a new one a poll."""
     etag, token, cursor, polls = "", "", None, 0
+    conn: http.client.HTTPConnection | None = None
     while not done.is_set():
         started = time.perf_counter()
         card = f"entry-memory_md-{(index * 7 + polls // move_every) % 4096:012x}"
@@ -277,7 +280,28 @@ def live_page(
         if token:
             headers["X-Live-Token"] = token
         try:
-            status, answer, body = request(port, "GET", f"{url}?{urlencode(query)}", headers)
+            if keep_alive:
+                status, answer, body = -1, {}, b""
+                for _ in range(2):  # a connection the server closed meanwhile: a new one
+                    conn = conn or http.client.HTTPConnection(HOST, port, timeout=60)
+                    try:
+                        conn.request("GET", f"{url}?{urlencode(query)}", headers=headers)
+                        response = conn.getresponse()
+                        body = response.read()
+                    except (http.client.HTTPException, ConnectionError):
+                        conn.close()
+                        conn = None
+                        continue
+                    status = response.status
+                    answer = {k.lower(): v for k, v in response.getheaders()}
+                    if response.will_close:
+                        conn.close()
+                        conn = None
+                    break
+                if status < 0:
+                    raise ConnectionError("the connection was closed twice")
+            else:
+                status, answer, body = request(port, "GET", f"{url}?{urlencode(query)}", headers)
         except OSError as exc:
             results.error(f"{LIVE}: {exc}")
             status = 0
@@ -396,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--move-every", type=int, default=10, help="a live page moves card every N polls"
     )
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="live pages keep their connection open between polls, as browsers do",
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (compose: 3)")
     parser.add_argument(
@@ -454,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         pollers = [
             threading.Thread(
                 target=live_page,
-                args=(i, port, live_url, c, done, polls, args.move_every),
+                args=(i, port, live_url, c, done, polls, args.move_every, args.keep_alive),
             )
             for i, c in enumerate(live_cookies)
         ]

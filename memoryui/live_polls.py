@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 # How long a poll token answers 304 without the full path: also how late a page may
 # learn of what changes without a stamp (someone's presence expiring, a reservation
 # running out), and how long a signed-out or removed member may still be told "nothing
-# changed". Under live_review.PRESENCE_REFRESH_SECONDS, so presence stays fresh.
+# changed". live_review refreshes a presence at a full poll once it is this old.
 TOKEN_SECONDS = 4
 TOKEN_HEADER = "X-Live-Token"
 _SALT = "memoryui.live-poll"

@@ -40,7 +40,10 @@ from .models import (
 # refreshes its presence every few seconds, so a closed page drops out after about
 # PRESENCE_SECONDS.
 PRESENCE_SECONDS = 12
-PRESENCE_REFRESH_SECONDS = 5
+# A page's poll takes the full path (which refreshes its presence) once its poll token
+# is this old, so about every 5 s: each such poll refreshes it, well within
+# PRESENCE_SECONDS.
+PRESENCE_REFRESH_SECONDS = live_polls.TOKEN_SECONDS
 # More changes than this since a page was drawn: the page says to reload instead.
 MAX_CHANGES = 100
 # A decided proposal's change rows and anyone's presence older than this go (``prune``).
