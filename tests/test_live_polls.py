@@ -32,10 +32,17 @@ def review_layout(db, workspace_copy):  # type: ignore[no-untyped-def]
     return Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
 
 
-@pytest.fixture(autouse=True)
-def fast_polls(settings):  # type: ignore[no-untyped-def]
-    settings.MEMORYUI_LIVE_FAST_POLLS = True  # one test process: its memory cache is shared
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+@pytest.fixture(autouse=True, params=["memory", "redis"])
+def fast_polls(request, settings):  # type: ignore[no-untyped-def]
+    """Each test with the memory cache (one test process shares it) and with Redis, as
+    production runs it (the tests' Redis database, emptied around each test)."""
+    settings.MEMORYUI_LIVE_FAST_POLLS = True
+    if request.param == "memory":
+        backend = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    else:
+        url = request.getfixturevalue("broker")
+        backend = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+    settings.CACHES = {"default": backend}
 
 
 def settled(page: Client, proposal: Proposal, at: str = "") -> tuple[str, str, int]:
