@@ -13,8 +13,11 @@ with every error (a status other than 200, a refused or dropped connection).
 
 ``--live-pages N``: meanwhile N open review pages of one proposal, each its own signed-in
 reviewer, poll the live review endpoint every second as ``live.js`` does (``If-None-Match``,
-a move to another card every tenth poll); their answers (200 or 304) are counted apart
-from the mix. Compare the mix's p95 of a run with and without them.
+its poll token, a move to another card every ``--move-every`` polls); their answers (200,
+304 from the view, 304 answered early from the cache's stamp) are counted apart from the
+mix. Compare the mix's p95 of a run with and without them. ``--cache-url`` is the Redis
+the web processes share as Django's cache (``CACHE_URL``, as compose.yaml sets it); empty:
+each process's memory, so that every poll takes the full path.
 
 Bounded: ``--rounds`` passes over the mix per client and at most ``--seconds`` in all;
 only 127.0.0.1 is ever contacted. The database is created for the run and dropped after
@@ -75,7 +78,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment(database_url: str, redis_url: str, workdir: Path) -> dict[str, str]:
+def environment(
+    database_url: str, redis_url: str, workdir: Path, cache_url: str = ""
+) -> dict[str, str]:
     """compose.yaml's settings, without TLS (loopback HTTP)."""
     env = dict(os.environ)
     env.update(
@@ -86,6 +91,7 @@ def environment(database_url: str, redis_url: str, workdir: Path) -> dict[str, s
         DATABASE_URL=database_url,
         DATABASE_CONN_MAX_AGE="60",
         CELERY_BROKER_URL=redis_url,
+        CACHE_URL=cache_url,
         MEMORYUI_VAR_DIR=str(workdir / "var"),
         STATIC_ROOT=str(workdir / "static"),
         SECURE_SSL_REDIRECT="0",
@@ -249,28 +255,65 @@ def client(
 
 
 def live_page(
-    index: int, port: int, url: str, cookie: str, done: threading.Event, results: Results
+    index: int,
+    port: int,
+    url: str,
+    cookie: str,
+    done: threading.Event,
+    results: Results,
+    move_every: int = 10,
+    keep_alive: bool = False,
 ) -> None:
-    """One open review page: polls ``url`` every second with the last ETag, as live.js
-    does, and moves to another card every tenth poll (a presence write)."""
-    etag, cursor, polls = "", None, 0
+    """One open review page: polls ``url`` every second with the last ETag and poll
+    token, as live.js does, and moves to another card every ``move_every`` polls (a
+    presence write, and a new stamp for every page). With ``keep_alive``, on one
+    connection while the server keeps it, as a browser does; else a new one a poll."""
+    etag, token, cursor, polls = "", "", None, 0
+    conn: http.client.HTTPConnection | None = None
     while not done.is_set():
         started = time.perf_counter()
-        card = f"entry-memory_md-{(index * 7 + polls // 10) % 4096:012x}"
+        card = f"entry-memory_md-{(index * 7 + polls // move_every) % 4096:012x}"
         query = {"at": card, **({"since": cursor} if cursor is not None else {"drawn": 0})}
         headers = {"Host": f"{HOST}:{port}", "Cookie": cookie}
         if etag:
             headers["If-None-Match"] = etag
+        if token:
+            headers["X-Live-Token"] = token
         try:
-            status, answer, body = request(port, "GET", f"{url}?{urlencode(query)}", headers)
+            if keep_alive:
+                status, answer, body = -1, {}, b""
+                for _ in range(2):  # a connection the server closed meanwhile: a new one
+                    conn = conn or http.client.HTTPConnection(HOST, port, timeout=60)
+                    try:
+                        conn.request("GET", f"{url}?{urlencode(query)}", headers=headers)
+                        response = conn.getresponse()
+                        body = response.read()
+                    except (http.client.HTTPException, ConnectionError):
+                        conn.close()
+                        conn = None
+                        continue
+                    status = response.status
+                    answer = {k.lower(): v for k, v in response.getheaders()}
+                    if response.will_close:
+                        conn.close()
+                        conn = None
+                    break
+                if status < 0:
+                    raise ConnectionError("the connection was closed twice")
+            else:
+                status, answer, body = request(port, "GET", f"{url}?{urlencode(query)}", headers)
         except OSError as exc:
             results.error(f"{LIVE}: {exc}")
             status = 0
         elapsed = (time.perf_counter() - started) * 1000
-        if status == 200:
-            etag = answer.get("etag", "")
-            cursor = re.search(rb'"cursor": ?(\d+)', body).group(1).decode()  # type: ignore[union-attr]
         if status in (200, 304):
+            etag = answer.get("etag", etag)
+            token = answer.get("x-live-token", token)
+        if status == 200:
+            cursor = re.search(rb'"cursor": ?(\d+)', body).group(1).decode()  # type: ignore[union-attr]
+        if status == 304 and "x-live-token" not in answer:
+            results.add(f"{LIVE} 304 early", elapsed)
+        elif status in (200, 304):
             results.add(f"{LIVE} {status}", elapsed)
         elif status:
             results.error(f"{LIVE}: HTTP {status}")
@@ -369,6 +412,19 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url", default="postgres://postgres@127.0.0.1:5432/memoryui_load_bench"
     )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--cache-url",
+        default="redis://127.0.0.1:6379/11",
+        help="Django's cache (CACHE_URL); empty: each process's memory",
+    )
+    parser.add_argument(
+        "--move-every", type=int, default=10, help="a live page moves card every N polls"
+    )
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="live pages keep their connection open between polls, as browsers do",
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (compose: 3)")
     parser.add_argument(
@@ -392,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"generating {args.rollouts:,} rollouts in {tree} ...")
         generate_tree.main([str(tree), "--rollouts", str(args.rollouts)])
     reset_database(args.database_url)
-    env = environment(args.database_url, args.redis_url, workdir)
+    env = environment(args.database_url, args.redis_url, workdir, args.cache_url)
     server = None
     try:
         urls, secret = prepare(tree, env, args.live_pages)
@@ -425,7 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{args.clients} clients, {args.rounds} rounds of {len(urls)} requests each ...")
         results, polls, done = Results(), Results(), threading.Event()
         pollers = [
-            threading.Thread(target=live_page, args=(i, port, live_url, c, done, polls))
+            threading.Thread(
+                target=live_page,
+                args=(i, port, live_url, c, done, polls, args.move_every, args.keep_alive),
+            )
             for i, c in enumerate(live_cookies)
         ]
         for thread in pollers:

@@ -5,7 +5,10 @@ Every change to an entry of a proposal (a decision made, changed or undone, a co
 a pin) leaves a ``ReviewChange`` row, written by the signal receivers below in the same
 transaction as the change; a page polls ``state`` for the rows after the last one it
 saw. ``ReviewPresence`` keeps, per person and proposal, the card they are at; the poll
-that reports it refreshes it, at most every ``PRESENCE_REFRESH_SECONDS``."""
+that reports it refreshes it, at most every ``PRESENCE_REFRESH_SECONDS``. Whatever
+changes what a page shows also replaces the proposal's stamp in the cache
+(``memoryui.live_polls``), on which an unchanged poll is answered without the
+database."""
 
 from __future__ import annotations
 
@@ -16,11 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from . import live_polls
 from .models import (
     Comment,
     EntryDecision,
@@ -35,9 +40,14 @@ from .models import (
 # refreshes its presence every few seconds, so a closed page drops out after about
 # PRESENCE_SECONDS.
 PRESENCE_SECONDS = 12
-PRESENCE_REFRESH_SECONDS = 5
+# A page's poll takes the full path (which refreshes its presence) once its poll token
+# is this old, so about every 5 s: each such poll refreshes it, well within
+# PRESENCE_SECONDS.
+PRESENCE_REFRESH_SECONDS = live_polls.TOKEN_SECONDS
 # More changes than this since a page was drawn: the page says to reload instead.
 MAX_CHANGES = 100
+# A decided proposal's change rows and anyone's presence older than this go (``prune``).
+PRUNE_AFTER = timedelta(hours=1)
 
 
 @dataclass
@@ -60,10 +70,11 @@ class LiveState:
     too_many: bool = False
 
     @property
-    def etag(self) -> str:
+    def tag(self) -> str:
+        """What this person's page shows, in a word (the ETag's part after the stamp)."""
         people = ";".join(f"{p.name}@{p.card}" for p in self.people)
         seen = f"{self.status}|{self.reserved_by}|{people}"
-        return f'"{self.cursor}-{hashlib.sha1(seen.encode()).hexdigest()[:16]}"'
+        return f"{self.cursor}-{hashlib.sha1(seen.encode()).hexdigest()[:16]}"
 
 
 def state(
@@ -129,7 +140,15 @@ def state(
 def _note_presence(
     proposal_pk: int, user: Any, card: str, mine: Mapping[str, Any] | None, now: datetime
 ) -> None:
-    """Refresh ``user``'s presence when it moved to another card or is getting old."""
+    """Refresh ``user``'s presence when it moved to another card or is getting old; when
+    the others' pages show it differently now (another card, back after expiring),
+    replace the proposal's stamp."""
+    if (
+        mine is None
+        or mine["card"] != card
+        or mine["seen_at"] < now - timedelta(seconds=PRESENCE_SECONDS)
+    ):
+        changed(proposal_pk)
     if (
         mine is not None
         and mine["card"] == card
@@ -147,9 +166,43 @@ def _note_presence(
         )
 
 
+def prune(now: datetime | None = None) -> tuple[int, int]:
+    """Drop the change rows of decided proposals (their pages say to reload, and a page
+    drawn now has no change to catch up on) and presences, older than ``PRUNE_AFTER``:
+    how many of each. A pending proposal keeps its rows, which an open page may still
+    need (one an entry change, fewer than its audit events)."""
+    cutoff = (now or timezone.now()) - PRUNE_AFTER
+    changes, _ = (
+        ReviewChange.objects.filter(at__lt=cutoff)
+        .exclude(proposal__status=Proposal.Status.PENDING)
+        .delete()
+    )
+    presences, _ = ReviewPresence.objects.filter(seen_at__lt=cutoff).delete()
+    return changes, presences
+
+
+def leave(proposal_pk: int, layout: Layout, user: Any) -> None:
+    """``user`` closed the proposal's page: their presence goes now."""
+    gone, _ = ReviewPresence.objects.filter(
+        proposal_id=proposal_pk, proposal__layout=layout, user=user
+    ).delete()
+    if gone:
+        changed(proposal_pk)
+
+
+def changed(proposal_id: int) -> None:
+    """Something the proposal's review pages show changed (an entry, its status or
+    reservation, who is where): their next poll takes the full path. The stamp is
+    replaced now and again once the transaction commits, so that a poll that read the
+    new stamp before the change was visible does not keep its old answer."""
+    live_polls.bump(proposal_id)
+    transaction.on_commit(lambda: live_polls.bump(proposal_id))
+
+
 def note_change(proposal_id: int, document: str = "", key: str = "") -> None:
     """An entry of the proposal changed (``key`` empty: the proposal as a whole)."""
     ReviewChange.objects.create(proposal_id=proposal_id, document=document, key=key)
+    changed(proposal_id)
 
 
 def _deleted_with_another(sender: type, kwargs: dict[str, Any]) -> bool:
@@ -181,12 +234,16 @@ def _pin_changed(sender: type, instance: Pin, **kwargs: Any) -> None:
     """A pin shows on the entry's card in every pending proposal of the layout."""
     if _deleted_with_another(sender, kwargs):
         return
-    pending = Proposal.objects.filter(
-        layout_id=instance.layout_id, status=Proposal.Status.PENDING
-    ).values_list("pk", flat=True)
+    pending = list(
+        Proposal.objects.filter(
+            layout_id=instance.layout_id, status=Proposal.Status.PENDING
+        ).values_list("pk", flat=True)
+    )
     ReviewChange.objects.bulk_create(
         [
             ReviewChange(proposal_id=pk, document=instance.document, key=instance.key)
             for pk in pending
         ]
     )
+    for pk in pending:
+        changed(pk)

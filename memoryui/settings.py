@@ -127,6 +127,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files with far-future cache headers for hashed names (also with DEBUG=0).
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A live review poll that finds nothing changed: 304 from the cache, before the
+    # session is read (memoryui/live_polls.py).
+    "memoryui.live_polls.LivePollMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -306,6 +309,20 @@ CONTENT_SECURITY_POLICY = env_str(
 )
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
+
+# Django's cache: each process's memory by default; production shares Redis (CACHE_URL),
+# which live review's quick 304 needs (every web process must see a proposal's stamp).
+CACHE_URL = env_str("CACHE_URL")
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured("CACHE_URL must be a redis:// or rediss:// URL.")
+CACHES: dict[str, dict[str, Any]] = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+MEMORYUI_LIVE_FAST_POLLS = env_bool("MEMORYUI_LIVE_FAST_POLLS", bool(CACHE_URL))
 
 # Celery: a file-system broker needs no server; production points this at Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

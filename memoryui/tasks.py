@@ -18,6 +18,7 @@ from django.utils import timezone
 from generation import llm
 from memoryui import (
     judging,
+    live_review,
     notifications,
     pipeline,
     recovery,
@@ -223,8 +224,10 @@ def judge_entries(self, proposal_id: int) -> None:
 
 @app.task(name="memoryui.tasks.heartbeat", ignore_result=True)
 def heartbeat() -> None:
-    """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``."""
+    """Periodic (Celery beat): record that a worker is taking tasks, for ``/healthz``;
+    and drop what live review no longer needs (``live_review.prune``)."""
     WorkerHeartbeat.objects.update_or_create(name="worker", defaults={"seen_at": timezone.now()})
+    live_review.prune()
 
 
 # These tasks were registered as ``generation.tasks.<name>`` until they moved here.

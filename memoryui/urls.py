@@ -89,6 +89,7 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(proposal + "assign/", proposals.proposal_assign, name="proposal_assign"),
     path(proposal + "live/", live.proposal_live, name="proposal_live"),
     path(proposal + "live/card/", live.proposal_live_card, name="proposal_live_card"),
+    path(proposal + "live/leave/", live.proposal_live_leave, name="proposal_live_leave"),
     path(layout + "protect/", proposals.protect, name="protect"),
     # what reviewers decide
     path(proposal + "decide/", decisions.proposal_decide, name="proposal_decide"),

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from memoryui import curation, live_review
+from memoryui import curation, live_review, tasks
 from memoryui.importer import import_workspace
 from memoryui.models import (
     Layout,
@@ -73,8 +73,10 @@ def test_unchanged_is_304_and_another_reviewers_decision_is_200_with_the_card(
         again = page.get(
             live_url(proposal), {"since": cursor, "at": ""}, headers={"If-None-Match": etag}
         )
-    assert again.status_code == 304
-    assert again["ETag"] == etag and again.content == b""
+    assert again.status_code == 304 and again.content == b""
+    # The ETag's stamp part is new (ada's presence came meanwhile), what it stands on is not.
+    assert again["ETag"].split(".")[1] == etag.split(".")[1]
+    etag = again["ETag"]
 
     key = keys(proposal)[4]
     curation.decide(proposal, MD, key, "accept", user=bob, edited_text="scope: bob's words\n")
@@ -201,3 +203,45 @@ def test_a_pin_is_a_change_of_its_entry_in_every_pending_proposal_of_the_layout(
     assert list(ReviewChange.objects.values_list("proposal_id", "document", "key")) == [
         (second.pk, MD, key)
     ]
+
+
+def test_a_closing_page_takes_its_person_off_the_others_pages_at_once(review_layout):
+    proposal = build(review_layout, 5)
+    ada, bob = member(review_layout, "ada"), member(review_layout, "bob")
+    leave = reverse("memoryui:proposal_live_leave", args=["a", review_layout.pk, proposal.pk])
+    card = f"entry-{MD}-{key_slug(keys(proposal)[1])}"
+    page = Client(enforce_csrf_checks=True)
+    page.force_login(bob)
+    assert page.get(live_url(proposal), {"at": card}).status_code == 200
+    assert client_of(ada).get(live_url(proposal), {"at": ""}).json()["people"] == [
+        {"name": "bob", "card": card}
+    ]
+
+    # What sendBeacon sends: a form with the page's CSRF token (and its cookie).
+    review = page.get(
+        reverse("memoryui:proposal_review", args=["a", review_layout.pk, proposal.pk])
+    )
+    csrf = review.content.decode().split('data-csrf="', 1)[1].split('"', 1)[0]
+    assert f'data-leave-url="{leave}"' in review.content.decode()
+    assert page.post(leave).status_code == 403  # no token: refused, bob still there
+    assert ReviewPresence.objects.filter(user=bob).exists()
+    assert page.post(leave, {"csrfmiddlewaretoken": csrf}).status_code == 204
+    assert client_of(ada).get(live_url(proposal), {"at": ""}).json()["people"] == []
+
+
+def test_the_heartbeat_prunes_old_changes_of_decided_proposals_and_old_presences(
+    review_layout,
+):
+    decided, pending = build(review_layout, 3), build(review_layout, 3)
+    bob = member(review_layout, "bob")
+    for proposal in (decided, pending):
+        curation.decide(proposal, MD, keys(proposal)[0], "reject", user=bob)
+        live_review.state(proposal.pk, review_layout, bob, card="")
+    Proposal.objects.filter(pk=decided.pk).update(status=Proposal.Status.REJECTED)
+    old = timezone.now() - live_review.PRUNE_AFTER - timedelta(minutes=1)
+    ReviewChange.objects.update(at=old)
+    ReviewPresence.objects.filter(proposal=pending).update(seen_at=old)
+    tasks.heartbeat()
+    assert not ReviewChange.objects.filter(proposal=decided).exists()
+    assert ReviewChange.objects.filter(proposal=pending).count() == 1
+    assert list(ReviewPresence.objects.values_list("proposal_id", flat=True)) == [decided.pk]

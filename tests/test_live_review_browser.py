@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from memoryui import curation
+from memoryui import curation, live_polls
 from memoryui.models import Membership, Role
 from tests.factories import make_user
 from tests.review_world import build
@@ -31,12 +31,27 @@ def waited(page, predicate: str, arg=None, timeout: float = 2.0) -> float:  # ty
     return time.monotonic() - started
 
 
+@pytest.mark.parametrize("quick", [False, True], ids=["full-path", "quick-304"])
 def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_edit(
     browser,  # noqa: F811
     live_server,
     review_layout,  # noqa: F811
     tmp_path: Path,
+    quick: bool,
+    settings,
+    monkeypatch,
 ):
+    """Both ways a poll is answered: every poll by the view (no shared cache), and the
+    unchanged ones from the cache's stamp before the session is read."""
+    settings.MEMORYUI_LIVE_FAST_POLLS = quick
+    quick_answers = []
+
+    class Counted(live_polls.HttpResponseNotModified):
+        def __init__(self) -> None:
+            super().__init__()
+            quick_answers.append(1)
+
+    monkeypatch.setattr(live_polls, "HttpResponseNotModified", Counted)
     proposal = build(review_layout, 12)
     Membership.objects.create(
         workspace=review_layout.workspace, user=make_user("bob"), role=Role.REVIEWER
@@ -112,6 +127,14 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
         curation.reserve(proposal, get_user_model().objects.get(username="ada"))
         waited(bob, "() => document.getElementById('live-notice').innerText.includes('ada is')")
         assert ada.inner_text("#live-notice") == ""
+        # The pages sat still meanwhile for a while: their polls were answered early.
+        time.sleep(2)
+        assert bool(quick_answers) == quick
+
+        # Bob closes his page (navigates away): ada's page drops him within 2 s.
+        bob.goto("about:blank")
+        assert waited(ada, "() => !document.getElementById('live-people').innerText") < 2
+        assert not ada.locator("[data-presence=bob]").count()
     finally:
         ada_context.close()
         bob_context.close()

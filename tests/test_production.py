@@ -651,3 +651,10 @@ def test_a_100_mb_persist_through_gunicorn_answers_and_imports_in_a_worker(deplo
     finally:
         archive.unlink(missing_ok=True)
         shutil.rmtree(Path(prod.env["MEMORYUI_VAR_DIR"]) / "remote-store", ignore_errors=True)
+
+
+def test_compose_gives_every_app_service_django_s_cache_on_its_redis():
+    """Live review's early 304 needs one cache for every web process (docs/review.md)."""
+    for service in APP_SERVICES:
+        url = urlsplit(COMPOSE["services"][service]["environment"]["CACHE_URL"])
+        assert (url.scheme, url.hostname) == ("redis", "redis"), service

@@ -169,3 +169,23 @@ def test_debug_is_off_unless_set_and_importing_the_settings_makes_no_folder(tmp_
     )
     assert started.returncode == 0, started.stderr
     assert {p.name for p in var.iterdir()} >= {"celery-broker", "celery-processed"}
+
+
+def test_cache_url_puts_the_cache_on_redis_and_turns_the_quick_live_polls_on():
+    show = (
+        "from django.conf import settings; "
+        "print(settings.CACHES['default']['BACKEND'], settings.MEMORYUI_LIVE_FAST_POLLS)"
+    )
+    result = manage("shell", "-c", show, CACHE_URL="redis://127.0.0.1:6379/11")
+    assert result.stdout.splitlines()[-1].split() == [
+        "django.core.cache.backends.redis.RedisCache",
+        "True",
+    ]
+    result = manage("shell", "-c", show, CACHE_URL="")
+    assert result.stdout.splitlines()[-1].split() == [
+        "django.core.cache.backends.locmem.LocMemCache",
+        "False",
+    ]
+    result = manage("check", CACHE_URL="memcached://127.0.0.1:11211")
+    assert result.returncode == 1
+    assert "CACHE_URL must be a redis:// or rediss:// URL." in result.stderr

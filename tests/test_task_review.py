@@ -493,6 +493,10 @@ def test_a_duplicate_is_badged_on_both_cards_and_acknowledged_pair_by_pair(layou
 
     page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
     refused = client.post(approve, {"undecided": "accept"}, headers=HTMX)
+    other = Client()  # another reviewer with the page open
+    other.force_login(member(Role.REVIEWER, layout, "bob"))
+    live = url("proposal_live", layout, proposal.pk)
+    seen = other.get(live, {"drawn": 0, "at": ""}).json()["cursor"]
     card = client.post(
         url("proposal_duplicate", layout, proposal.pk),
         {
@@ -505,6 +509,8 @@ def test_a_duplicate_is_badged_on_both_cards_and_acknowledged_pair_by_pair(layou
         },
         headers=HTMX,
     ).content.decode()
+    # Bob's page learns the pair's cards changed, and fetches them again.
+    changed = other.get(live, {"since": seen, "at": ""}).json()["changes"]
     approved = client.post(approve, {"undecided": "accept"}, headers=HTMX)
 
     # The copy's card carries the badge, linking to the other entry's card (unchanged,
@@ -514,6 +520,7 @@ def test_a_duplicate_is_badged_on_both_cards_and_acknowledged_pair_by_pair(layou
     assert "Keep both</button>" in page and "Not a duplicate</button>" in page
     assert "Not approved" in refused.content.decode()
     assert card.count("<article") == 1 and "not a duplicate, " in card
+    assert sorted(c["key"] for c in changed) == sorted([first.key, second.key])
     assert approved.status_code == 204  # no blanket tick: the pair's own answer
     assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.APPROVED
     ack = AuditEvent.objects.get(action="proposal.duplicate")

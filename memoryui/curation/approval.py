@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from generation import review
 
-from .. import proposal_lock, review_cards, skills, versioning
+from .. import live_review, proposal_lock, review_cards, skills, versioning
 from ..models import (
     ApprovedEntry,
     AuditEvent,
@@ -99,6 +99,7 @@ def _decided(proposal: Proposal, status: str, user: Any) -> None:
     Proposal.objects.filter(pk=proposal.pk, status=Proposal.Status.PENDING).update(
         status=status, decided_by=person, decided_at=now, reserved_by=None, reserved_until=None
     )
+    live_review.changed(proposal.pk)
     proposal.status, proposal.decided_by, proposal.decided_at = status, person, now
     proposal.reserved_by, proposal.reserved_until = None, None
 

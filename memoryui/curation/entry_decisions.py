@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from generation import review
 
-from .. import entry_checks, proposal_lock
+from .. import entry_checks, live_review, proposal_lock
 from ..models import AuditEvent, EntryDecision, EntryView, MemoryVersion, Proposal
 from .reviews import DUPLICATE_ACKS, pair_id
 
@@ -202,6 +202,8 @@ def acknowledge_duplicate(
             acks.pop(pair, None)
         Proposal.objects.filter(pk=proposal.pk).update(duplicate_acks=acks)
         proposal.duplicate_acks = acks
+        for key in keys:  # both cards show the answer: pages open on them fetch them again
+            live_review.note_change(proposal.pk, document, key)
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.duplicate",

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import proposal_lock
+from .. import live_review, proposal_lock
 from ..models import AuditEvent, Comment, Proposal
 
 RESERVATION = timedelta(minutes=30)
@@ -55,6 +55,7 @@ def reserve(proposal: Proposal, user: Any) -> None:
     with proposal_lock.deciding(proposal, user):
         until = timezone.now() + RESERVATION
         Proposal.objects.filter(pk=proposal.pk).update(reserved_by=user, reserved_until=until)
+        live_review.changed(proposal.pk)
         AuditEvent.record(
             proposal.layout.workspace,
             "proposal.reserve",
@@ -79,6 +80,7 @@ def release(proposal: Proposal, user: Any, *, override: bool = False) -> bool:
         else:
             holder = str(locked.reserved_by)
             Proposal.objects.filter(pk=proposal.pk).update(reserved_by=None, reserved_until=None)
+            live_review.changed(proposal.pk)
             AuditEvent.record(
                 proposal.layout.workspace,
                 "proposal.release",

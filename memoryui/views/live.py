@@ -1,6 +1,7 @@
 """Live review: what a proposal's open review page polls (``proposal_live``: the
 entries others changed since it last asked, who is at which card; 304 while nothing
-changed) and the card it then fetches again (``proposal_live_card``). The page's side
+changed), the card it then fetches again (``proposal_live_card``) and what it sends
+as it closes (``proposal_live_leave``). The page's side
 is ``static/memoryui/live.js``; the state is ``memoryui.live_review``."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from datetime import UTC, datetime
 
 from django import forms as django_forms
 from django.http import Http404, HttpResponse, HttpResponseNotModified, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from .. import forms, live_review
+from .. import forms, live_polls, live_review
 from ..models import Role
 from ..review_cards import key_slug
 from ..roles import workspace_view
@@ -40,12 +41,15 @@ def proposal_live(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) 
     """The proposal's live state for its open review page, as JSON: the entries changed
     since the page's last change (``since``) and the cards they are, the other people on
     the page and their cards, the proposal's status and reservation. 304 when the
-    page's ETag is still current. Also records which card this person is at."""
+    page's ETag is still current. Also records which card this person is at, and hands
+    the page a new poll token (``X-Live-Token``), with which ``live_polls`` answers its
+    next unchanged polls 304 before this view."""
     form = LiveForm(request.GET)
     if not form.is_valid():
         return bad_request(request, form, workspace=request.workspace)
     data = form.cleaned_data
     since, drawn = data["since"], data["drawn"]
+    stamp = live_polls.stamp(pk)  # read first: a change after it replaces it
     live = live_review.state(
         pk,
         request.layout,
@@ -60,8 +64,8 @@ def proposal_live(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) 
     )
     if live is None:
         raise Http404("No such proposal.")
-    etag = live.etag
-    if etag in request.headers.get("If-None-Match", ""):
+    etag = live_polls.etag(stamp, live.tag)
+    if request.headers.get("If-None-Match", "").strip('"').split(".")[-1] == live.tag:
         response: HttpResponse = HttpResponseNotModified()
     else:
         response = JsonResponse(
@@ -80,6 +84,8 @@ def proposal_live(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) 
         )
     response["ETag"] = etag
     response["Cache-Control"] = "private, no-cache"
+    if "at" in request.GET and stamp:
+        response[live_polls.TOKEN_HEADER] = live_polls.token(request, data["at"])
     return response
 
 
@@ -97,3 +103,15 @@ def proposal_live_card(
         return invalid(request, proposal, form)
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     return card_response(request, proposal, document, key, form)
+
+
+@workspace_view(Role.VIEWER)
+@require_POST
+def proposal_live_leave(
+    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+) -> HttpResponse:
+    """The page is closing (``navigator.sendBeacon`` on ``pagehide``, with the CSRF
+    token): this person is no longer on it, and the others' pages say so at their next
+    poll rather than after ``live_review.PRESENCE_SECONDS``."""
+    live_review.leave(pk, request.layout, request.user)
+    return HttpResponse(status=204)

@@ -12,6 +12,7 @@
   var interval = parseInt(root.dataset.interval, 10) || 1000;
   var cursor = null; // the last change this page has
   var etag = "";
+  var token = ""; // the last answer's poll token: the server's quick 304 needs it
   var people = [];
   var status = root.dataset.status;
   var reservedBy = null; // who holds the proposal, as the first poll found it
@@ -22,7 +23,7 @@
   // after OWN_MS (an answer that came after the poll that saw its change).
   var own = {};
   var OWN_MS = 5000;
-  var OWN_ACTIONS = /\/(decide|undo|comment|pin)\/$/;
+  var OWN_ACTIONS = /\/(decide|undo|comment|pin|duplicate)\/$/;
 
   function cardOf(element) {
     return element && element.closest ? element.closest("[data-entry]") : null;
@@ -200,14 +201,18 @@
     else params.set("since", cursor);
     var headers = {};
     if (etag) headers["If-None-Match"] = etag;
+    if (token) headers["X-Live-Token"] = token;
     fetch(root.dataset.liveUrl + "?" + params.toString(), {
       credentials: "same-origin",
       headers: headers,
       cache: "no-store",
     }).then(function (response) {
+      if (response.status === 304 || response.ok) {
+        etag = response.headers.get("ETag") || etag;
+        token = response.headers.get("X-Live-Token") || token;
+      }
       if (response.status === 304) return null;
       if (!response.ok) throw new Error("HTTP " + response.status);
-      etag = response.headers.get("ETag") || "";
       return response.json().then(apply);
     }).then(function () {
       failures = 0;
@@ -223,6 +228,14 @@
     if (document.hidden) wait = Math.max(wait, 5000); // still within the presence's expiry
     window.setTimeout(poll, wait);
   }
+
+  // Leaving (closed, reloaded, navigated away): the others drop this person at once.
+  window.addEventListener("pagehide", function () {
+    if (!navigator.sendBeacon) return;
+    var form = new FormData();
+    form.append("csrfmiddlewaretoken", root.dataset.csrf);
+    navigator.sendBeacon(root.dataset.leaveUrl, form);
+  });
 
   poll();
 })();
