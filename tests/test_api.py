@@ -150,6 +150,7 @@ def _key(layout, proposal):
 
 
 # (name, role the page needs, API call, page call); calls get (layout, proposal, run).
+FORGOTTEN = "memories/raw_memories/prefs-6e64dc.md"  # the example of a forgotten file
 ENDPOINTS = [
     (
         "workspace",
@@ -265,6 +266,20 @@ ENDPOINTS = [
             "post",
             reverse("memoryui:proposal_decide", args=["a", lay.pk, p.pk]),
             {"document": MD, "key": _key(lay, p), "decision": "reject"},
+        ),
+    ),
+    (
+        "decide_forgotten",
+        Role.REVIEWER,
+        lambda lay, p, r: (
+            "post",
+            api(lay, f"/proposals/{p.pk}/forgotten"),
+            {"paths": [FORGOTTEN], "decision": "reject"},
+        ),
+        lambda lay, p, r: (
+            "post",
+            reverse("memoryui:proposal_forget_decide", args=["a", lay.pk, p.pk]),
+            {"path": FORGOTTEN, "decision": "reject"},
         ),
     ),
     (
@@ -627,6 +642,8 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
     schema = Client().get("/api/openapi.json", **bearer(secret)).json()
     proposal = proposal_for(layout)
     real_key = _key(layout, proposal)
+    # An agent's forgetting, for the example that decides a forgotten file.
+    Proposal.objects.filter(pk=proposal.pk).update(forgotten=[FORGOTTEN])
     concrete = {"{name}": "a", "{layout_id}": str(layout.pk), "{proposal_id}": str(proposal.pk)}
     exercised = []
     for path, methods in schema["paths"].items():
@@ -647,7 +664,7 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
                 )
                 assert response.status_code in (200, 201, 409), (path, example, response.content)
                 exercised.append((path, response.status_code))
-    assert len(exercised) == 6, exercised
+    assert len(exercised) == 7, exercised
     assert [s for _, s in exercised].count(409) <= 1, exercised
 
 

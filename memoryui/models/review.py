@@ -45,6 +45,9 @@ class Proposal(models.Model):
     # Raw memories and rollout summaries (workspace paths) the sandbox was served and
     # its uploads lack: the agent's forgetting, applied to the workspace on approval.
     forgotten = models.JSONField(default=list, blank=True)
+    # People's decision on each forgotten file: {path: "accept" (forget it) | "reject"
+    # (keep it)}; a file nobody decided follows the approval's choice for undecided ones.
+    forgotten_decisions = models.JSONField(default=dict, blank=True)
     agent_versions = models.ManyToManyField(
         MemoryVersion, blank=True, related_name="agent_proposals"
     )

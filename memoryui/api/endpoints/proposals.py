@@ -1,6 +1,6 @@
 """Proposals: the list, one proposal's entries (each a review card, as
-``review_cards`` presents it) and progress, and the decisions on them: per entry,
-approve, reject."""
+``review_cards`` presents it), the files an agent's proposal forgot, and progress, and
+the decisions on them: per entry, per forgotten file, approve, reject."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -12,7 +12,7 @@ from ninja import Field, Query, Schema
 from ninja.pagination import paginate
 from pydantic import ConfigDict
 
-from ... import curation, review_cards
+from ... import agent_proposals, curation, review_cards
 from ...models import Proposal, Role
 from ..core import ERRORS, DocumentName, Mapped, Pages, api, conflict, conflict_422, layout
 from .memory import VersionOut, version_out
@@ -77,8 +77,20 @@ class ProgressOut(Schema):
     percent: int
 
 
+class ForgottenOut(Schema):
+    path: str = Field(description="a raw memory or rollout summary, relative to the workspace")
+    decision: str = Field(
+        description='"accept": forgotten on approval; "reject": kept; "" undecided (follows '
+        "the approval's choice for undecided changes)"
+    )
+
+
 class ProposalDetail(ProposalOut):
     changes: list[ChangeOut]
+    forgotten: list[ForgottenOut] = Field(
+        description="an agent's proposal: the files its sandbox was served and its upload "
+        "lacks, each decided on its own"
+    )
     conflicts: list[str]
     progress: ProgressOut
 
@@ -167,6 +179,10 @@ def get_proposal(
         **_proposal_out(p),
         "changes": changes,
         "conflicts": conflicts,
+        "forgotten": [
+            {"path": f["path"], "decision": f["decision"]}
+            for f in agent_proposals.forgotten_files(p)
+        ],
         "progress": review_cards.progress(p, request.user, marks),
     }
 
@@ -222,6 +238,40 @@ def decide(request: HttpRequest, name: str, layout_id: int, proposal_id: int, bo
                     user=request.user,
                     edited_text=body.edited_text,
                 )
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    return get_proposal(request, name, layout_id, proposal_id, all=False)
+
+
+class ForgottenDecisionIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"paths": ["memories/raw_memories/prefs-6e64dc.md"], "decision": "reject"}]
+        }
+    )
+
+    paths: list[str] = Field(..., min_length=1, max_length=1000)
+    decision: Literal["accept", "reject"] = Field(
+        description='"accept": forget the file when the proposal is approved; "reject": keep it'
+    )
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/forgotten",
+    response={200: ProposalDetail, **ERRORS},
+    tags=["proposals"],
+)
+def decide_forgotten(
+    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: ForgottenDecisionIn
+):
+    """Accept or reject the removal of files an agent's proposal forgot (reviewers), as
+    the review page does."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    unknown = [path for path in body.paths if path not in p.forgotten]
+    if unknown:
+        raise conflict_422(f"not a file this proposal forgets: {', '.join(unknown)}")
+    try:
+        agent_proposals.decide_forgetting(p, body.paths, body.decision, user=request.user)
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     return get_proposal(request, name, layout_id, proposal_id, all=False)

@@ -1,0 +1,15 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("memoryui", "0035_judge_verdicts"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="proposal",
+            name="forgotten_decisions",
+            field=models.JSONField(blank=True, default=dict),
+        ),
+    ]
