@@ -57,13 +57,16 @@ def record(
     import_run: ImportRun | None,
     inputs: Iterable[str],
     forgotten: Iterable[str] = (),
+    skill_changes: dict[str, dict[str, Any]] | None = None,
 ) -> Proposal | None:
     """The open proposal of this sandbox (``snapshot_id``; "" for an import) made or
-    updated with the agent ``versions`` an import just recorded for ``layout``, and the
-    raw memories and rollout summaries it ``forgot``."""
+    updated with the agent ``versions`` an import just recorded for ``layout``, the
+    raw memories and rollout summaries it ``forgot`` and its ``skill_changes`` (per file
+    relative to the memories dir, {"old": text or None, "new": text or None})."""
     pending = [v for v in versions if v.needs_review]
     forgot = sorted(forgotten)
-    if not pending and not forgot:
+    skill_changes = skill_changes or {}
+    if not pending and not forgot and not skill_changes:
         return None
     origin = Proposal.Origin.UPLOAD if snapshot_id else Proposal.Origin.IMPORT
     with transaction.atomic():
@@ -87,6 +90,7 @@ def record(
         else:
             _update(proposal, import_run, inputs, texts, forgot)
             action = "proposal.update"
+        _add_skill_changes(proposal, skill_changes)
         proposal.agent_versions.add(*pending)
         AuditEvent.record(
             layout.workspace,
@@ -99,8 +103,26 @@ def record(
             versions=[f"{Document(v.document).label} v{v.number}" for v in pending],
             inputs=len(inputs),
             forgotten=len(forgot),
+            skill_files=sorted(skill_changes),
         )
     return proposal
+
+
+def _add_skill_changes(proposal: Proposal, changes: dict[str, dict[str, Any]]) -> None:
+    """The upload's skill changes join the proposal's (a file changed again proposes
+    its new text, from the same old one); a decision stays only on a file whose proposed
+    text is what it was decided on."""
+    if not changes:
+        return
+    merged = dict(proposal.skill_changes or {})
+    decisions = dict(proposal.skill_decisions or {})
+    for rel, change in changes.items():
+        before = merged.get(rel)
+        if before is not None and before.get("new") != change["new"]:
+            decisions.pop(rel, None)
+        merged[rel] = {"old": before["old"] if before else change["old"], "new": change["new"]}
+    proposal.skill_changes, proposal.skill_decisions = merged, decisions
+    proposal.save(update_fields=["skill_changes", "skill_decisions"])
 
 
 def _bases(layout: Layout, snapshot_id: str) -> dict[str, MemoryVersion | None]:

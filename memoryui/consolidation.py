@@ -235,6 +235,8 @@ def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
         status = "added" if old is None else "deleted" if new is None else "changed"
         rows = diffs.side_by_side(old or "", new or "")
         anchor = "".join(c if c.isalnum() or c in "-_" else "-" for c in rel)
+        # An agent's change with a flag is quarantined (``skills.settle_agent_changes``).
+        agents = getattr(proposal, "run_id", 0) is None
         shown.append(
             {
                 "path": rel,
@@ -242,6 +244,7 @@ def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
                 "rows": rows,
                 "decision": decisions.get(rel, ""),
                 "id": f"skill-change-{anchor}",
+                "flags": skills.flags(proposal.layout, rel, new) if agents else [],
             }
         )
     return shown

@@ -453,12 +453,18 @@ def sandbox_archive(
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
     if snapshot is not None:
-        # What it was served: each document's version, and the raw memories and rollout
-        # summaries (its next upload lacking one is the agent's forgetting).
+        # What it was served: each document's version, the raw memories and rollout
+        # summaries (its next upload lacking one is the agent's forgetting), and each
+        # skill file's digest (its next upload changing or lacking one is the agent's).
         versions = {
             str(s.layout.pk): {
                 **s.versions,
                 "files": [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE],
+                "skills": {
+                    path.removeprefix(s.layout.memories_dir + "/"): hashlib.sha256(data).hexdigest()
+                    for path, data in s.files.items()
+                    if path.startswith(s.layout.memories_dir + "/skills/")
+                },
             }
             for s in served
         }

@@ -161,7 +161,10 @@ def approve(
             )
         # Skill files: the changes people did not reject become current versions.
 
-        skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
+        if proposal.run_id is None:  # an agent's: its own versions are settled too
+            skill_versions = skills.settle_agent_changes(proposal, user=user, undecided=undecided)
+        else:
+            skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
         forgotten, kept = _forget(proposal, undecided)
         _decided(proposal, Proposal.Status.APPROVED, user)
         detail: dict[str, Any] = {}
@@ -334,6 +337,7 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
                     user=user,
                     reason=f"rejected agent proposal #{proposal.pk}",
                 )
+            skills.settle_agent_changes(proposal, user=user, approved=False)
         _decided(proposal, Proposal.Status.REJECTED, user)
         AuditEvent.record(
             proposal.layout.workspace,
