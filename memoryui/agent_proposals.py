@@ -58,11 +58,13 @@ def record(
     inputs: Iterable[str],
     forgotten: Iterable[str] = (),
     skill_changes: dict[str, dict[str, Any]] | None = None,
+    clashes: Iterable[dict[str, Any]] = (),
 ) -> Proposal | None:
     """The open proposal of this sandbox (``snapshot_id``; "" for an import) made or
     updated with the agent ``versions`` an import just recorded for ``layout``, the
     raw memories and rollout summaries it ``forgot`` and its ``skill_changes`` (per file
-    relative to the memories dir, {"old": text or None, "new": text or None})."""
+    relative to the memories dir, {"old": text or None, "new": text or None}), with the
+    ``clashes`` of its upload (files another sandbox uploaded with other bytes)."""
     pending = [v for v in versions if v.needs_review]
     forgot = sorted(forgotten)
     skill_changes = skill_changes or {}
@@ -91,6 +93,7 @@ def record(
             _update(proposal, import_run, inputs, texts, forgot)
             action = "proposal.update"
         _add_skill_changes(proposal, skill_changes)
+        _add_clashes(proposal, list(clashes))
         proposal.agent_versions.add(*pending)
         AuditEvent.record(
             layout.workspace,
@@ -106,6 +109,14 @@ def record(
             skill_files=sorted(skill_changes),
         )
     return proposal
+
+
+def _add_clashes(proposal: Proposal, clashes: list[dict[str, Any]]) -> None:
+    known = list(proposal.clashes or [])
+    fresh = [c for c in clashes if c not in known]
+    if fresh:
+        proposal.clashes = known + fresh
+        proposal.save(update_fields=["clashes"])
 
 
 def _add_skill_changes(proposal: Proposal, changes: dict[str, dict[str, Any]]) -> None:

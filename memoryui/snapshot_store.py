@@ -52,7 +52,7 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
-from .served_memory import ServedLayout, served_layouts
+from .served_memory import ServedLayout, keep_own_files, served_layouts
 from .snapshot_members import file_rows, made_up_parents
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
@@ -410,6 +410,7 @@ def sandbox_archive(
     what it is made of differs from the one kept for this id (``download_cache``)."""
     snapshot = uploaded(workspace, snapshot_id)
     served = served_layouts(workspace, user=user)
+    own = keep_own_files(workspace, snapshot, served)
     memory_dirs = [s.layout.memories_dir for s in served]
     has_index = (
         snapshot is not None
@@ -459,7 +460,10 @@ def sandbox_archive(
         versions = {
             str(s.layout.pk): {
                 **s.versions,
-                "files": [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE],
+                "files": sorted(
+                    [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE]
+                    + [p for p in s.files if p in own]
+                ),
                 "skills": {
                     path.removeprefix(s.layout.memories_dir + "/"): hashlib.sha256(data).hexdigest()
                     for path, data in s.files.items()

@@ -240,3 +240,38 @@ def test_a_rejected_agent_proposal_keeps_the_served_skill_files(eng, ws, tmp_pat
 
     assert restored_files(eng, "sbx-other")[f"{ENG}/{SKILL}"] == served_skill
     assert not SkillFileVersion.objects.filter(layout=eng, needs_review=True).exists()
+
+
+# --- one rollout id, two sandboxes ------------------------------------------------------
+
+RAW = "memories/raw_memories/gtm-pipeline-65f53e.md"
+SUMMARY_FILE = "memories/rollout_summaries/gtm-pipeline-65f53e_gtm-leads-segment-hypothesis.md"
+
+
+def test_two_sandboxes_uploading_one_rollout_id_each_get_their_own_back(
+    base, ws, tmp_path, admin_client
+):
+    raw, summary = (ws / RAW).read_bytes(), (ws / SUMMARY_FILE).read_bytes()
+    theirs = {RAW: raw + b"\nSeen by sandbox one.\n", SUMMARY_FILE: summary + b"\nOne.\n"}
+    ours = {RAW: raw + b"\nSeen by sandbox two.\n", SUMMARY_FILE: summary + b"\nTwo.\n"}
+    for snapshot_id, files in (("sbx-one", theirs), ("sbx-two", ours)):
+        for path, data in files.items():
+            (ws / path).write_bytes(data)  # what ``upload`` reads for ``extra``
+        edit = agent_edit(text(base, MD)).replace("outreach, seats", f"outreach, {snapshot_id}")
+        upload(ws, tmp_path, snapshot_id, edit, extra=list(files))
+
+    for snapshot_id, files in (("sbx-one", theirs), ("sbx-two", ours)):
+        archive = sandbox_archive(base.workspace, snapshot_id, user=None)
+        with archive.fileobj, tarfile.open(fileobj=archive.fileobj) as tar:
+            got = {m.name.removeprefix("./"): m for m in tar.getmembers()}
+            for path, data in files.items():
+                assert tar.extractfile(got[path]).read() == data, (snapshot_id, path)  # type: ignore[union-attr]
+
+    proposal = Proposal.objects.get(snapshot_id="sbx-two")
+    assert {c["path"] for c in proposal.clashes} == {RAW, SUMMARY_FILE}
+    page = admin_client.get(f"/w/a/layouts/{base.pk}/proposals/{proposal.pk}/").content.decode()
+    assert "2 rollout files another sandbox uploaded with other bytes" in page
+    assert (
+        f"<code>{RAW}</code>: sandbox <code>sbx-one</code> and sandbox <code>sbx-two</code>" in page
+    )
+    assert not Proposal.objects.get(snapshot_id="sbx-one").clashes

@@ -73,6 +73,7 @@ class VersionRecorder:
         ``items``: every file the import found."""
         forgotten = self._forgotten(items)
         skill_changes = self._skill_changes(items)
+        clashes = self._record_own_files(touched)
         if not self.agent_versions and not forgotten and not skill_changes:
             return
         from .. import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
@@ -93,7 +94,39 @@ class VersionRecorder:
                 inputs=sorted(rollouts.get(layout.pk, [])),
                 forgotten=forgotten.get(layout.pk, []),
                 skill_changes=skill_changes.get(layout.pk, {}),
+                clashes=clashes.get(layout.pk, []),
             )
+
+    def _record_own_files(self, touched: list[Item]) -> dict[int, list[dict[str, Any]]]:
+        """The raw memories and rollout summaries this upload brought new or changed
+        become the sandbox's own (``UploadedSnapshot.own_files``: its downloads keep
+        them); per layout, those another sandbox owns with other bytes (a rollout id
+        uploaded by two sandboxes), each naming both."""
+        if not self.merge:
+            return {}
+        kinds = (FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY)
+        mine = {i.path: i for i in touched if i.kind in kinds and i.digest}
+        if not mine:
+            return {}
+        snapshots = UploadedSnapshot.objects.filter(workspace=self.workspace)
+        theirs = (
+            snapshots.exclude(snapshot_id=self.merge)
+            .filter(own_files__has_any_keys=list(mine))
+            .order_by("snapshot_id")
+            .values_list("snapshot_id", "own_files")
+        )
+        clashes: dict[int, list[dict[str, Any]]] = {}
+        for other, owned in theirs:
+            for path, item in mine.items():
+                if owned.get(path) not in (None, item.digest):
+                    clashes.setdefault(item.layout_id or 0, []).append(
+                        {"path": path, "sandboxes": [other, self.merge]}
+                    )
+        own = snapshots.filter(snapshot_id=self.merge).values_list("own_files", flat=True).first()
+        snapshots.filter(snapshot_id=self.merge).update(
+            own_files={**(own or {}), **{p: i.digest for p, i in mine.items()}}
+        )
+        return clashes
 
     def _served(self) -> dict[str, Any]:
         """What the uploading sandbox's last download served it, per layout pk."""

@@ -62,6 +62,11 @@ class UploadedSnapshot(models.Model):
     # What its last download served it: {"<layout pk>": {"<document>": version number}},
     # the base of the agent's next change (``memoryui.agent_proposals``).
     served = models.JSONField(default=dict, blank=True)
+    # The raw memories and rollout summaries its uploads brought new or changed (its
+    # own, not what it was served and sent back): {workspace path: sha256}. Its
+    # downloads serve these bytes even when another sandbox uploaded the same rollout
+    # id with other bytes since.
+    own_files = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-uploaded_at", "-pk"]

@@ -12,4 +12,14 @@ class Migration(migrations.Migration):
             name="forgotten_decisions",
             field=models.JSONField(blank=True, default=dict),
         ),
+        migrations.AddField(
+            model_name="proposal",
+            name="clashes",
+            field=models.JSONField(blank=True, default=list),
+        ),
+        migrations.AddField(
+            model_name="uploadedsnapshot",
+            name="own_files",
+            field=models.JSONField(blank=True, default=dict),
+        ),
     ]
