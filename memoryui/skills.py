@@ -325,16 +325,22 @@ def approve_changes(
     return created
 
 
-def flags(layout: Layout, rel: str, text: str | None) -> list[str]:
+def layout_dirs(layout: Layout) -> list[LayoutDirs]:
+    """The workspace's layouts, as the lint sees them."""
+    found = layout.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+    return [LayoutDirs(memories, sessions) for memories, sessions in found]
+
+
+def flags(
+    layout: Layout, rel: str, text: str | None, dirs: list[LayoutDirs] | None = None
+) -> list[str]:
     """What the write-back's lint says of a proposed skill file (secrets, injected
     instructions, paths into another layout): an agent's skill change with a flag is
-    quarantined, kept out of an approval unless a reviewer accepts it explicitly."""
+    quarantined, kept out of an approval unless a reviewer accepts it explicitly.
+    ``dirs``: ``layout_dirs(layout)``, read once by a caller with many files."""
     if text is None:
         return []
-    dirs = [
-        LayoutDirs(m, s)
-        for m, s in layout.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
-    ]
+    dirs = layout_dirs(layout) if dirs is None else dirs
     path = f"{layout.memories_dir}/{rel}"
     return [f.message for f in lint_file(path, text.encode("utf-8"), dirs)]
 
@@ -353,13 +359,14 @@ def settle_agent_changes(
         pk=proposal.pk
     )
     created = []
+    dirs = layout_dirs(layout)
     for rel, change in sorted((changes or {}).items()):
         if not isinstance(change, dict) or skill_of(rel) == "" or ".." in rel.split("/"):
             continue
         new = change.get("new")
         decision = (decisions or {}).get(rel)
         if decision is None:
-            decision = REJECT if flags(layout, rel, new) else undecided
+            decision = REJECT if flags(layout, rel, new, dirs) else undecided
         accepted = approved and decision == ACCEPT
         mine = SkillFileVersion.objects.filter(
             layout=layout,

@@ -7,7 +7,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from memoryui import curation, skills, tokens
 from memoryui.importer import import_workspace
@@ -275,3 +277,27 @@ def test_two_sandboxes_uploading_one_rollout_id_each_get_their_own_back(
         f"<code>{RAW}</code>: sandbox <code>sbx-one</code> and sandbox <code>sbx-two</code>" in page
     )
     assert not Proposal.objects.get(snapshot_id="sbx-one").clashes
+
+
+def test_the_review_page_runs_as_many_queries_for_many_skill_files_as_for_one(
+    eng, ws, tmp_path, admin_client
+):
+    served_skill = (ws / ENG / SKILL).read_bytes()
+    upload_files(ws, tmp_path, "sbx-s", {f"{ENG}/{SKILL}": served_skill})
+    restored_files(eng, "sbx-s")
+
+    def queries() -> int:
+        (proposal,) = Proposal.objects.all()
+        url = f"/w/a/layouts/{eng.pk}/proposals/{proposal.pk}/"
+        admin_client.get(url)  # the first view computes and stores the checks
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(url).status_code == 200
+        return len(captured)
+
+    upload_files(ws, tmp_path, "sbx-s", {f"{ENG}/{SKILL}": served_skill + b"\nOne.\n"})
+    one = queries()
+    more = {f"{ENG}/skills/s{i}/SKILL.md": b"---\nname: s\n---\n\nStep.\n" for i in range(5)}
+    upload_files(ws, tmp_path, "sbx-s", {f"{ENG}/{SKILL}": served_skill + b"\nOne.\n", **more})
+    (proposal,) = Proposal.objects.all()
+    assert len(proposal.skill_changes) == 6
+    assert queries() == one
