@@ -199,9 +199,21 @@ def test_an_uploads_skill_files_are_decided_file_by_file_and_held_back_until_the
     assert page.count("quarantined: kept out unless accepted") == 1
     assert "tells the model to ignore its instructions" in page
 
+    # The page accepts one, the API rejects another and shows the flag of the third.
     decide = f"/w/a/layouts/{eng.pk}/skills/proposals/{proposal.pk}/decide/"
     assert admin_client.post(decide, {"path": SKILL, "decision": "accept"}).status_code == 302
-    assert admin_client.post(decide, {"path": ADDED, "decision": "reject"}).status_code == 302
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.create_token(admin_user, 'r', ['a']).secret}")
+    answer = api.post(
+        f"/api/workspaces/a/layouts/{eng.pk}/proposals/{proposal.pk}/skill_files",
+        {"paths": [ADDED], "decision": "reject"},
+        content_type="application/json",
+    ).json()
+    assert [(f["path"], f["status"], f["decision"]) for f in answer["skill_files"]] == [
+        (SKILL, "changed", "accept"),
+        (POISONED, "added", ""),
+        (ADDED, "added", "reject"),
+    ]
+    assert answer["skill_files"][1]["flags"] and not answer["skill_files"][0]["flags"]
     curation.approve(proposal, user=admin_user)  # the poisoned one left undecided
 
     after = restored_files(eng, "sbx-other")
@@ -251,7 +263,7 @@ SUMMARY_FILE = "memories/rollout_summaries/gtm-pipeline-65f53e_gtm-leads-segment
 
 
 def test_two_sandboxes_uploading_one_rollout_id_each_get_their_own_back(
-    base, ws, tmp_path, admin_client
+    base, ws, tmp_path, admin_user, admin_client
 ):
     raw, summary = (ws / RAW).read_bytes(), (ws / SUMMARY_FILE).read_bytes()
     theirs = {RAW: raw + b"\nSeen by sandbox one.\n", SUMMARY_FILE: summary + b"\nOne.\n"}
@@ -277,6 +289,9 @@ def test_two_sandboxes_uploading_one_rollout_id_each_get_their_own_back(
         f"<code>{RAW}</code>: sandbox <code>sbx-one</code> and sandbox <code>sbx-two</code>" in page
     )
     assert not Proposal.objects.get(snapshot_id="sbx-one").clashes
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.create_token(admin_user, 'r', ['a']).secret}")
+    detail = api.get(f"/api/workspaces/a/layouts/{base.pk}/proposals/{proposal.pk}").json()
+    assert {"path": RAW, "sandboxes": ["sbx-one", "sbx-two"]} in detail["clashes"]
 
 
 def test_the_review_page_runs_as_many_queries_for_many_skill_files_as_for_one(
