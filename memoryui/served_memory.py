@@ -245,24 +245,25 @@ def _audit_lint_holds(workspace: Workspace, held: list[HeldBack], user: Any) -> 
 def keep_own_files(
     workspace: Workspace, snapshot: UploadedSnapshot | None, served: list[ServedLayout]
 ) -> set[str]:
-    """The sandbox's own raw memories and rollout summaries (``own_files``) that the
-    workspace now holds with another sandbox's bytes (one rollout id, two sandboxes)
-    are served to it as it uploaded them; the paths so served."""
-    owned = (snapshot.own_files or {}) if snapshot is not None else {}
-    if not owned:
+    """The sandbox's own raw memories and rollout summaries that another sandbox
+    uploaded since with other bytes (``kept_files``; one rollout id, two sandboxes) are
+    served to it as it uploaded them, while the workspace still holds them; the paths
+    so served."""
+    kept = (snapshot.kept_files or {}) if snapshot is not None else {}
+    if not kept:
         return set()
-    others = dict(
+    present = set(
         WorkspaceFile.objects.present()
-        .filter(workspace=workspace, path__in=list(owned), kind__in=FORGETTABLE)
-        .exclude(blob_id__in=set(owned.values()))
-        .values_list("path", "blob_id")
+        .filter(workspace=workspace, path__in=list(kept), kind__in=FORGETTABLE)
+        .values_list("path", flat=True)
     )
-    clashing = {p: owned[p] for p in others if others[p] != owned[p]}
-    data = dict(Blob.objects.filter(pk__in=set(clashing.values())).values_list("pk", "data"))
-    kept = set()
-    for layout in served:
-        for path, digest in clashing.items():
+    data = dict(Blob.objects.filter(pk__in=set(kept.values())).values_list("pk", "data"))
+    served_paths: set[str] = set()
+    # The innermost layout first: a nested layout's files are its own.
+    for layout in sorted(served, key=lambda s: -len(s.layout.memories_dir)):
+        for path in sorted(present - served_paths):
+            digest = kept[path]
             if path.startswith(layout.layout.memories_dir + "/") and digest in data:
                 layout.files[path] = bytes(data[digest])
-                kept.add(path)
-    return kept
+                served_paths.add(path)
+    return served_paths

@@ -281,6 +281,8 @@ def test_two_sandboxes_uploading_one_rollout_id_each_get_their_own_back(
             for path, data in files.items():
                 assert tar.extractfile(got[path]).read() == data, (snapshot_id, path)  # type: ignore[union-attr]
 
+    fresh = restored_files(base, "sbx-fresh")  # a new sandbox: the workspace's, the latest
+    assert fresh[RAW] == ours[RAW] and fresh[SUMMARY_FILE] == ours[SUMMARY_FILE]
     proposal = Proposal.objects.get(snapshot_id="sbx-two")
     assert {c["path"] for c in proposal.clashes} == {RAW, SUMMARY_FILE}
     page = admin_client.get(f"/w/a/layouts/{base.pk}/proposals/{proposal.pk}/").content.decode()

@@ -99,9 +99,9 @@ class VersionRecorder:
 
     def _record_own_files(self, touched: list[Item]) -> dict[int, list[dict[str, Any]]]:
         """The raw memories and rollout summaries this upload brought new or changed
-        become the sandbox's own (``UploadedSnapshot.own_files``: its downloads keep
-        them); per layout, those another sandbox owns with other bytes (a rollout id
-        uploaded by two sandboxes), each naming both."""
+        become the sandbox's own (``UploadedSnapshot.own_files``); another sandbox that
+        owns one of them with other bytes keeps its own in its downloads (its
+        ``kept_files``). Per layout, those clashes, each naming both sandboxes."""
         if not self.merge:
             return {}
         kinds = (FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY)
@@ -109,22 +109,35 @@ class VersionRecorder:
         if not mine:
             return {}
         snapshots = UploadedSnapshot.objects.filter(workspace=self.workspace)
-        theirs = (
-            snapshots.exclude(snapshot_id=self.merge)
-            .filter(own_files__has_any_keys=list(mine))
-            .order_by("snapshot_id")
-            .values_list("snapshot_id", "own_files")
-        )
+        others = snapshots.exclude(snapshot_id=self.merge)
+        paths = sorted(mine)
         clashes: dict[int, list[dict[str, Any]]] = {}
-        for other, owned in theirs:
-            for path, item in mine.items():
-                if owned.get(path) not in (None, item.digest):
-                    clashes.setdefault(item.layout_id or 0, []).append(
-                        {"path": path, "sandboxes": [other, self.merge]}
-                    )
-        own = snapshots.filter(snapshot_id=self.merge).values_list("own_files", flat=True).first()
+        kept: dict[int, dict[str, str]] = {}
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            for pk, other, owned in (
+                others.filter(own_files__has_any_keys=chunk)
+                .order_by("snapshot_id")
+                .values_list("pk", "snapshot_id", "own_files")
+            ):
+                for path in chunk:
+                    theirs = owned.get(path)
+                    if theirs not in (None, mine[path].digest):
+                        kept.setdefault(pk, {})[path] = theirs
+                        clashes.setdefault(mine[path].layout_id or 0, []).append(
+                            {"path": path, "sandboxes": [other, self.merge]}
+                        )
+        for snapshot in snapshots.filter(pk__in=kept).only("kept_files"):
+            UploadedSnapshot.objects.filter(pk=snapshot.pk).update(
+                kept_files={**snapshot.kept_files, **kept[snapshot.pk]}
+            )
+        own, held = snapshots.filter(snapshot_id=self.merge).values_list(
+            "own_files", "kept_files"
+        ).first() or ({}, {})
         snapshots.filter(snapshot_id=self.merge).update(
-            own_files={**(own or {}), **{p: i.digest for p, i in mine.items()}}
+            own_files={**own, **{p: i.digest for p, i in mine.items()}},
+            # What it uploads again is the workspace's now: nothing to keep apart.
+            kept_files={p: d for p, d in held.items() if p not in mine},
         )
         return clashes
 

@@ -22,4 +22,9 @@ class Migration(migrations.Migration):
             name="own_files",
             field=models.JSONField(blank=True, default=dict),
         ),
+        migrations.AddField(
+            model_name="uploadedsnapshot",
+            name="kept_files",
+            field=models.JSONField(blank=True, default=dict),
+        ),
     ]
