@@ -109,6 +109,31 @@ def test_forgotten_files_left_undecided_follow_the_approvals_choice(base, ws, tm
     assert {FORGOT, KEPT} <= restored(base, "sbx-a")
 
 
+def test_a_forgotten_files_decision_after_the_approval_is_refused_and_changes_nothing(
+    base, ws, tmp_path, admin_user, admin_client
+):
+    upload(ws, tmp_path, "sbx-a", text(base, MD))
+    sandbox_archive(base.workspace, "sbx-a", user=None)
+    upload(ws, tmp_path, "sbx-a", agent_edit(text(base, MD)), extra=held(ws, FORGOT))
+    (proposal,) = Proposal.objects.all()
+    curation.approve(proposal, user=admin_user)
+    review = f"/w/a/layouts/{base.pk}/proposals/{proposal.pk}/"
+
+    page = admin_client.post(review + "forgotten/decide/", {"path": FORGOT, "decision": "reject"})
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.create_token(admin_user, 'r', ['a']).secret}")
+    answer = api.post(
+        f"/api/workspaces/a/layouts/{base.pk}/proposals/{proposal.pk}/forgotten",
+        {"paths": [FORGOT], "decision": "reject"},
+        content_type="application/json",
+    )
+
+    assert page.status_code == 409 and "already approved" in page.content.decode()
+    assert answer.status_code == 409 and "already approved" in answer.json()["detail"]
+    proposal.refresh_from_db()
+    assert proposal.forgotten_decisions == {}
+    assert FORGOT not in restored(base, "sbx-a")
+
+
 def test_a_file_the_proposal_did_not_forget_cannot_be_decided(
     base, ws, tmp_path, admin_user, admin_client
 ):
