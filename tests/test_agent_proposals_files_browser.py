@@ -1,5 +1,6 @@
 """An agent's files decided in Chromium, each in place: the raw memories its sandbox
-forgot (forget or keep) and its skill files (accept or reject), on the review page.
+forgot (forget or keep) and its skill files (accept or reject), on the review page; a
+rollout id two sandboxes uploaded, shown on the later one's proposal.
 With MEMORYUI_SCREENSHOTS=<dir> the test saves the page there."""
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import pytest
 
 from memoryui.models import Layout, Membership, Proposal, Role
 from tests.factories import make_user
+from tests.test_agent_proposals import agent_edit, text, upload
 from tests.test_agent_proposals_files import (
     ADDED,
     ENG,
+    MD,
     POISON,
     POISONED,
+    RAW,
     SKILL,
     restored_files,
     upload_files,
@@ -85,3 +89,33 @@ def test_an_agents_forgotten_files_and_skill_files_are_decided_in_place(
     proposal.refresh_from_db()
     assert proposal.forgotten_decisions == {FORGOT: "accept", KEPT: "reject"}
     assert proposal.skill_decisions == {ADDED: "reject"}
+
+
+def test_a_rollout_id_two_sandboxes_uploaded_shows_on_the_later_ones_proposal(
+    browser,  # noqa: F811
+    live_server,
+    ws,
+    tmp_path,
+):
+    base = Layout.objects.select_related("workspace").get(
+        workspace__name="a", memories_dir="memories"
+    )
+    Membership.objects.create(workspace=base.workspace, user=make_user("ada"), role=Role.VIEWER)
+    for snapshot_id in ("sbx-one", "sbx-two"):
+        (ws / RAW).write_bytes((ws / RAW).read_bytes() + f"\nSeen by {snapshot_id}.\n".encode())
+        edit = agent_edit(text(base, MD)).replace("outreach, seats", f"outreach, {snapshot_id}")
+        upload(ws, tmp_path, snapshot_id, edit, extra=[RAW])
+    proposal = Proposal.objects.get(snapshot_id="sbx-two")
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        clashes = page.locator("#clashes")
+        clashes.scroll_into_view_if_needed()
+        assert clashes.is_visible()
+        assert f"{RAW}: sandbox sbx-one and sandbox sbx-two" in clashes.inner_text()
+        if SHOTS:
+            Path(SHOTS).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(Path(SHOTS) / "agent-files-clash.png"))
+    finally:
+        context.close()
