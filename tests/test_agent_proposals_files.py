@@ -252,6 +252,21 @@ def test_an_uploads_skill_files_are_decided_file_by_file_and_held_back_until_the
     ]
 
 
+def test_a_sandbox_that_never_downloaded_changes_skills_against_what_is_served(eng, ws, tmp_path):
+    served_skill = (ws / ENG / SKILL).read_bytes()
+    upload_files(
+        ws,
+        tmp_path,
+        "sbx-new",
+        {f"{ENG}/{SKILL}": served_skill + b"\nMore.\n", f"{ENG}/{ADDED}": b"Rerun.\n"},
+    )
+    (proposal,) = Proposal.objects.all()
+    assert proposal.skill_changes == {
+        SKILL: {"old": served_skill.decode(), "new": served_skill.decode() + "\nMore.\n"},
+        ADDED: {"old": None, "new": "Rerun.\n"},
+    }
+
+
 def test_a_skill_file_the_sandbox_no_longer_has_is_a_removal_to_decide(
     eng, ws, tmp_path, admin_user
 ):
