@@ -14,9 +14,11 @@ pipeline's are: entry by entry, with the same checks, quarantine, edits and API.
   changes memory again updates it (its text, its versions, its rollouts); decisions on
   entries whose proposed text stayed the same are kept, the others are undone.
 - What the sandbox was served and its upload lacks (raw memories, rollout summaries
-  the SDK's consolidation pruned) is its forgetting, listed on the proposal: approving
-  marks those files gone from the workspace (no sandbox gets them, no consolidation
-  selects them), rejecting keeps them.
+  the SDK's consolidation pruned) is its forgetting, each file on the proposal a
+  decision of its own (``decide_forgetting``): approving marks the files whose removal
+  was accepted (or left undecided, when undecided changes are accepted) gone from the
+  workspace (no sandbox gets them, no consolidation selects them); a rejected removal,
+  or a rejected proposal, keeps them.
 - Approving it produces the approved version (``curation.approve``); rejecting it
   leaves the approved version served. Either way its agent versions stop awaiting
   review. Another open proposal from the same base is then reviewed against the new
@@ -32,7 +34,7 @@ from django.db import transaction
 
 from generation import review
 
-from . import curation, documents
+from . import curation, documents, proposal_lock
 from .models import (
     AuditEvent,
     EntryDecision,
@@ -55,13 +57,18 @@ def record(
     import_run: ImportRun | None,
     inputs: Iterable[str],
     forgotten: Iterable[str] = (),
+    skill_changes: dict[str, dict[str, Any]] | None = None,
+    clashes: Iterable[dict[str, Any]] = (),
 ) -> Proposal | None:
     """The open proposal of this sandbox (``snapshot_id``; "" for an import) made or
-    updated with the agent ``versions`` an import just recorded for ``layout``, and the
-    raw memories and rollout summaries it ``forgot``."""
+    updated with the agent ``versions`` an import just recorded for ``layout``, the
+    raw memories and rollout summaries it ``forgot`` and its ``skill_changes`` (per file
+    relative to the memories dir, {"old": text or None, "new": text or None}), with the
+    ``clashes`` of its upload (files another sandbox uploaded with other bytes)."""
     pending = [v for v in versions if v.needs_review]
     forgot = sorted(forgotten)
-    if not pending and not forgot:
+    skill_changes = skill_changes or {}
+    if not pending and not forgot and not skill_changes:
         return None
     origin = Proposal.Origin.UPLOAD if snapshot_id else Proposal.Origin.IMPORT
     with transaction.atomic():
@@ -85,6 +92,8 @@ def record(
         else:
             _update(proposal, import_run, inputs, texts, forgot)
             action = "proposal.update"
+        _add_skill_changes(proposal, skill_changes)
+        _add_clashes(proposal, list(clashes))
         proposal.agent_versions.add(*pending)
         AuditEvent.record(
             layout.workspace,
@@ -97,8 +106,34 @@ def record(
             versions=[f"{Document(v.document).label} v{v.number}" for v in pending],
             inputs=len(inputs),
             forgotten=len(forgot),
+            skill_files=sorted(skill_changes),
         )
     return proposal
+
+
+def _add_clashes(proposal: Proposal, clashes: list[dict[str, Any]]) -> None:
+    known = list(proposal.clashes or [])
+    fresh = [c for c in clashes if c not in known]
+    if fresh:
+        proposal.clashes = known + fresh
+        proposal.save(update_fields=["clashes"])
+
+
+def _add_skill_changes(proposal: Proposal, changes: dict[str, dict[str, Any]]) -> None:
+    """The upload's skill changes join the proposal's (a file changed again proposes
+    its new text, from the same old one); a decision stays only on a file whose proposed
+    text is what it was decided on."""
+    if not changes:
+        return
+    merged = dict(proposal.skill_changes or {})
+    decisions = dict(proposal.skill_decisions or {})
+    for rel, change in changes.items():
+        before = merged.get(rel)
+        if before is not None and before.get("new") != change["new"]:
+            decisions.pop(rel, None)
+        merged[rel] = {"old": before["old"] if before else change["old"], "new": change["new"]}
+    proposal.skill_changes, proposal.skill_decisions = merged, decisions
+    proposal.save(update_fields=["skill_changes", "skill_decisions"])
 
 
 def _bases(layout: Layout, snapshot_id: str) -> dict[str, MemoryVersion | None]:
@@ -180,6 +215,55 @@ def _update(
     proposal.save(
         update_fields=["memory_md", "memory_summary", "inputs", "import_run", "forgotten"]
     )
+
+
+FORGET, KEEP = "accept", "reject"
+
+
+def decide_forgetting(
+    proposal: Proposal, paths: Iterable[str], decision: str, *, user: Any
+) -> None:
+    """Accept (``FORGET``: the file goes with the proposal's approval) or reject
+    (``KEEP``) the removal of each of ``paths``, files the proposal forgot; audited one
+    event per file. Raises ``ValueError`` for a path the proposal did not forget and
+    ``DecisionRefused`` when the proposal was decided meanwhile or another reviewer
+    holds it."""
+    paths = list(dict.fromkeys(paths))
+    if decision not in (FORGET, KEEP):
+        raise ValueError(f"a decision is {FORGET!r} or {KEEP!r}, not {decision!r}")
+    layout = proposal.layout
+    with proposal_lock.deciding(proposal, user):
+        rows = Proposal.objects.filter(pk=proposal.pk)
+        forgotten, decisions = rows.values_list("forgotten", "forgotten_decisions").get()
+        unknown = [p for p in paths if p not in forgotten]
+        if unknown:
+            raise ValueError(f"not a file this proposal forgets: {', '.join(unknown)}")
+        decisions = {**(decisions or {}), **dict.fromkeys(paths, decision)}
+        rows.update(forgotten_decisions=decisions)
+        proposal.forgotten_decisions = decisions
+        for path in paths:
+            AuditEvent.record(
+                layout.workspace,
+                f"proposal.forget_{decision}",
+                user=user,
+                layout=layout,
+                target=path,
+                proposal=proposal.pk,
+            )
+
+
+def forgotten_files(proposal: Proposal) -> list[dict[str, str]]:
+    """The files the proposal forgot, each with its decision ("" undecided) and an id
+    for its row on the review page: what the page and the API show."""
+    decisions = proposal.forgotten_decisions or {}
+    return [
+        {
+            "path": path,
+            "decision": decisions.get(path, ""),
+            "id": "forgotten-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in path),
+        }
+        for path in proposal.forgotten
+    ]
 
 
 def pending_for(version: MemoryVersion) -> Proposal | None:

@@ -238,6 +238,9 @@ def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
 
     shown = []
     decisions = getattr(proposal, "skill_decisions", None) or {}
+    # An agent's change with a flag is quarantined (``skills.settle_agent_changes``).
+    agents = getattr(proposal, "run_id", 0) is None and bool(proposal.skill_changes)
+    dirs = skills.layout_dirs(proposal.layout) if agents else []
     for rel, change in sorted((proposal.skill_changes or {}).items()):
         old, new = change.get("old"), change.get("new")
         status = "added" if old is None else "deleted" if new is None else "changed"
@@ -250,6 +253,7 @@ def skill_diffs(proposal: Any) -> list[dict[str, Any]]:
                 "rows": rows,
                 "decision": decisions.get(rel, ""),
                 "id": f"skill-change-{anchor}",
+                "flags": skills.flags(proposal.layout, rel, new, dirs) if agents else [],
             }
         )
     return shown

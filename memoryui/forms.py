@@ -502,6 +502,10 @@ class SkillDecideForm(forms.Form):
     decision = forms.ChoiceField(choices=[("accept", "accept"), ("reject", "reject")])
 
 
+class ForgottenDecideForm(SkillDecideForm):
+    """A file an agent forgot: accept its removal (forget it) or reject it (keep it)."""
+
+
 # --- the review page: where a reviewer is (filter, page), per-entry actions ------------
 
 REVIEW_FILTERS = [

@@ -12,7 +12,9 @@ such version is left out of the sandbox's archive. Whatever is held back is list
 so the dashboard can show it, and a lint finding that holds back memory is audited
 once per version and finding (``snapshot_store.held_back``, the ``memory.held_back``
 webhook event). Every other file of a layout's memories folder (rollout summaries, raw
-memories, ``raw_memories.md``) is the workspace's, merged from every sandbox.
+memories, ``raw_memories.md``) is the workspace's, merged from every sandbox, except that
+a sandbox is served its own raw memory or rollout summary where another sandbox uploaded
+the same rollout id with other bytes since (``keep_own_files``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from .models import (
     MemoryVersion,
     SkillFileVersion,
     SnapshotStorePolicy,
+    UploadedSnapshot,
     Workspace,
+    WorkspaceFile,
 )
 from .writeback import (
     DOCUMENT_FILES,
@@ -44,6 +48,7 @@ from .writeback import (
 )
 
 HELD_BACK_ACTION = "snapshot_store.held_back"
+FORGETTABLE = (WorkspaceFile.Kind.RAW_MEMORY, WorkspaceFile.Kind.ROLLOUT_SUMMARY)
 AWAITS_REVIEW = "awaits review"
 CURATED_KINDS = {FileKind.MEMORY_INDEX, FileKind.MEMORY_SUMMARY, FileKind.SKILL}
 
@@ -235,3 +240,30 @@ def _audit_lint_holds(workspace: Workspace, held: list[HeldBack], user: Any) -> 
             findings=ids,
             messages=[f.message for f in hold.findings],
         )
+
+
+def keep_own_files(
+    workspace: Workspace, snapshot: UploadedSnapshot | None, served: list[ServedLayout]
+) -> set[str]:
+    """The sandbox's own raw memories and rollout summaries that another sandbox
+    uploaded since with other bytes (``kept_files``; one rollout id, two sandboxes) are
+    served to it as it uploaded them, while the workspace still holds them; the paths
+    so served."""
+    kept = (snapshot.kept_files or {}) if snapshot is not None else {}
+    if not kept:
+        return set()
+    present = set(
+        WorkspaceFile.objects.present()
+        .filter(workspace=workspace, path__in=list(kept), kind__in=FORGETTABLE)
+        .values_list("path", flat=True)
+    )
+    data = dict(Blob.objects.filter(pk__in=set(kept.values())).values_list("pk", "data"))
+    served_paths: set[str] = set()
+    # The innermost layout first: a nested layout's files are its own.
+    for layout in sorted(served, key=lambda s: -len(s.layout.memories_dir)):
+        for path in sorted(present - served_paths):
+            digest = kept[path]
+            if path.startswith(layout.layout.memories_dir + "/") and digest in data:
+                layout.files[path] = bytes(data[digest])
+                served_paths.add(path)
+    return served_paths

@@ -23,6 +23,8 @@ from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from generation import tree
+from generation.lint import lint_file
+from generation.tree import LayoutDirs
 
 from . import proposal_lock, versioning
 from .models import AuditEvent, Layout, Proposal, SkillFileVersion, WorkspaceFile
@@ -96,6 +98,22 @@ def current_files(layout: Layout) -> dict[str, bytes | None]:
         "path", "blob_id", "blob__data"
     ):
         found[path] = bytes(data) if blob_id else None
+    return found
+
+
+def approved_files(layout: Layout) -> dict[str, bytes]:
+    """path -> bytes of each skill file at its latest version not awaiting review
+    (deleted ones left out): what sandboxes are served, lint aside."""
+    found: dict[str, bytes] = {}
+    for path, blob_id, data in (
+        SkillFileVersion.objects.filter(layout=layout, needs_review=False)
+        .order_by("path", "number")
+        .values_list("path", "blob_id", "blob__data")
+    ):
+        if blob_id:
+            found[path] = bytes(data)
+        else:
+            found.pop(path, None)
     return found
 
 
@@ -302,6 +320,83 @@ def approve_changes(
                 "skill.approve",
                 f"approved proposal #{proposal.pk}",
                 Author.PIPELINE,
+            )
+        )
+    return created
+
+
+def layout_dirs(layout: Layout) -> list[LayoutDirs]:
+    """The workspace's layouts, as the lint sees them."""
+    found = layout.workspace.layouts.present().values_list("memories_dir", "sessions_dir")
+    return [LayoutDirs(memories, sessions) for memories, sessions in found]
+
+
+def flags(
+    layout: Layout, rel: str, text: str | None, dirs: list[LayoutDirs] | None = None
+) -> list[str]:
+    """What the write-back's lint says of a proposed skill file (secrets, injected
+    instructions, paths into another layout): an agent's skill change with a flag is
+    quarantined, kept out of an approval unless a reviewer accepts it explicitly.
+    ``dirs``: ``layout_dirs(layout)``, read once by a caller with many files."""
+    if text is None:
+        return []
+    dirs = layout_dirs(layout) if dirs is None else dirs
+    path = f"{layout.memories_dir}/{rel}"
+    return [f.message for f in lint_file(path, text.encode("utf-8"), dirs)]
+
+
+def settle_agent_changes(
+    proposal: Proposal, *, user: Any, undecided: str = ACCEPT, approved: bool = True
+) -> list[SkillFileVersion]:
+    """An agent's proposal decided (inside its transaction, the layout locked): each of
+    its skill changes accepted (explicitly, or left undecided while ``undecided``
+    accepts and no flag quarantines it) becomes the file's current version, approved;
+    a rejected one (every one, when the proposal is rejected: ``approved`` False) leaves
+    the file as sandboxes were served it. The sandbox's own versions of those files
+    stop awaiting review either way."""
+    layout = proposal.layout
+    changes, decisions = Proposal.objects.values_list("skill_changes", "skill_decisions").get(
+        pk=proposal.pk
+    )
+    created = []
+    dirs = layout_dirs(layout)
+    for rel, change in sorted((changes or {}).items()):
+        if not isinstance(change, dict) or skill_of(rel) == "" or ".." in rel.split("/"):
+            continue
+        new = change.get("new")
+        decision = (decisions or {}).get(rel)
+        if decision is None:
+            decision = REJECT if flags(layout, rel, new, dirs) else undecided
+        accepted = approved and decision == ACCEPT
+        mine = SkillFileVersion.objects.filter(
+            layout=layout,
+            path=rel,
+            needs_review=True,
+            reason=f"uploaded by sandbox {proposal.snapshot_id}",
+        )
+        before = (
+            SkillFileVersion.objects.filter(layout=layout, path=rel, needs_review=False)
+            .order_by("-number")
+            .first()
+        )
+        SkillFileVersion.objects.filter(pk__in=list(mine.values_list("pk", flat=True))).update(
+            needs_review=False
+        )
+        data = (None if new is None else str(new).encode("utf-8")) if accepted else data_of(before)
+        current = latest(layout, rel)
+        if versioning.unchanged(current, data):
+            continue
+        verb = "approved" if accepted else "rejected"
+        created.append(
+            _create(
+                layout,
+                rel,
+                data,
+                current,
+                user,
+                "skill.approve" if accepted else "skill.reject",
+                f"{verb} agent proposal #{proposal.pk}",
+                Author.AGENT if accepted else Author.PERSON,
             )
         )
     return created

@@ -52,7 +52,7 @@ from .models import (
     Workspace,
     WorkspaceFile,
 )
-from .served_memory import ServedLayout, served_layouts
+from .served_memory import ServedLayout, keep_own_files, served_layouts
 from .snapshot_members import file_rows, made_up_parents
 from .snapshots import EXPORT_DOWNLOAD_ACTION
 from .writeback import DOCUMENT_FILES
@@ -410,6 +410,7 @@ def sandbox_archive(
     what it is made of differs from the one kept for this id (``download_cache``)."""
     snapshot = uploaded(workspace, snapshot_id)
     served = served_layouts(workspace, user=user)
+    own = keep_own_files(workspace, snapshot, served)
     memory_dirs = [s.layout.memories_dir for s in served]
     has_index = (
         snapshot is not None
@@ -453,12 +454,21 @@ def sandbox_archive(
 
     download = download_cache.fetch(workspace.pk, snapshot_id, key, write)
     if snapshot is not None:
-        # What it was served: each document's version, and the raw memories and rollout
-        # summaries (its next upload lacking one is the agent's forgetting).
+        # What it was served: each document's version, the raw memories and rollout
+        # summaries (its next upload lacking one is the agent's forgetting), and each
+        # skill file's digest (its next upload changing or lacking one is the agent's).
         versions = {
             str(s.layout.pk): {
                 **s.versions,
-                "files": [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE],
+                "files": sorted(
+                    [r[0] for r in rows.get(s.layout.memories_dir, ()) if r[1] in FORGETTABLE]
+                    + [p for p in s.files if p in own]
+                ),
+                "skills": {
+                    path.removeprefix(s.layout.memories_dir + "/"): hashlib.sha256(data).hexdigest()
+                    for path, data in s.files.items()
+                    if path.startswith(s.layout.memories_dir + "/skills/")
+                },
             }
             for s in served
         }

@@ -106,6 +106,11 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
         name="proposal_request_changes",
     ),
     path(proposal + "reserve/", decisions.proposal_reserve, name="proposal_reserve"),
+    path(
+        proposal + "forgotten/decide/",
+        decisions.proposal_forget_decide,
+        name="proposal_forget_decide",
+    ),
     # entries edited by hand, the summary editor
     path(document + "edit/", entries.entry_edit, name="entry_edit"),
     path(document + "pin/", entries.entry_pin, name="entry_pin"),

@@ -80,6 +80,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:proposal_live_card": {"GET": V},
     "memoryui:proposal_live_leave": {"POST": V},
     "memoryui:proposal_reserve": {"POST": R},
+    "memoryui:proposal_forget_decide": {"POST": R},
     "memoryui:entry_edit": {"GET": E, "POST": E},
     "memoryui:entry_pin": {"POST": E},
     "memoryui:versions": {"GET": V},

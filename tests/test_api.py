@@ -150,6 +150,8 @@ def _key(layout, proposal):
 
 
 # (name, role the page needs, API call, page call); calls get (layout, proposal, run).
+FORGOTTEN = "memories/raw_memories/prefs-6e64dc.md"  # the example of a forgotten file
+SKILL_FILE = "skills/triage-flaky-tests/SKILL.md"  # the example of a skill file change
 ENDPOINTS = [
     (
         "workspace",
@@ -265,6 +267,34 @@ ENDPOINTS = [
             "post",
             reverse("memoryui:proposal_decide", args=["a", lay.pk, p.pk]),
             {"document": MD, "key": _key(lay, p), "decision": "reject"},
+        ),
+    ),
+    (
+        "decide_forgotten",
+        Role.REVIEWER,
+        lambda lay, p, r: (
+            "post",
+            api(lay, f"/proposals/{p.pk}/forgotten"),
+            {"paths": [FORGOTTEN], "decision": "reject"},
+        ),
+        lambda lay, p, r: (
+            "post",
+            reverse("memoryui:proposal_forget_decide", args=["a", lay.pk, p.pk]),
+            {"path": FORGOTTEN, "decision": "reject"},
+        ),
+    ),
+    (
+        "decide_skill_files",
+        Role.REVIEWER,
+        lambda lay, p, r: (
+            "post",
+            api(lay, f"/proposals/{p.pk}/skill_files"),
+            {"paths": [SKILL_FILE], "decision": "reject"},
+        ),
+        lambda lay, p, r: (
+            "post",
+            reverse("memoryui:proposal_skill_decide", args=["a", lay.pk, p.pk]),
+            {"path": SKILL_FILE, "decision": "reject"},
         ),
     ),
     (
@@ -641,6 +671,10 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
     schema = Client().get("/api/openapi.json", **bearer(secret)).json()
     proposal = proposal_for(layout)
     real_key = _key(layout, proposal)
+    # An agent's forgetting and skill change, for the examples that decide them.
+    Proposal.objects.filter(pk=proposal.pk).update(
+        forgotten=[FORGOTTEN], skill_changes={SKILL_FILE: {"old": None, "new": "Rerun.\n"}}
+    )
     concrete = {"{name}": "a", "{layout_id}": str(layout.pk), "{proposal_id}": str(proposal.pk)}
     exercised = []
     for path, methods in schema["paths"].items():
@@ -661,7 +695,7 @@ def test_every_request_body_has_examples_and_each_example_is_accepted(model, lay
                 )
                 assert response.status_code in (200, 201, 409), (path, example, response.content)
                 exercised.append((path, response.status_code))
-    assert len(exercised) == 7, exercised
+    assert len(exercised) == 9, exercised
     assert [s for _, s in exercised].count(409) <= 1, exercised
 
 

@@ -163,12 +163,17 @@ def approve(
             )
         # Skill files: the changes people did not reject become current versions.
 
-        skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
-        forgotten = _forget(proposal)
+        if proposal.run_id is None:  # an agent's: its own versions are settled too
+            skill_versions = skills.settle_agent_changes(proposal, user=user, undecided=undecided)
+        else:
+            skill_versions = skills.approve_changes(proposal, user=user, undecided=undecided)
+        forgotten, kept = _forget(proposal, undecided)
         _decided(proposal, Proposal.Status.APPROVED, user)
         detail: dict[str, Any] = {}
         if forgotten:
             detail["forgotten"] = forgotten
+        if kept:
+            detail["kept"] = kept
         if skill_versions:
             detail["skill_files"] = [v.path for v in skill_versions]
         if duplicates:
@@ -334,6 +339,7 @@ def reject_proposal(proposal: Proposal, *, user: Any) -> None:
                     user=user,
                     reason=f"rejected agent proposal #{proposal.pk}",
                 )
+            skills.settle_agent_changes(proposal, user=user, approved=False)
         _decided(proposal, Proposal.Status.REJECTED, user)
         AuditEvent.record(
             proposal.layout.workspace,
@@ -364,6 +370,7 @@ def request_changes(proposal: Proposal, message: str, *, user: Any) -> None:
                     user=user,
                     reason=f"changes requested on agent proposal #{proposal.pk}",
                 )
+            skills.settle_agent_changes(proposal, user=user, approved=False)
         for doc in document_reviews(proposal):
             _record_rejections(proposal, doc, user)
         _decided(proposal, Proposal.Status.CHANGES_REQUESTED, user)
@@ -411,18 +418,23 @@ def review_feedback(layout: Layout) -> tuple[str, list[str]]:
     )
 
 
-def _forget(proposal: Proposal) -> list[str]:
-    """An agent's forgetting, approved: the raw memories and rollout summaries it
-    pruned are gone from the workspace from now on (as files gone from disk are: kept,
-    marked), so no sandbox is served them and no consolidation selects them."""
-    if not proposal.forgotten:
-        return []
+def _forget(proposal: Proposal, undecided: str) -> tuple[list[str], list[str]]:
+    """An agent's forgetting, approved file by file: the raw memories and rollout
+    summaries whose removal was accepted (or left undecided while ``undecided`` accepts)
+    are gone from the workspace from now on (as files gone from disk are: kept, marked),
+    so no sandbox is served them and no consolidation selects them; the others stay.
+    Returns (the paths forgotten, the paths kept)."""
+    found = Proposal.objects.values_list("forgotten", "forgotten_decisions").get(pk=proposal.pk)
+    forgotten, decisions = list(found[0] or []), dict(found[1] or {})
+    if not forgotten:
+        return [], []
+    gone = [p for p in forgotten if decisions.get(p, undecided) != EntryDecision.Decision.REJECT]
     files = WorkspaceFile.objects.present().filter(
-        workspace_id=proposal.layout.workspace_id, path__in=list(proposal.forgotten)
+        workspace_id=proposal.layout.workspace_id, path__in=gone
     )
     paths = sorted(files.values_list("path", flat=True))
     files.update(missing_since=timezone.now())
-    return paths
+    return paths, sorted(set(forgotten) - set(gone))
 
 
 def _settle_agent_versions(

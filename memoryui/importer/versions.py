@@ -5,12 +5,14 @@ sandbox that wrote them (``memoryui.agent_proposals``)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from generation.kinds import FileKind
 
-from .. import skills
+from .. import documents, skills
 from ..models import ImportRun, Layout, MemoryVersion, UploadedSnapshot, Workspace, WorkspaceFile
 from .reading import Item, StoredFile, file_name
 
@@ -70,7 +72,9 @@ class VersionRecorder:
         rollouts of the upload (of an import: those it found new or changed, ``touched``).
         ``items``: every file the import found."""
         forgotten = self._forgotten(items)
-        if not self.agent_versions and not forgotten:
+        skill_changes = self._skill_changes(items)
+        clashes = self._record_own_files(touched)
+        if not self.agent_versions and not forgotten and not skill_changes:
             return
         from .. import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
 
@@ -80,7 +84,8 @@ class VersionRecorder:
                 rollouts.setdefault(item.layout_id, []).append(
                     file_name(item.path).removesuffix(".jsonl")
                 )
-        for layout in Layout.objects.filter(pk__in={*self.agent_versions, *forgotten}):
+        changed = {*self.agent_versions, *forgotten, *skill_changes}
+        for layout in Layout.objects.filter(pk__in=changed):
             agent_proposals.record(
                 layout,
                 self.agent_versions.get(layout.pk, (layout, []))[1],
@@ -88,7 +93,97 @@ class VersionRecorder:
                 import_run=run,
                 inputs=sorted(rollouts.get(layout.pk, [])),
                 forgotten=forgotten.get(layout.pk, []),
+                skill_changes=skill_changes.get(layout.pk, {}),
+                clashes=clashes.get(layout.pk, []),
             )
+
+    def _record_own_files(self, touched: list[Item]) -> dict[int, list[dict[str, Any]]]:
+        """The raw memories and rollout summaries this upload brought new or changed
+        become the sandbox's own (``UploadedSnapshot.own_files``); another sandbox that
+        owns one of them with other bytes keeps its own in its downloads (its
+        ``kept_files``). Per layout, those clashes, each naming both sandboxes."""
+        if not self.merge:
+            return {}
+        kinds = (FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY)
+        mine = {i.path: i for i in touched if i.kind in kinds and i.digest}
+        if not mine:
+            return {}
+        snapshots = UploadedSnapshot.objects.filter(workspace=self.workspace)
+        others = snapshots.exclude(snapshot_id=self.merge)
+        paths = sorted(mine)
+        clashes: dict[int, list[dict[str, Any]]] = {}
+        kept: dict[int, dict[str, str]] = {}
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            for pk, other, owned in (
+                others.filter(own_files__has_any_keys=chunk)
+                .order_by("snapshot_id")
+                .values_list("pk", "snapshot_id", "own_files")
+            ):
+                for path in chunk:
+                    theirs = owned.get(path)
+                    if theirs not in (None, mine[path].digest):
+                        kept.setdefault(pk, {})[path] = theirs
+                        clashes.setdefault(mine[path].layout_id or 0, []).append(
+                            {"path": path, "sandboxes": [other, self.merge]}
+                        )
+        for snapshot in snapshots.filter(pk__in=kept).only("kept_files"):
+            UploadedSnapshot.objects.filter(pk=snapshot.pk).update(
+                kept_files={**snapshot.kept_files, **kept[snapshot.pk]}
+            )
+        own, held = snapshots.filter(snapshot_id=self.merge).values_list(
+            "own_files", "kept_files"
+        ).first() or ({}, {})
+        snapshots.filter(snapshot_id=self.merge).update(
+            own_files={**own, **{p: i.digest for p, i in mine.items()}},
+            # What it uploads again is the workspace's now: nothing to keep apart.
+            kept_files={p: d for p, d in held.items() if p not in mine},
+        )
+        return clashes
+
+    def _served(self) -> dict[str, Any]:
+        """What the uploading sandbox's last download served it, per layout pk."""
+        return (
+            UploadedSnapshot.objects.filter(workspace=self.workspace, snapshot_id=self.merge)
+            .values_list("served", flat=True)
+            .first()
+        ) or {}
+
+    def _skill_changes(self, items: dict[str, Item]) -> dict[int, dict[str, dict[str, Any]]]:
+        """Per layout the upload holds files of, its skill files that differ from what
+        the sandbox was served (its last download's; without one, what is served now),
+        and those it was served and lacks: {"skills/<name>/<file>": {"old": text or
+        None, "new": text or None}}, the agent's skill changes for its proposal."""
+        if not self.merge:
+            return {}
+        served = self._served()
+        uploaded: dict[int, dict[str, str]] = {}
+        held = {item.layout_id for item in items.values() if item.layout_id is not None}
+        for item in items.values():
+            if item.kind == FileKind.SKILL and item.memories_dir and item.digest:
+                rel = item.path.removeprefix(item.memories_dir + "/")
+                uploaded.setdefault(item.layout_id or 0, {})[rel] = item.digest
+        out: dict[int, dict[str, dict[str, Any]]] = {}
+        for layout in Layout.objects.filter(pk__in=held):
+            got = served.get(str(layout.pk))
+            base = (got or {}).get("skills") if isinstance(got, dict) else None
+            if not isinstance(base, dict):  # never downloaded: what it would get now
+                base = {
+                    rel: hashlib.sha256(data).hexdigest()
+                    for rel, data in skills.approved_files(layout).items()
+                }
+                lacking: list[str] = []
+            else:
+                lacking = [rel for rel in base if rel not in uploaded.get(layout.pk, {})]
+            changes = {
+                rel: {"old": _text(base.get(rel)), "new": _text(digest)}
+                for rel, digest in uploaded.get(layout.pk, {}).items()
+                if base.get(rel) != digest and skills.skill_of(rel)
+            }
+            changes.update({rel: {"old": _text(base[rel]), "new": None} for rel in lacking})
+            if changes:
+                out[layout.pk] = changes
+        return out
 
     def _forgotten(self, items: dict[str, Item]) -> dict[int, list[str]]:
         """Per layout the upload holds files of, the raw memories and rollout summaries
@@ -96,11 +191,7 @@ class VersionRecorder:
         still has: the agent pruned them (the SDK's consolidation does)."""
         if not self.merge:
             return {}
-        served = (
-            UploadedSnapshot.objects.filter(workspace=self.workspace, snapshot_id=self.merge)
-            .values_list("served", flat=True)
-            .first()
-        ) or {}
+        served = self._served()
         # Only layouts the upload holds files of: a sandbox without a layout's folder
         # forgot nothing of it.
         held = {item.layout_id for item in items.values() if item.layout_id is not None}
@@ -148,3 +239,7 @@ class VersionRecorder:
                 found.setdefault(old.layout_id, []).append((rel, None))
         if found:
             skills.record_import(found, now=self.now, uploaded_by=self.merge)
+
+
+def _text(digest: str | None) -> str | None:
+    return None if digest is None else documents.text(digest)

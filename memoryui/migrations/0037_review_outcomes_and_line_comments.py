@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryui', '0035_judge_verdicts'),
+        ('memoryui', '0036_agent_proposal_files'),
     ]
 
     operations = [

@@ -62,6 +62,12 @@ class UploadedSnapshot(models.Model):
     # What its last download served it: {"<layout pk>": {"<document>": version number}},
     # the base of the agent's next change (``memoryui.agent_proposals``).
     served = models.JSONField(default=dict, blank=True)
+    # The raw memories and rollout summaries its uploads brought new or changed (its
+    # own, not what it was served and sent back): {workspace path: sha256}; and those
+    # of them another sandbox uploaded since with other bytes (one rollout id, two
+    # sandboxes), which its downloads serve as it uploaded them: ``kept_files``.
+    own_files = models.JSONField(default=dict, blank=True)
+    kept_files = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-uploaded_at", "-pk"]

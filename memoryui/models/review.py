@@ -48,6 +48,13 @@ class Proposal(models.Model):
     # Raw memories and rollout summaries (workspace paths) the sandbox was served and
     # its uploads lack: the agent's forgetting, applied to the workspace on approval.
     forgotten = models.JSONField(default=list, blank=True)
+    # People's decision on each forgotten file: {path: "accept" (forget it) | "reject"
+    # (keep it)}; a file nobody decided follows the approval's choice for undecided ones.
+    forgotten_decisions = models.JSONField(default=dict, blank=True)
+    # Raw memories and rollout summaries this sandbox uploaded with other bytes than
+    # another sandbox did for the same rollout id: [{"path", "sandboxes": [theirs, ours]}]
+    # (each sandbox's downloads keep its own).
+    clashes = models.JSONField(default=list, blank=True)
     agent_versions = models.ManyToManyField(
         MemoryVersion, blank=True, related_name="agent_proposals"
     )

@@ -1,8 +1,9 @@
 """What reviewers decide on a proposal: per entry (accept, reject, undo, viewed, pin),
-and on the whole (approve, request changes, reject, reserve it while reviewing). A
-decision that comes too late (another reviewer's, a held proposal) is refused with 409
-and what happened instead. The review page itself is ``proposals``; what the entry
-actions share (load, validate, refuse, the card they answer with), ``entry_actions``."""
+per file an agent forgot (forget or keep), and on the whole (approve, request changes,
+reject, reserve it while reviewing). A decision that comes too late (another reviewer's,
+a held proposal) is refused with 409 and what happened instead. The review page itself
+is ``proposals``; what the entry actions share (load, validate, refuse, the card they
+answer with), ``entry_actions``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import consolidation, curation, entry_checks, forms, review_cards
+from .. import agent_proposals, consolidation, curation, entry_checks, forms, review_cards
 from ..models import MemoryVersion, Proposal, Role
 from ..review_cards import key_slug
 from ..roles import has_role, workspace_view
@@ -374,4 +375,46 @@ def proposal_reserve(request: HtmxHttpRequest, name: str, layout_pk: int, pk: in
             **reservation(request, proposal),
         },
         status=409 if refused else 200,
+    )
+
+
+@workspace_view(Role.REVIEWER)
+@require_POST
+def proposal_forget_decide(
+    request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
+) -> HttpResponse:
+    """Accept (forget) or reject (keep) the removal of one file an agent's proposal
+    forgot; back to the review page's list (the file's row alone for htmx)."""
+    proposal = proposal_of(request, pk)
+    back = review_url(proposal) + "#forgotten"
+    form = forms.ForgottenDecideForm(request.POST)
+    if not form.is_valid():
+        return bad_request(request, form, back=back, workspace=proposal.layout.workspace)
+    path = form.cleaned_data["path"]
+    if path not in proposal.forgotten:
+        return bad_request(
+            request,
+            f"{path} is not a file this proposal forgets.",
+            back=back,
+            workspace=proposal.layout.workspace,
+        )
+    try:
+        agent_proposals.decide_forgetting(
+            proposal, [path], form.cleaned_data["decision"], user=request.user
+        )
+    except curation.DecisionRefused as exc:
+        return refuse(request, proposal, exc, "decision")
+    if not request.htmx:
+        return redirect(back)
+    (file,) = [f for f in agent_proposals.forgotten_files(proposal) if f["path"] == path]
+    return render(
+        request,
+        "memoryui/proposal_review.html#forgotten-file",
+        {
+            "file": file,
+            "proposal": proposal,
+            "layout": proposal.layout,
+            "workspace": proposal.layout.workspace,
+            "can_decide": True,
+        },
     )

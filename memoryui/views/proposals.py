@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from generation.summary import injected_summary
 
-from .. import consolidation, curation, entry_checks, forms, review_cards
+from .. import agent_proposals, consolidation, curation, entry_checks, forms, review_cards
 from ..models import (
     ROLE_ORDER,
     EntryCheck,
@@ -179,6 +179,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "injection": injected_summary(proposal.memory_summary.encode()),
             **review_marks.lint_banner(proposal, findings, reviews, marks.poisoned),
             "skill_changes": consolidation.skill_diffs(proposal),
+            "forgotten_files": agent_proposals.forgotten_files(proposal),
         },
     )
 

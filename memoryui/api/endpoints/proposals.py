@@ -1,6 +1,6 @@
 """Proposals: the list, one proposal's entries (each a review card, as
-``review_cards`` presents it) and progress, and the decisions on them: per entry,
-approve, request changes, reject."""
+``review_cards`` presents it), the files an agent's proposal forgot, and progress, and
+the decisions on them: per entry, per forgotten file, approve, request changes, reject."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -12,7 +12,7 @@ from ninja import Field, Query, Schema
 from ninja.pagination import paginate
 from pydantic import ConfigDict
 
-from ... import curation, review_cards
+from ... import agent_proposals, consolidation, curation, review_cards, skills
 from ...models import Comment, Proposal, Role
 from ..core import ERRORS, DocumentName, Mapped, Pages, api, conflict, conflict_422, layout
 from .memory import VersionOut, version_out
@@ -96,8 +96,40 @@ class CommentOut(Schema):
     created_at: datetime
 
 
+class ForgottenOut(Schema):
+    path: str = Field(description="a raw memory or rollout summary, relative to the workspace")
+    decision: str = Field(
+        description='"accept": forgotten on approval; "reject": kept; "" undecided (follows '
+        "the approval's choice for undecided changes)"
+    )
+
+
+class SkillFileOut(Schema):
+    path: str = Field(description="relative to the layout's memories dir: skills/<name>/...")
+    status: str = Field(description='"added", "changed" or "deleted"')
+    decision: str = Field(description='"accept", "reject" or "" (undecided)')
+    flags: list[str] = Field(
+        description="an agent's change: what the lint found; one with a flag is quarantined "
+        "(kept out of an approval unless accepted)"
+    )
+
+
+class ClashOut(Schema):
+    path: str
+    sandboxes: list[str] = Field(description="the snapshot ids that uploaded it with other bytes")
+
+
 class ProposalDetail(ProposalOut):
     changes: list[ChangeOut]
+    skill_files: list[SkillFileOut] = Field(description="skill files it adds, changes or deletes")
+    clashes: list[ClashOut] = Field(
+        description="an agent's proposal: rollout files another sandbox uploaded with other "
+        "bytes (each sandbox's restore keeps its own)"
+    )
+    forgotten: list[ForgottenOut] = Field(
+        description="an agent's proposal: the files its sandbox was served and its upload "
+        "lacks, each decided on its own"
+    )
     conflicts: list[str]
     progress: ProgressOut
     comments: list[CommentOut]
@@ -192,6 +224,18 @@ def get_proposal(
         **_proposal_out(p),
         "changes": changes,
         "conflicts": conflicts,
+        "skill_files": [
+            {k: f[k] for k in ("path", "status", "decision", "flags")}
+            for f in consolidation.skill_diffs(p)
+        ],
+        "clashes": [
+            {"path": c.get("path", ""), "sandboxes": list(c.get("sandboxes", []))}
+            for c in p.clashes
+        ],
+        "forgotten": [
+            {"path": f["path"], "decision": f["decision"]}
+            for f in agent_proposals.forgotten_files(p)
+        ],
         "progress": review_cards.progress(p, request.user, marks),
         "comments": [_comment_out(c, applied) for c in p.comments.select_related("author")],
     }
@@ -263,6 +307,73 @@ def decide(request: HttpRequest, name: str, layout_id: int, proposal_id: int, bo
                     user=request.user,
                     edited_text=body.edited_text,
                 )
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    return get_proposal(request, name, layout_id, proposal_id, all=False)
+
+
+class ForgottenDecisionIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"paths": ["memories/raw_memories/prefs-6e64dc.md"], "decision": "reject"}]
+        }
+    )
+
+    paths: list[str] = Field(..., min_length=1, max_length=1000)
+    decision: Literal["accept", "reject"] = Field(
+        description='"accept": forget the file when the proposal is approved; "reject": keep it'
+    )
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/forgotten",
+    response={200: ProposalDetail, **ERRORS},
+    tags=["proposals"],
+)
+def decide_forgotten(
+    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: ForgottenDecisionIn
+):
+    """Accept or reject the removal of files an agent's proposal forgot (reviewers), as
+    the review page does."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    unknown = [path for path in body.paths if path not in p.forgotten]
+    if unknown:
+        raise conflict_422(f"not a file this proposal forgets: {', '.join(unknown)}")
+    try:
+        agent_proposals.decide_forgetting(p, body.paths, body.decision, user=request.user)
+    except ValueError as exc:
+        raise conflict(str(exc)) from exc
+    return get_proposal(request, name, layout_id, proposal_id, all=False)
+
+
+class SkillDecisionIn(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"paths": ["skills/triage-flaky-tests/SKILL.md"], "decision": "reject"}]
+        }
+    )
+
+    paths: list[str] = Field(..., min_length=1, max_length=1000)
+    decision: Literal["accept", "reject"]
+
+
+@api.post(
+    "/workspaces/{name}/layouts/{layout_id}/proposals/{proposal_id}/skill_files",
+    response={200: ProposalDetail, **ERRORS},
+    tags=["proposals"],
+)
+def decide_skill_files(
+    request: HttpRequest, name: str, layout_id: int, proposal_id: int, body: SkillDecisionIn
+):
+    """Accept or reject skill file changes (reviewers), as the review page does."""
+    p = _proposal(request, name, layout_id, proposal_id, Role.REVIEWER)
+    unknown = [path for path in body.paths if path not in (p.skill_changes or {})]
+    if unknown:
+        raise conflict_422(f"not a skill file this proposal changes: {', '.join(unknown)}")
+    try:
+        with transaction.atomic():  # all of them or, when refused, none
+            for path in body.paths:
+                skills.decide(p, path, body.decision, user=request.user)
     except ValueError as exc:
         raise conflict(str(exc)) from exc
     return get_proposal(request, name, layout_id, proposal_id, all=False)
