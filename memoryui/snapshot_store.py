@@ -238,6 +238,7 @@ def import_upload(
             progress=progress,
             merge=job.original_name,
             fill_only=later_merged,
+            index=_job_index(job),
         )
         # Replaced by a later upload: no restore reads it. Read without a lock (a lock
         # here took part in deadlocks with the same sandbox's uploads and restores): an upload that
@@ -359,6 +360,18 @@ def _index_of(snapshot: UploadedSnapshot) -> list[tuple[Any, ...]] | None:
     except (ValueError, zlib.error) as exc:  # another format, or damaged: parse instead
         log.warning("the member index of upload %s is unreadable (%s)", snapshot.pk, exc)
         return None
+
+
+def _job_index(job: ImportJob) -> list[tuple[Any, ...]] | None:
+    """The member index made when this job's upload came in, while it is still its
+    sandbox's latest (an index is kept for the latest upload of an id only): the merge
+    then reads the members by their offsets instead of parsing the archive again."""
+    if job.workspace_id is None:
+        return None
+    snapshot = UploadedSnapshot.objects.filter(
+        workspace_id=job.workspace_id, snapshot_id=job.original_name, path=job.source_path
+    ).first()
+    return _index_of(snapshot) if snapshot is not None else None
 
 
 def uploaded(workspace: Workspace, snapshot_id: str) -> UploadedSnapshot | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,7 @@ def import_workspace(
     scheduled: bool = False,
     merge: str = "",
     fill_only: bool = False,
+    index: Sequence[Sequence[Any]] | None = None,
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
@@ -106,6 +107,8 @@ def import_workspace(
     agent version to review, a layout's first one included. With ``fill_only`` (an
     upload merged after a later upload of the same sandbox was), it only adds the files
     the workspace lacks: what it holds already came from the later upload, and stays.
+    ``index``: the upload's member index, made when it came in (its members are then
+    read by their offsets, not parsed again).
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
     has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
@@ -116,7 +119,7 @@ def import_workspace(
     if source.is_symlink():
         raise tree.TreeError(f"{source} is a symbolic link; give the real path.")
     is_dir = source.is_dir()
-    archive = None if is_dir else read_entries(source, limits, bool(merge))  # raises TreeError
+    archive = None if is_dir else read_entries(source, limits, bool(merge), index)  # TreeError
     started = timezone.now()
     kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
     with _gc_paused(), transaction.atomic():

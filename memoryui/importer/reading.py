@@ -10,11 +10,12 @@ all. An archive (an SDK snapshot, a sandbox's upload) is read entry by entry.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat as stat_mode
 import tarfile
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -28,6 +29,8 @@ from generation.kinds import FileKind
 from generation.tree import Problem
 
 from ..models import ImportRun, Workspace, WorkspaceFile
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 # A file modified this close to the previous import may share its mtime with the
@@ -73,11 +76,28 @@ def file_name(path: str) -> str:
     return path.rpartition("/")[2]
 
 
-def read_entries(source: Path, limits: tree.Limits, links: bool) -> Iterator[tree.Entry | Problem]:
+def read_entries(
+    source: Path,
+    limits: tree.Limits,
+    links: bool,
+    index: Sequence[Sequence[Any]] | None = None,
+) -> Iterator[tree.Entry | Problem]:
     """The archive's entries; with ``links``, in-tree symbolic links are passed over
-    (the remote store serves them from the stored archive) and hostile ones refused."""
+    (the remote store serves them from the stored archive) and hostile ones refused.
+    With the member ``index`` made when the archive came in (a sandbox's upload, read
+    whole and found safe then), its members are read by their offsets instead of being
+    parsed again, once the index is found to fit the archive."""
     if not links:
         return tree.read_source(source, limits)
+    if index is not None:
+        fh = open(source, "rb")  # noqa: SIM115 (closed by the generator, or just below)
+        try:
+            tree.check_indexed(fh, index)
+        except (tree.IndexMismatch, OSError) as exc:
+            fh.close()
+            log.warning("the member index of %s does not fit it (%s): parsed instead", source, exc)
+        else:
+            return _indexed(fh, index)
     if not tarfile.is_tarfile(source):
         raise tree.TreeError(f"{source} is not a tar archive.")
     return (
@@ -85,6 +105,13 @@ def read_entries(source: Path, limits: tree.Limits, links: bool) -> Iterator[tre
         for item in tree.read_archive(source, limits, links=True)
         if not isinstance(item, tree.Link)
     )
+
+
+def _indexed(fh: Any, index: Sequence[Sequence[Any]]) -> Iterator[tree.Entry | Problem]:
+    with fh:
+        for item in tree.indexed_entries(fh, index):
+            if not isinstance(item, tree.Link):
+                yield item
 
 
 class TreeReader:

@@ -1,0 +1,113 @@
+"""A sandbox's upload is read whole and checked when it comes in, and where each member
+sits is kept (the member index the restores copy by). Its merge reads the members by
+those offsets too, instead of parsing the archive's headers again: the same rows as
+parsing, and parsing again whenever the index does not fit the archive."""
+
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from generation import tree
+from generation.tree import directory as tree_directory
+from memoryui import tokens
+from memoryui.importer import import_workspace
+from memoryui.models import ImportJob, UploadedSnapshot, WorkspaceFile
+from memoryui.workspaces import run_import_job
+from tests.factories import make_user
+from tests.test_snapshot_store import S, sandbox
+
+
+@pytest.fixture
+def store(settings, tmp_path):
+    settings.MEMORYUI_REMOTE_STORE_DIR = tmp_path / "store"
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def ops(db):
+    user = make_user("ops", staff=True)
+    return user, tokens.create_token(user, "t", ["w"]).secret
+
+
+@pytest.fixture
+def parses(monkeypatch) -> list[object]:
+    """The archives parsed (``tree.read_archive``) from now on."""
+    parsed: list[object] = []
+    real = tree.read_archive
+
+    def counting(*args, **kwargs):
+        parsed.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tree, "read_archive", counting)
+    monkeypatch.setattr(tree_directory, "read_archive", counting)
+    return parsed
+
+
+def put(secret: str, snapshot_id: str, data: bytes, capture) -> int:
+    """PUT the archive; returns its merge job (not run yet)."""
+    with capture(execute=False):
+        answer = Client().put(
+            f"/api/workspaces/w/snapshots/{snapshot_id}",
+            data,
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+    assert answer.status_code == 202, answer.content
+    return answer.json()["import_job"]
+
+
+def files_of(name: str) -> dict[str, tuple[object, ...]]:
+    rows = WorkspaceFile.objects.filter(workspace__name=name)
+    return {
+        path: (blob, mode, mtime_ns, size, kind)
+        for path, blob, mode, mtime_ns, size, kind in rows.values_list(
+            "path", "blob_id", "mode", "mtime_ns", "size", "kind"
+        )
+    }
+
+
+@pytest.mark.django_db
+def test_a_merge_reads_the_upload_by_its_index_and_writes_what_parsing_writes(
+    store, ops, django_capture_on_commit_callbacks, parses
+):
+    _, secret = ops
+    own = {"README.md": b"sandbox X\n", "bin/run.sh": b"#!/bin/sh\necho x\n"}
+    own["notes/" + "a-long-directory-name/" * 6 + "deep.txt"] = "naïve café\n".encode()
+    data = sandbox("rx", own, links={"docs/readme.md": "../README.md"})
+    job = put(secret, "x", data, django_capture_on_commit_callbacks)
+    assert len(parses) == 1  # the upload's check read it whole, once
+    parses.clear()
+
+    done = run_import_job(job)
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert parses == []  # the merge parsed no header: it read the members by offset
+    by_index = files_of("w")
+    assert f"{S}/rx.jsonl" in by_index and by_index["bin/run.sh"][1] == 0o755
+
+    archive = Path(UploadedSnapshot.objects.get(snapshot_id="x").path)
+    import_workspace(archive, "parsed", merge="x")
+    assert len(parses) == 1
+    assert files_of("parsed") == by_index
+
+
+@pytest.mark.django_db
+def test_a_merge_whose_archive_is_not_the_indexed_one_parses_it(
+    store, ops, django_capture_on_commit_callbacks, parses
+):
+    _, secret = ops
+    job = put(
+        secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
+    )
+    stored = Path(UploadedSnapshot.objects.get(snapshot_id="x").path)
+    stored.write_bytes(sandbox("rx", {"README.md": b"second, longer\n", "new.txt": b"n\n"}))
+    parses.clear()
+
+    done = run_import_job(job)
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert len(parses) == 1  # each header checked, one did not fit: parsed instead
+    files = files_of("w")
+    assert files["README.md"][3] == len(b"second, longer\n") and "new.txt" in files
