@@ -447,6 +447,7 @@ def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[
         counts["viewed"] += entry in marks.viewed
     total = len(entries)
     decided = counts["accepted"] + counts["rejected"]
+    files, files_decided = file_progress(proposal)
     return {
         **counts,
         "total": total,
@@ -454,7 +455,23 @@ def progress(proposal: Proposal, user: Any, marks: Marks | None = None) -> dict[
         "undecided": total - decided,
         "not_viewed": total - counts["viewed"],
         "percent": round(100 * decided / (total or 1)),
+        "files": files,
+        "files_decided": files_decided,
     }
+
+
+def file_progress(proposal: Proposal) -> tuple[int, int]:
+    """The proposal's files decided one by one (skill files it changes, files an
+    agent's upload forgot): how many, and how many have a decision. From the
+    proposal's own row: no query."""
+    outcomes = {EntryDecision.Decision.ACCEPT, EntryDecision.Decision.REJECT}
+    skill_decisions = proposal.skill_decisions or {}
+    forgotten_decisions = proposal.forgotten_decisions or {}
+    skill_files = list(proposal.skill_changes or {})
+    forgotten = list(proposal.forgotten or [])
+    decided = sum(skill_decisions.get(path) in outcomes for path in skill_files)
+    decided += sum(forgotten_decisions.get(path) in outcomes for path in forgotten)
+    return len(skill_files) + len(forgotten), decided
 
 
 def diff_html(rows: list[Any], comments: dict[int, list[Any]] | None = None) -> SafeString:

@@ -63,6 +63,7 @@ def test_each_file_a_sandbox_forgot_is_decided_on_its_own(
     review = f"/w/a/layouts/{base.pk}/proposals/{proposal.pk}/"
     page = admin_client.get(review).content.decode()
     assert "2 files the agent forgot" in page and page.count('name="path" value="memories/raw') == 2
+    assert "0 of 2 files decided" in page  # the meter counts the files to decide
 
     # The page forgets one (its row answers, for htmx), the API keeps the other.
     answer = admin_client.post(
@@ -73,6 +74,7 @@ def test_each_file_a_sandbox_forgot_is_decided_on_its_own(
     row = answer.content.decode()
     assert answer.status_code == 200 and FORGOT in row and ">forget</span>" in row
     assert "<html" not in row
+    assert 'id="review-progress"' in row and "1 of 2 files decided" in row  # the meter follows
     api = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.create_token(admin_user, 'r', ['a']).secret}")
     url = f"/api/workspaces/a/layouts/{base.pk}/proposals/{proposal.pk}"
     kept = api.post(
@@ -83,7 +85,9 @@ def test_each_file_a_sandbox_forgot_is_decided_on_its_own(
         {"path": KEPT, "decision": "reject"},
         {"path": FORGOT, "decision": "accept"},
     ]
-    assert ">keep</span>" in admin_client.get(review).content.decode()
+    page = admin_client.get(review).content.decode()
+    assert ">keep</span>" in page and "2 of 2 files decided" in page
+    assert kept.json()["progress"]["files"] == 2 and kept.json()["progress"]["files_decided"] == 2
 
     curation.approve(proposal, user=admin_user)
 
@@ -225,8 +229,13 @@ def test_an_uploads_skill_files_are_decided_file_by_file_and_held_back_until_the
     assert "tells the model to ignore its instructions" in page
 
     # The page accepts one, the API rejects another and shows the flag of the third.
+    files = len(proposal.skill_changes) + len(proposal.forgotten)  # its upload lacked some
+    assert f"0 of {files} files decided" in page
     decide = f"/w/a/layouts/{eng.pk}/skills/proposals/{proposal.pk}/decide/"
-    assert admin_client.post(decide, {"path": SKILL, "decision": "accept"}).status_code == 302
+    card = admin_client.post(
+        decide, {"path": SKILL, "decision": "accept"}, headers={"HX-Request": "true"}
+    ).content.decode()
+    assert SKILL in card and f"1 of {files} files decided" in card  # the meter follows
     api = Client(HTTP_AUTHORIZATION=f"Bearer {tokens.create_token(admin_user, 'r', ['a']).secret}")
     answer = api.post(
         f"/api/workspaces/a/layouts/{eng.pk}/proposals/{proposal.pk}/skill_files",

@@ -99,6 +99,8 @@ def test_the_card_the_page_and_the_api_count_the_same_progress(layout):
         "viewed": 2,
         "not_viewed": 1,
         "percent": 0,
+        "files": 0,  # no skill file, nothing an agent forgot
+        "files_decided": 0,
     }
     states = {c["key"]: (c["state"], c["viewed"]) for c in api["changes"]}
     assert states == {keys[0]: ("edited", True), keys[1]: ("reject", True), keys[2]: ("", False)}

@@ -13,6 +13,7 @@ from django.contrib import messages
 from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -22,7 +23,7 @@ from ..review_cards import key_slug
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request
 from .entry_actions import change_or_404, entry_action, entry_answer, invalid, refuse, reservation
-from .review_common import REVIEW_PAGE_SIZE, proposal_of, review_url
+from .review_common import REVIEW_PAGE_SIZE, progress_bar, proposal_of, review_url
 
 
 @workspace_view(Role.REVIEWER)
@@ -407,14 +408,12 @@ def proposal_forget_decide(
     if not request.htmx:
         return redirect(back)
     (file,) = [f for f in agent_proposals.forgotten_files(proposal) if f["path"] == path]
-    return render(
-        request,
-        "memoryui/proposal_review.html#forgotten-file",
-        {
-            "file": file,
-            "proposal": proposal,
-            "layout": proposal.layout,
-            "workspace": proposal.layout.workspace,
-            "can_decide": True,
-        },
-    )
+    context = {
+        "file": file,
+        "proposal": proposal,
+        "layout": proposal.layout,
+        "workspace": proposal.layout.workspace,
+        "can_decide": True,
+    }
+    row = render_to_string("memoryui/proposal_review.html#forgotten-file", context, request)
+    return HttpResponse(row + progress_bar(request, proposal))

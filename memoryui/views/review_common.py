@@ -1,6 +1,6 @@
 """What the review's views share: the route's proposal (its texts kept between
-requests, the review page and every entry action need them), the review page's URL
-and how many cards a page of it shows."""
+requests, the review page and every entry action need them), the review page's URL,
+how many cards a page of it shows, and its meter (out of band, for a file decision)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from django.db import connection
 from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
 from django.urls import reverse
 
-from .. import documents
+from .. import documents, review_cards
 from ..models import Proposal
 from .common import HtmxHttpRequest
 
@@ -82,3 +83,13 @@ def review_url(proposal: Proposal, anchor: str = "") -> str:
         args=[proposal.layout.workspace.name, proposal.layout_id, proposal.pk],
     )
     return url + (f"#{anchor}" if anchor else "")
+
+
+def progress_bar(request: HtmxHttpRequest, proposal: Proposal) -> str:
+    """The review page's meter, out of band: what a file decision answers beside its
+    row, so that the count of files decided follows."""
+    return render_to_string(
+        "memoryui/proposal_review.html#progress",
+        {"progress": review_cards.progress(proposal, request.user), "oob": True},
+        request=request,
+    )

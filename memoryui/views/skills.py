@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.db.models import F
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -23,6 +24,7 @@ from ..models import Blob, Layout, Proposal, Role, SkillFileVersion
 from ..rendering import render_markdown
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request
+from .review_common import progress_bar
 
 
 def _rel(skill: str, file: str) -> str:
@@ -571,8 +573,7 @@ def proposal_skill_decide(
         )
     if request.htmx:
         change = next(c for c in consolidation.skill_diffs(proposal) if c["path"] == path)
-        return render(
-            request,
+        card = render_to_string(
             "memoryui/_skill_changes.html#skill-card",
             {
                 "change": change,
@@ -581,5 +582,7 @@ def proposal_skill_decide(
                 "workspace": layout.workspace,
                 "can_review": True,
             },
+            request=request,
         )
+        return HttpResponse(card + progress_bar(request, proposal))
     return redirect(review + "#skills")

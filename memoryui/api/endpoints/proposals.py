@@ -78,6 +78,10 @@ class ProgressOut(Schema):
     viewed: int
     not_viewed: int
     percent: int
+    files: int = Field(
+        description="files decided one by one: skill files it changes, files an agent forgot"
+    )
+    files_decided: int
 
 
 class CommentOut(Schema):
