@@ -154,6 +154,27 @@ def test_a_copy_failing_half_way_leaves_no_workspace_and_no_rows(
     assert Rollout.objects.filter(layout__workspace__name="halfway").count() == 300
 
 
+@pytest.mark.postgresql
+def test_blobs_another_import_stored_meanwhile_are_skipped_not_an_error(
+    db, fixtures_dir, frozen_clock, monkeypatch
+):
+    """New blobs go straight into their table; one that another import stored after
+    this one looked (here: every one, the lookup made to see none) is skipped as
+    before, and the import goes through with the same rows."""
+    tree = fixtures_dir / "medium-300" / "workspace"
+    import_workspace(tree, "first")
+    blobs = Blob.objects.count()
+    monkeypatch.setattr(bulk, "_not_stored", lambda model, index, key, rows: list(rows))
+
+    result = import_workspace(tree, "second")
+
+    assert result.imported_anything and not result.errors
+    assert Blob.objects.count() == blobs
+    first, second = rows_of("first"), rows_of("second")
+    assert first["blobs"] == second["blobs"]
+    assert [row[1:] for row in first["files"]] == [row[1:] for row in second["files"]]
+
+
 def rows_written() -> int:
     """Rows this connection inserted, updated or deleted so far (in this transaction, on
     PostgreSQL): what a write costs, counted by the database itself."""
