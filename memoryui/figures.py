@@ -10,7 +10,7 @@ production). A workspace never imported (no stamp) is computed on every view.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from django.core.cache import cache
@@ -39,3 +39,21 @@ def cached(workspace: Workspace, name: str, compute: Callable[[], T]) -> T:
         found = compute()
         cache.set(cache_key, found, TIMEOUT)
     return found
+
+
+def cached_many(
+    workspaces: Sequence[Workspace], name: str, compute: Callable[[list[Workspace]], dict[int, T]]
+) -> dict[int, T]:
+    """Each workspace's figure by pk: those kept since their last import from the cache in
+    one read, the others from one ``compute(missing)``, which must give every pk asked."""
+    keys = {w.pk: key(w, name) for w in workspaces}
+    found = cache.get_many([k for k in keys.values() if k is not None])
+    figures = {pk: found[k] for pk, k in keys.items() if k in found}
+    missing = [w for w in workspaces if w.pk not in figures]
+    if missing:
+        computed = compute(missing)
+        figures.update(computed)
+        cache.set_many(
+            {k: computed[w.pk] for w in missing if (k := keys[w.pk]) is not None}, TIMEOUT
+        )
+    return figures

@@ -3,7 +3,9 @@
 import pytest
 from django.apps import apps
 from django.contrib import admin
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryui.importer import import_workspace
@@ -60,6 +62,30 @@ def test_workspace_list_runs_a_constant_number_of_queries(
     with django_assert_max_num_queries(8):
         response = client.get("/")
     assert response.content.decode().count('<tr id="workspace-') == 5
+
+
+def test_workspace_list_counts_rollouts_once_per_import(client, workspace_copy):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    client.force_login(make_user())
+
+    def rollouts_shown() -> tuple[str, int]:
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get("/").content.decode()
+        row = page[page.index('<tr id="workspace-') :]
+        counted = [q for q in queries.captured_queries if "memoryui_workspacefile" in q["sql"]]
+        return row[: row.index("</tr>")], len(counted)
+
+    row, counting = rollouts_shown()
+    assert ">6</td>" in row and counting == 1
+    row, counting = rollouts_shown()  # the same import: the count is not made again
+    assert ">6</td>" in row and counting == 0
+
+    (ws / "sessions" / "prefs-6e64dc.jsonl").unlink()
+    import_workspace(ws, "a")  # the file is gone from disk: 5 rollouts present
+
+    row, counting = rollouts_shown()
+    assert ">5</td>" in row and counting == 1
 
 
 def test_workspace_page_lists_layouts_and_imports(client, imported):

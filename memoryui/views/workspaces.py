@@ -13,8 +13,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadedfile import TemporaryUploadedFile, UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -310,30 +309,31 @@ def _send_import(job_id: int) -> None:
     import_new_workspace.delay_on_commit(job_id)
 
 
-def _count_subquery(queryset):
-    return Coalesce(
-        Subquery(
-            queryset.order_by().values("workspace_id").annotate(n=Count("pk")).values("n"),
-            output_field=IntegerField(),
-        ),
-        0,
+def _rollout_counts(workspaces: list[Workspace]) -> dict[int, int]:
+    counted = dict(
+        WorkspaceFile.objects.present()
+        .filter(workspace__in=workspaces, kind=WorkspaceFile.Kind.ROLLOUT)
+        .values("workspace_id")
+        .annotate(n=Count("pk"))
+        .values_list("workspace_id", "n")
     )
+    return {w.pk: counted.get(w.pk, 0) for w in workspaces}
 
 
 @require_GET
 def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
     annotated = Workspace.objects.annotate(
         layout_count=Count("layouts", filter=Q(layouts__missing_since__isnull=True)),
-        rollout_count=_count_subquery(
-            WorkspaceFile.objects.present().filter(
-                workspace=OuterRef("pk"), kind=WorkspaceFile.Kind.ROLLOUT
-            )
-        ),
         last_run_pk=Subquery(
             ImportRun.objects.filter(workspace=OuterRef("pk")).order_by("-pk").values("pk")[:1]
         ),
     ).order_by("name")
     workspaces = [w for w in annotated if has_role(request.user, w, Role.VIEWER)]
+    # Counting a large workspace's rollout files took 100+ ms on PostgreSQL at 100,000
+    # rollouts; the count only changes with an import, so it is kept until the next one.
+    counts = figures.cached_many(workspaces, "rollout-count", _rollout_counts)
+    for w in workspaces:
+        w.rollout_count = counts[w.pk]
     runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
     rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
     # The oldest proposal awaiting review where this person reviews: where to start.
