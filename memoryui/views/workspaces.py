@@ -332,10 +332,8 @@ def workspace_list(request: HtmxHttpRequest) -> HttpResponse:
     # Counting a large workspace's rollout files took 100+ ms on PostgreSQL at 100,000
     # rollouts; the count only changes with an import, so it is kept until the next one.
     counts = figures.cached_many(workspaces, "rollout-count", _rollout_counts)
-    for w in workspaces:
-        w.rollout_count = counts[w.pk]
     runs = ImportRun.objects.in_bulk([w.last_run_pk for w in workspaces if w.last_run_pk])
-    rows = [(w, runs.get(w.last_run_pk)) for w in workspaces]
+    rows = [(w, runs.get(w.last_run_pk), counts[w.pk]) for w in workspaces]
     # The oldest proposal awaiting review where this person reviews: where to start.
     reviewable = [w.pk for w in workspaces if has_role(request.user, w, Role.REVIEWER)]
     pending = Proposal.objects.filter(
