@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from memoryui.importer import import_workspace
-from memoryui.models import ImportRun
+from memoryui.models import GenerationRun, ImportRun, Layout, Membership, Proposal, Role
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -86,6 +86,26 @@ def test_workspace_list_counts_rollouts_once_per_import(client, workspace_copy):
 
     row, counting = rollouts_shown()
     assert ">5</td>" in row and counting == 1
+
+
+def test_workspace_list_points_to_the_oldest_proposal_without_loading_its_texts(client, imported):
+    layout = Layout.objects.get(workspace__name="small-a", memories_dir="memories/engineering")
+    run = GenerationRun.objects.create(layout=layout, status=GenerationRun.Status.DONE)
+    big = "- an entry the proposal adds\n" * 20_000
+    proposal = Proposal.objects.create(
+        layout=layout, run=run, memory_md=big, memory_summary=big, raw_memories_md=big
+    )
+    user = make_user()
+    Membership.objects.create(workspace=layout.workspace, user=user, role=Role.REVIEWER)
+    client.force_login(user)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/").content.decode()
+
+    assert f"Review proposal #{proposal.pk}" in page and f"run #{run.pk}" in page
+    loaded = [q["sql"] for q in queries.captured_queries if "memoryui_proposal" in q["sql"]]
+    assert len(loaded) == 2  # the count, then the oldest one: no deferred field fetched
+    assert not any('"memory_md"' in sql for sql in loaded)
 
 
 def test_workspace_page_lists_layouts_and_imports(client, imported):
