@@ -401,8 +401,9 @@ class Breakdown:
         ):
             for name in names:
                 self.wrap(owner, name, f"{owner.__name__}.{name}")
-        for name in ("_copy_rows", "_execute_rows"):  # the inserts of insert_many
-            self.wrap(bulk, name, f"bulk.{name}")
+        for name in ("_copy_rows", "_execute_rows", "insert_with_ids"):  # memoryui.bulk
+            # Per table: which one's rows the server is slow to take.
+            self.wrap(bulk, name, lambda m, *a, _n=name, **k: f"bulk.{_n} {m.__name__}")
         for name in ("find_reads", "record_reads"):  # memory reads (memoryui.usage)
             self.wrap(usage, name, f"usage.{name}")
         self.wrap(QuerySet, "bulk_create", lambda qs, *a, **k: f"bulk_create {qs.model.__name__}")
