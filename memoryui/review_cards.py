@@ -273,16 +273,17 @@ def page_card(
     head_rows = shown[:FOLD_LINES] if folded else shown
     tail_rows = shown[FOLD_LINES:] if folded else None
     slug = f"entry-{document}-{key_slug(change.key)}"
-    hidden = hidden_inputs(document, change.key, place)
+    hidden = hidden_inputs(document, change.key, place, short=True)
     anchor_comments(comments, applied)
     at_line = _placed(comments, {r.right_no for r in head_rows if r.kind != "skip"})
     return {
         "card": card,
         "id": slug,
         "hidden": hidden,
-        # The Rendered and Evidence folds' query, as the urlencode filter would write it.
+        # The query of the folds' links (rendered, evidence, edit, comment): the card's
+        # short id, not its key (titles: up to hundreds of characters, four times).
         "entry_query": mark_safe(  # noqa: S308 (quoted: no character left to escape)
-            f"document={quote(document, safe='/')}&amp;key={quote(change.key, safe='/')}"
+            f"entry={quote(document, safe='/')}-{key_slug(change.key)}"
         ),
         "diff_head": diff_html(head_rows, at_line) if head_rows else None,
         "diff_tail": tail_rows,
@@ -308,15 +309,22 @@ def page_card(
     }
 
 
-def hidden_inputs(document: str, key: str, place: dict) -> SafeString:
-    """What a card's forms send besides their own fields: the entry, and the filter and
-    page to go back to (the card's id is derived from the entry, ``back_to_review``)."""
-    hidden = format_html(
-        '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
-        'value="{}">',
-        document,
-        key,
-    )
+def hidden_inputs(document: str, key: str, place: dict, *, short: bool = False) -> SafeString:
+    """What a card's forms send besides their own fields: the entry (``short``: by its
+    card's id, ``<document>-<key_slug(key)>``, which the actions read back as its
+    document and key), and the filter and page to go back to (the card's id is derived
+    from the entry, ``back_to_review``)."""
+    if short:
+        hidden = format_html(
+            '<input type="hidden" name="entry" value="{}-{}">', document, key_slug(key)
+        )
+    else:
+        hidden = format_html(
+            '<input type="hidden" name="document" value="{}"><input type="hidden" name="key" '
+            'value="{}">',
+            document,
+            key,
+        )
     if place.get("show"):
         hidden += format_html('<input type="hidden" name="show" value="{}">', place["show"])
     if place.get("page") and str(place["page"]) != "1":
@@ -482,22 +490,22 @@ def diff_html(rows: list[Any], comments: dict[int, list[Any]] | None = None) -> 
     under."""
     comments = dict(comments or {})
     out = [
-        '<table class="diff">\n  <colgroup><col class="no"><col><col class="no"><col>'
-        "</colgroup>\n  <tbody>\n  "
+        '<table class="diff">\n<colgroup><col class="no"><col><col class="no"><col>'
+        "</colgroup>\n<tbody>\n"
     ]
     for row in rows:
         if row.kind == "skip":
-            out.append('\n    <tr class="skip"><td colspan="4">⋯</td></tr>\n    \n  ')
+            out.append('<tr class="skip"><td colspan="4">⋯</td></tr>\n')
         else:
             out.append(
-                f'\n    <tr class="{escape(row.kind)}"><td class="no">{row.left_no or ""}</td>'
+                f'<tr class="{escape(row.kind)}"><td class="no">{row.left_no or ""}</td>'
                 f'<td class="l">{conditional_escape(row.left)}</td><td class="no">'
                 f'{row.right_no or ""}</td><td class="r">{conditional_escape(row.right)}</td>'
-                "</tr>\n  "
+                "</tr>\n"
             )
             if row.right_no in comments:
                 out.append(_line_comments(comments.pop(row.right_no)))
     if not rows:
-        out.append('<tr><td colspan="4" class="muted">No change.</td></tr>\n  ')
-    out.append("\n  </tbody>\n</table>\n")
+        out.append('<tr><td colspan="4" class="muted">No change.</td></tr>\n')
+    out.append("</tbody>\n</table>\n")
     return mark_safe("".join(out))  # noqa: S308 - every value escaped above

@@ -86,6 +86,7 @@ memoryui_patterns: list[URLPattern | URLResolver] = [
     path(proposal + "edit/", proposals.proposal_edit, name="proposal_edit"),
     path(proposal + "evidence/", proposals.proposal_evidence, name="proposal_evidence"),
     path(proposal + "comment/", proposals.proposal_comment, name="proposal_comment"),
+    path(proposal + "comment/form/", proposals.proposal_comment_form, name="proposal_comment_form"),
     path(proposal + "assign/", proposals.proposal_assign, name="proposal_assign"),
     path(proposal + "live/", live.proposal_live, name="proposal_live"),
     path(proposal + "live/card/", live.proposal_live_card, name="proposal_live_card"),

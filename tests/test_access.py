@@ -73,6 +73,7 @@ ROUTE_ROLES: dict[str, dict[str, Role]] = {
     "memoryui:proposal_pin": {"POST": E},
     "memoryui:proposal_entry": {"GET": V},
     "memoryui:proposal_edit": {"GET": R},
+    "memoryui:proposal_comment_form": {"GET": R},
     "memoryui:proposal_evidence": {"GET": V},
     "memoryui:proposal_comment": {"POST": R},
     "memoryui:proposal_assign": {"POST": R},

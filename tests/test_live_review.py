@@ -173,7 +173,7 @@ def test_a_viewer_gets_the_card_without_decision_forms(review_layout):
     viewer = member(review_layout, "vic", Role.VIEWER)
     card_url = reverse("memoryui:proposal_live_card", args=["a", review_layout.pk, proposal.pk])
     html = client_of(viewer).get(card_url, {"document": MD, "key": keys(proposal)[0]}).content
-    assert b"data-entry" in html and b"data-decision-form" not in html
+    assert b"data-entry" in html and b'name="decision"' not in html
     assert client_of(viewer).post(live_url(proposal)).status_code == 405
 
 

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from generation import review
-from memoryui import curation
+from memoryui import curation, review_cards
 from memoryui.models import (
     ApprovedEntry,
     AuditEvent,
@@ -162,7 +162,7 @@ def test_any_member_marks_entries_viewed_but_only_reviewers_decide(proposal, lay
 
     assert marked.status_code == 200 and "1 viewed" in marked.content.decode()
     assert "☑ Viewed" in marked.content.decode()
-    assert 'data-shortcut="a"' not in marked.content.decode()  # no decision buttons
+    assert 'aria-keyshortcuts="a"' not in marked.content.decode()  # no decision buttons
     assert decided.status_code == pinned.status_code == 403
     assert EntryView.objects.filter(proposal=proposal, key=key).count() == 1
     assert not EntryDecision.objects.exists() and not Pin.objects.exists()
@@ -337,6 +337,26 @@ def test_the_rendered_view_of_an_entry_shows_the_reviewers_edit(proposal, review
     assert "<strong>mine</strong>" in page and "Back to the review" in page
     missing = client.get(url("proposal_entry", proposal), {"document": MD, "key": "nope"})
     assert missing.status_code == 404
+
+
+def test_a_cards_forms_and_links_name_the_entry_by_the_cards_id(proposal, reviewer):
+    # What the card sends (its id, not the entry's title) reaches the entry it shows:
+    # a decision without JavaScript, and the comment form's page a fold links to.
+    client = client_for(reviewer)
+    key = keys(proposal)[2]
+    card = f"{MD}-{review_cards.key_slug(key)}"
+    page = client.get(url("proposal_review", proposal)).content.decode()
+
+    decided = client.post(url("proposal_decide", proposal), {"entry": card, "decision": "reject"})
+    form = client.get(url("proposal_comment_form", proposal), {"entry": card}).content.decode()
+    unknown = client.get(url("proposal_comment_form", proposal), {"entry": f"{MD}-000000000000"})
+
+    assert f'name="entry" value="{card}"' in page and f"comment/form/?entry={card}" in page
+    assert f'name="key" value="{escape(key)}"' not in page
+    assert decided.status_code == 302 and decided["Location"].endswith(f"#entry-{card}")
+    assert proposal.decisions.get(key=key).decision == "reject"
+    assert '<textarea name="text"' in form and f'name="key" value="{escape(key)}"' in form
+    assert unknown.status_code == 400
 
 
 def _queries(client: Client, proposal: Proposal) -> tuple[int, int]:

@@ -310,6 +310,6 @@ def test_the_review_page_of_the_reviewers_case_stays_light(layout, fixtures_dir)
     assert page.count(b"<article") == 13
     texts = [escape(c.proposed).encode() for c in unchanged]
     assert texts and not any(t in page for t in texts)
-    assert len(page) < 95_000, len(page)
+    assert len(page) < 60_000, len(page)
     everything = client.get(url("proposal_review", layout, proposal.pk) + "?show=all").content
     assert all(t in everything for t in texts)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -548,3 +549,49 @@ def test_a_rejected_copy_is_no_duplicate_and_accepting_it_again_badges_it(layout
 
     assert 'class="duplicate-of"' not in rejected
     assert 'class="duplicate-of"' in accepted and "Not a duplicate</button>" in accepted
+
+
+@pytest.mark.django_db
+def test_the_duplicates_are_found_once_per_decision_state_and_follow_every_decision(
+    layout, world, monkeypatch
+):
+    # Found once per state of the decisions and kept: a page read again, or after a
+    # decision is taken back to a state seen before, does not look again; a decision or
+    # an edit that makes (or unmakes) a duplicate shows on the next page.
+    cache.clear()
+    looked: list[int] = []
+    real = review.duplicates
+    monkeypatch.setattr(review, "duplicates", lambda text: looked.append(1) or real(text))
+    reviewer = member(Role.REVIEWER, layout)
+    proposal = proposal_over(layout, world.base, world.apply({"duplicate"}))
+    client = Client()
+    client.force_login(reviewer)
+    [copy] = [c for c in review.compare(world.base, proposal.memory_md) if c.status == "added"]
+    page_url = url("proposal_review", layout, proposal.pk)
+
+    def badges() -> int:
+        return client.get(page_url).content.decode().count('class="duplicate-of"')
+
+    def decide(decision: str, edited_text: str = "") -> None:
+        client.post(
+            url("proposal_decide", layout, proposal.pk),
+            {"document": MD, "key": copy.key, "decision": decision, "edited_text": edited_text},
+            headers=HTMX,
+        )
+
+    undecided = [badges(), badges()]
+    after_one_look = len(looked)
+    decide("reject")
+    rejected = badges()
+    decide("accept")
+    accepted = badges()
+    looks = len(looked)
+    decide("reject")
+    rejected_again = badges()
+    decide("accept", edited_text=copy.proposed.split("\n", 1)[0] + "\n\n- unrelated words\n")
+    edited = badges()
+
+    assert undecided == [1, 1] and after_one_look == 2  # MEMORY.md and the summary
+    assert rejected == 0 and accepted == 1
+    assert rejected_again == 0 and len(looked) == looks + 1  # the edit, in MEMORY.md only
+    assert edited == 0

@@ -5,7 +5,10 @@ brings back. Reading only: deciding is ``entry_decisions`` and ``approval``."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+
+from django.core.cache import cache
 
 from generation import review
 
@@ -171,34 +174,69 @@ def duplicates(
     acks = acks or {}
     found = []
     for doc in reviews:
-        decisions = {k: d.decision for k, d in doc.decisions.items()}
-        if undecided == UNDECIDED_REJECT:
-            for change in decidable(doc):
-                decisions.setdefault(change.key, EntryDecision.Decision.REJECT)
-        edits = {k: d.edited_text for k, d in doc.decisions.items() if d.edited_text}
-        result = review.assemble(doc.changes, decisions, edits)
-        touched = {
-            key
-            for change in decidable(doc)
-            if change.proposed
-            for key in (change.key, *change.also)
-        }
-        piece_of = {key: c.key for c in decidable(doc) for key in (c.key, *c.also)}
-        for first, second in review.duplicates(result):
-            if piece_of.get(first.key, first.key) == piece_of.get(second.key, second.key):
-                continue  # two pieces of one split: decided as one change
-            if first.key in touched or second.key in touched:
-                keys = (first.key, second.key)
-                said = acks.get(pair_id(doc.document, keys), {})
-                found.append(
-                    Duplicate(
-                        doc.document,
-                        keys,
-                        (first.title, second.title),
-                        said.get("ack", ""),
-                        said.get("by", ""),
-                    )
-                )
+        for keys, titles in _document_duplicates(doc, undecided):
+            said = acks.get(pair_id(doc.document, keys), {})
+            found.append(
+                Duplicate(doc.document, keys, titles, said.get("ack", ""), said.get("by", ""))
+            )
+    return found
+
+
+# The pairs depend only on the texts compared and the decisions (what reviewers said of
+# a pair is added on each read): a key naming those can never be stale, so nothing has
+# to be invalidated. Assembling and comparing a 2,000-group document costs ~100 ms; the
+# review page, each decision's answer and the submit dialog ask for it again.
+DUPLICATES_TIMEOUT = 24 * 3600
+# Raise when review.duplicates or review.assemble change what they find.
+DUPLICATES_VERSION = 1
+
+
+def _document_duplicates(
+    doc: DocumentReview, undecided: str
+) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The keys and titles of the duplicate pairs of one document (``duplicates``),
+    cached by what they depend on."""
+    decided = sorted(
+        (k, d.decision, entry_checks.sha(d.edited_text) if d.edited_text else "")
+        for k, d in doc.decisions.items()
+    )
+    stamp = hashlib.sha256(
+        repr(
+            (
+                entry_checks.sha(doc.base_text),
+                entry_checks.sha(doc.proposed_text),
+                undecided,
+                decided,
+            )
+        ).encode()
+    ).hexdigest()
+    cache_key = f"memoryui:duplicates:{DUPLICATES_VERSION}:{doc.document}:{stamp}"
+    found = cache.get(cache_key)
+    if found is None:
+        found = _find_duplicates(doc, undecided)
+        cache.set(cache_key, found, DUPLICATES_TIMEOUT)
+    return found
+
+
+def _find_duplicates(
+    doc: DocumentReview, undecided: str
+) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    decisions = {k: d.decision for k, d in doc.decisions.items()}
+    if undecided == UNDECIDED_REJECT:
+        for change in decidable(doc):
+            decisions.setdefault(change.key, EntryDecision.Decision.REJECT)
+    edits = {k: d.edited_text for k, d in doc.decisions.items() if d.edited_text}
+    result = review.assemble(doc.changes, decisions, edits)
+    touched = {
+        key for change in decidable(doc) if change.proposed for key in (change.key, *change.also)
+    }
+    piece_of = {key: c.key for c in decidable(doc) for key in (c.key, *c.also)}
+    found = []
+    for first, second in review.duplicates(result):
+        if piece_of.get(first.key, first.key) == piece_of.get(second.key, second.key):
+            continue  # two pieces of one split: decided as one change
+        if first.key in touched or second.key in touched:
+            found.append(((first.key, second.key), (first.title, second.title)))
     return found
 
 

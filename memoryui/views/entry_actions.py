@@ -13,7 +13,7 @@ from typing import TypeVar
 from urllib.parse import urlencode
 
 from django import forms as django_forms
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -21,13 +21,15 @@ from django.urls import reverse
 from generation import review
 
 from .. import curation, forms, review_cards
-from ..models import Proposal, Role
+from ..models import MemoryVersion, Proposal, Role
+from ..review_cards import key_slug
 from ..roles import has_role
 from . import review_marks
 from .common import HtmxHttpRequest, bad_request
 from .review_common import proposal_of, review_url
 
 Form = TypeVar("Form", bound=django_forms.Form)
+Document = MemoryVersion.Document
 
 
 def entry_action(
@@ -39,7 +41,9 @@ def entry_action(
     route's proposal, read ``form_class`` (from the POST, else the query), answer 400
     with the way back when it does not validate, and, when ``attempted`` names what the
     action records, answer 409 (``refuse``) when curation refuses it. The action gets
-    the proposal and the valid form."""
+    the proposal and the valid form. A card's forms and links name their entry by the
+    card's id (``entry``: ``<document>-<key_slug(key)>``) instead of its ``document``
+    and ``key`` (a title: up to hundreds of characters, on every form and fold)."""
 
     def decorate(
         action: Callable[[HtmxHttpRequest, Proposal, Form], HttpResponse],
@@ -47,7 +51,12 @@ def entry_action(
         @functools.wraps(action)
         def view(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int) -> HttpResponse:
             proposal = proposal_of(request, pk)
-            form = form_class(request.POST if request.method == "POST" else request.GET)
+            data: QueryDict = request.POST if request.method == "POST" else request.GET
+            if "key" not in data and data.get("entry"):  # a card's: by its id
+                data = data.copy()
+                document, _, slug = str(data.get("entry", "")).rpartition("-")
+                data["document"], data["key"] = document, entry_key(proposal, document, slug)
+            form = form_class(data)
             if not form.is_valid():
                 return invalid(request, proposal, form)
             if not attempted:
@@ -60,6 +69,16 @@ def entry_action(
         return view
 
     return decorate
+
+
+def entry_key(proposal: Proposal, document: str, slug: str) -> str:
+    """The key of the entry of ``document`` whose card id ends in ``slug`` ("" when
+    none does: the form then says the key is missing)."""
+    if document not in Document.values:
+        return ""
+    return next(
+        (c.key for c in review_cards.changes(proposal, document) if key_slug(c.key) == slug), ""
+    )
 
 
 def change_or_404(proposal: Proposal, document: str, key: str) -> review.Change:
@@ -146,7 +165,7 @@ def card_response(
         "workspace": proposal.layout.workspace,
         "row": row,
         **permissions(request, proposal),
-        "urls": entry_urls(proposal),
+        "urls": entry_urls(proposal, relative=True),
         "progress": review_cards.progress(proposal, request.user),
         "oob": True,
     }
@@ -191,11 +210,13 @@ def permissions(request: HtmxHttpRequest, proposal: Proposal) -> dict[str, bool]
     }
 
 
-def entry_urls(proposal: Proposal) -> dict[str, str]:
-    """The entry actions' URLs, reversed once for all the cards of a page."""
+def entry_urls(proposal: Proposal, *, relative: bool = False) -> dict[str, str]:
+    """The entry actions' URLs, reversed once for all the cards of a page; ``relative``:
+    to the review page, where the cards are (shorter, on every card)."""
     args = [proposal.layout.workspace.name, proposal.layout_id, proposal.pk]
+    page = reverse("memoryui:proposal_review", args=args) if relative else ""
     return {
-        action: reverse(f"memoryui:proposal_{action}", args=args)
+        action: reverse(f"memoryui:proposal_{action}", args=args).removeprefix(page)
         for action in (
             "decide",
             "undo",

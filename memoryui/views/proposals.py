@@ -168,7 +168,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "show": show,
             "show_all": show == "all",
             "filters": forms.REVIEW_FILTERS,
-            "urls": entry_urls(proposal),
+            "urls": entry_urls(proposal, relative=True),
             "progress": review_cards.progress(proposal, request.user, marks),
             **reservation(request, proposal),
             "comments": comments.get("", []),
@@ -283,6 +283,25 @@ def proposal_edit(
     """One entry's "Edit, then accept" form, its text as approval would apply it: loaded
     when the card's fold opens (the fragment for htmx, a page without JavaScript), so
     the review page does not carry every entry's text a second time."""
+    return _entry_form(request, proposal, form, "edit-form")
+
+
+@workspace_view(Role.REVIEWER)
+@require_GET
+@entry_action(forms.EntryActionForm)
+def proposal_comment_form(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm
+) -> HttpResponse:
+    """One entry's comment form, as a page: the review page's script builds each card's
+    form from one copy in the page, and without JavaScript the card links here."""
+    return _entry_form(request, proposal, form, "comment-form")
+
+
+def _entry_form(
+    request: HtmxHttpRequest, proposal: Proposal, form: forms.EntryActionForm, part: str
+) -> HttpResponse:
+    """The entry's page with one of its forms (``part``: ``edit-form``, ``comment-form``),
+    or, for htmx, the form alone."""
     document, key = form.cleaned_data["document"], form.cleaned_data["key"]
     change = change_or_404(proposal, document, key)
     edited = (
@@ -291,12 +310,14 @@ def proposal_edit(
         .first()
     )
     place = form.place(document)
+    applied = edited or change.proposed
     context = {
         "proposal": proposal,
         "layout": proposal.layout,
         "workspace": proposal.layout.workspace,
         "change": change,
-        "editing": True,
+        "editing": part == "edit-form",
+        "commenting": part == "comment-form",
         "urls": entry_urls(proposal),
         "row": {
             "hidden": review_cards.hidden_inputs(
@@ -304,11 +325,12 @@ def proposal_edit(
                 key,
                 {"show": place.get("show", ""), "page": place.get(f"page_{document}", "")},
             ),
-            "applied": edited or change.proposed,
+            "applied": applied,
+            "lines": len(applied.splitlines()),
         },
         "back": review_url(proposal, f"entry-{document}-{review_cards.key_slug(key)}"),
     }
-    template = "memoryui/proposal_entry.html" + ("#edit-form" if request.htmx else "")
+    template = "memoryui/proposal_entry.html" + (f"#{part}" if request.htmx else "")
     return render(request, template, context)
 
 

@@ -73,6 +73,10 @@
   // False (and nothing changed) when a typed field has no place in ``fresh``.
   function replaceCard(old, fresh) {
     var kept = typed(old);
+    var comment = fresh.querySelector("details.comment-form");
+    if (comment && old.querySelector("details.comment-form form") && window.memoryuiCommentForm) {
+      window.memoryuiCommentForm(comment); // a comment being written keeps its form
+    }
     var targets = [];
     for (var i = 0; i < kept.length; i++) {
       var match = null;
@@ -94,7 +98,7 @@
     });
     old.querySelectorAll("details[open]").forEach(function (fold) { // folds read, kept open
       var twin = fold.className && fresh.querySelector("details." + fold.className.trim().split(/\s+/).join("."));
-      if (twin && !twin.hasAttribute("hx-get")) twin.open = true;
+      if (twin && !twin.hasAttribute("data-fold")) twin.open = true;
     });
     var wasFocused = active === old;
     old.replaceWith(fresh);

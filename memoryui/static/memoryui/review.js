@@ -13,7 +13,7 @@
 
   function undecided(card) {
     return card.dataset.decided === "" && !card.hasAttribute("data-undecidable") &&
-      card.querySelector("[data-shortcut=a]") !== null;
+      card.querySelector("button[aria-keyshortcuts=a]") !== null;
   }
 
   function cardOf(element) {
@@ -77,7 +77,7 @@
 
   function press(card, shortcut) {
     if (!card) return;
-    var control = card.querySelector("[data-shortcut=" + shortcut + "]");
+    var control = card.querySelector("button[aria-keyshortcuts=" + shortcut + "]");
     if (control) control.click();
   }
 
@@ -91,14 +91,34 @@
     area.setSelectionRange(area.value.length, area.value.length);
   }
 
+  // A card's comment form, built from the page's one copy (its entry's fields and
+  // token are the card's own) when its fold opens; without this script the fold links to a page
+  // with the form.
+  function commentForm(details) {
+    var template = document.getElementById("comment-form");
+    var card = cardOf(details);
+    var bar = card && card.querySelector("form.card-bar");
+    if (!template || !bar || details.querySelector("form")) return;
+    var form = template.content.querySelector("form").cloneNode(true);
+    bar.querySelectorAll("input[type=hidden]").forEach(function (input) {
+      form.prepend(input.cloneNode());
+    });
+    form.querySelector("input[name=line]").max = details.dataset.lines;
+    form.querySelector("[data-lines]").textContent = details.dataset.lines;
+    details.querySelector(".comment-body").replaceChildren(form);
+    if (window.htmx && document.body.contains(form)) window.htmx.process(form);
+  }
+  window.memoryuiCommentForm = commentForm;
+
   function openDetails(card, selector) {
     if (!card) return;
     var details = card.querySelector(selector);
     if (!details) return;
+    if (details.matches("details.comment-form")) commentForm(details);
     details.open = true;
     var area = details.querySelector("textarea");
     if (area) focusText(area);
-    else if (details.hasAttribute("hx-get")) loading = details; // focused once loaded
+    else if (details.hasAttribute("data-fold")) loading = details; // focused once loaded
   }
 
   function dialogOpen() {
@@ -172,11 +192,32 @@
 
   document.addEventListener("keydown", onKey);
 
+  // A fold (evidence, rendered text, edit form) loads its body once, when first opened,
+  // from the link it holds: without this script the link opens the same as a page.
+  document.addEventListener("toggle", function (event) {
+    var fold = event.target;
+    if (!fold.open || !fold.matches) return;
+    if (fold.matches("details.comment-form")) commentForm(fold);
+    if (!fold.hasAttribute("data-fold")) return;
+    fold.removeAttribute("data-fold");
+    var link = fold.querySelector("summary + * a[href]");
+    if (link && window.htmx) {
+      window.htmx.ajax("GET", link.href, { source: link, target: link.parentElement, swap: "innerHTML" });
+    }
+  }, true);
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var card = cardOf(event.detail.elt);
     // Only an action that swaps the card itself (not a fold loading inside it).
     if (card && event.detail.target === card) {
-      pending = { id: card.id, decision: event.detail.elt.hasAttribute("data-decision-form") };
+      // A decision: the card's Accept or Reject (the button's value is in the form's
+      // data), or the edit form's.
+      var data = event.detail.requestConfig && event.detail.requestConfig.formData;
+      pending = {
+        id: card.id,
+        decision: event.detail.elt.hasAttribute("data-decision-form") ||
+          Boolean(data && data.has("decision")),
+      };
     }
   });
 
