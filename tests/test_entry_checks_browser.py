@@ -119,3 +119,24 @@ def test_the_write_back_page_shows_the_files_held_back_with_a_quarantined_entry(
         shot(page, "writeback-held")
     finally:
         context.close()
+
+
+def test_a_decision_key_right_after_the_evidence_key_decides_however_soon_it_comes(
+    browser,  # noqa: F811
+    live_server,
+    checked_layout,
+):
+    """ "i" opens the evidence, which loads while the reviewer goes on: the "r" typed at
+    once is a decision, never swallowed as text for a form that is not coming."""
+    proposal = propose(checked_layout, HONEST, POISONED)
+    context, page = open_page(browser)
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal) + "?show=risk")
+        page.keyboard.press("n")
+        card = focused(page)
+        page.keyboard.press("i")
+        page.keyboard.press("r")  # before the evidence has arrived, or as it settles
+        settled(page, card, "reject")
+    finally:
+        context.close()

@@ -118,7 +118,11 @@
     details.open = true;
     var area = details.querySelector("textarea");
     if (area) focusText(area);
-    else if (details.hasAttribute("data-fold")) loading = details; // focused once loaded
+    // The edit form, still on its way: focused once loaded, and what is typed meanwhile
+    // is its text. A fold with no form to type in (the evidence) leaves keys to be
+    // shortcuts: "i" then "r" rejects the entry, however soon the evidence arrives.
+    else if (details.hasAttribute("data-fold") && details.querySelector("summary + * a[href]") &&
+             details.matches("details.edit-then-accept")) loading = details;
   }
 
   function dialogOpen() {
