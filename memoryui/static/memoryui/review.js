@@ -5,7 +5,10 @@
   "use strict";
 
   var NEXT_KEY = "memoryui-review-next";
-  var pending = null; // {id, decision} of the card whose form is being sent
+  // What a card's action was ({id, decision}), kept on its own request: an answer that
+  // settles late (an undo's, while the reviewer already pressed "a") must not take the
+  // place of the next action's.
+  var PENDING = "memoryuiPending";
 
   function cards() {
     return Array.prototype.slice.call(document.querySelectorAll("[data-entry]"));
@@ -217,7 +220,8 @@
       // A decision: the card's Accept or Reject (the button's value is in the form's
       // data), or the edit form's.
       var data = event.detail.requestConfig && event.detail.requestConfig.formData;
-      pending = {
+      var xhr = event.detail.xhr;
+      if (xhr) xhr[PENDING] = {
         id: card.id,
         decision: event.detail.elt.hasAttribute("data-decision-form") ||
           Boolean(data && data.has("decision")),
@@ -238,7 +242,6 @@
       var open = document.querySelector("dialog[open]");
       if (open) open.close();
       target.scrollIntoView({ block: "center" });
-      pending = null;
       return;
     }
     if (loading && target && loading.contains(target)) { // the edit form is here
@@ -250,9 +253,9 @@
     // A fold that loaded inside a card (evidence, rendered text) leaves the focus alone
     // and does not take the place of the card's own pending action.
     if (target && cardOf(target) && !target.matches("[data-entry]")) return;
-    if (!pending) return;
-    var done = pending;
-    pending = null;
+    var done = event.detail.xhr && event.detail.xhr[PENDING];
+    if (!done) return;
+    event.detail.xhr[PENDING] = null;
     var card = document.getElementById(done.id);
     if (!card) return;
     var active = document.activeElement;
@@ -267,7 +270,6 @@
   });
 
   function failed() {
-    pending = null;
     loading = null; // a fold that could not load takes no more keys
     typedAhead = "";
   }
