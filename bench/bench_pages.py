@@ -227,13 +227,18 @@ def run(argv: list[str] | None, workdir: Path) -> int:
         "--profile", metavar="PAGE", help="also print a cProfile of this page's requests"
     )
     parser.add_argument("--only", metavar="PAGE", action="append", help="measure these pages")
+    parser.add_argument(
+        "--keep-database",
+        action="store_true",
+        help="on PostgreSQL, reuse the database of an earlier run (import only if it is empty)",
+    )
     args = parser.parse_args(argv)
 
     tree = args.tree or workdir / "tree"
     if not (tree / "README.md").exists():
         print(f"generating {args.rollouts:,} rollouts in {tree} ...", file=sys.stderr)
         generate_tree.main([str(tree), "--rollouts", str(args.rollouts)])
-    if args.database_url:
+    if args.database_url and not args.keep_database:
         reset_postgres(args.database_url)
     setup(args.database_url, workdir)
 
@@ -244,18 +249,21 @@ def run(argv: list[str] | None, workdir: Path) -> int:
 
     from memoryui.importer import import_workspace
 
-    call_command("migrate", verbosity=0)
-    started = time.perf_counter()
-    import_workspace(tree, "bench")
-    print(f"imported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     from django.contrib.auth import get_user_model
 
     from memoryui.models import Membership, Role, Workspace
 
-    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    Membership.objects.create(  # decisions need a reviewer
-        workspace=Workspace.objects.get(name="bench"), user=user, role=Role.REVIEWER
-    )
+    call_command("migrate", verbosity=0)
+    if not Workspace.objects.filter(name="bench").exists():
+        started = time.perf_counter()
+        import_workspace(tree, "bench")
+        print(f"imported in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    user = get_user_model().objects.filter(username="bench").first()
+    if user is None:
+        user = get_user_model().objects.create_user("bench", password="bench-pass-123")
+        Membership.objects.create(  # decisions need a reviewer
+            workspace=Workspace.objects.get(name="bench"), user=user, role=Role.REVIEWER
+        )
     signed_in = Client()
     signed_in.force_login(user)
 
