@@ -365,17 +365,25 @@ def _keys_per_block(sha256: str) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(k) for k in keys)
 
 
-def block_usage(layout: Layout, version: MemoryVersion) -> list[EntryUsage]:
-    """Usage of each top-level block of ``version`` (what the MEMORY.md page lists):
-    its own entries' usage added up."""
+def block_usage(
+    layout: Layout, version: MemoryVersion, indexes: Iterable[int] | None = None
+) -> dict[int, EntryUsage]:
+    """Usage of each top-level block of ``version`` (what the MEMORY.md page lists), by
+    index, or of the blocks at ``indexes`` only (a page of them): its own entries'
+    usage added up. Blocks nobody read share one empty ``EntryUsage``: not to be
+    changed."""
     per_key = entry_usage(layout, version)
-    result = []
-    for keys in _keys_per_block(version.blob_id):
-        total = EntryUsage()
-        for key in keys:
-            if key in per_key:
-                total.add(per_key[key])
-        result.append(total)
+    blocks = _keys_per_block(version.blob_id)
+    unread = EntryUsage()
+    result = {}
+    for index in range(len(blocks)) if indexes is None else indexes:
+        found = [per_key[key] for key in blocks[index] if key in per_key]
+        if not found:
+            result[index] = unread
+            continue
+        total = result[index] = EntryUsage()
+        for one in found:
+            total.add(one)
     return result
 
 

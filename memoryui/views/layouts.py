@@ -148,13 +148,16 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         needle = query.lower()
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
-    used = usage.block_usage(layout, version) if version else []
     shown = form.cleaned_data["usage"]
+    # Every block's usage only to filter by it; else the page's blocks' alone.
+    used = usage.block_usage(layout, version) if version and shown else {}
     if shown == "never":
         top = [(i, block) for i, block in top if not used[i].reads]
     elif shown == "failing":
         top = [(i, block) for i, block in top if used[i].read_by_failing_runs]
     page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
+    if version and not shown:
+        used = usage.block_usage(layout, version, [i for i, _ in page.object_list])
     cited = (
         {c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations}
         if version

@@ -12,7 +12,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from .. import documents, review_cards
-from ..models import Proposal
+from ..models import Layout, Proposal
 from .common import HtmxHttpRequest
 
 REVIEW_PAGE_SIZE = 25
@@ -21,6 +21,12 @@ REVIEW_PAGE_SIZE = 25
 def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
     """The route's proposal, in the layout ``workspace_view`` resolved (and checked the
     role for)."""
+    return kept_proposal(request.layout, pk)
+
+
+def kept_proposal(layout: Layout, pk: int) -> Proposal:
+    """Proposal ``pk`` of ``layout`` (404 else) with its texts, read from the database
+    only when this process does not keep that version of them."""
     proposals = Proposal.objects.select_related(
         "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
     ).defer("raw_memories_md", "selection")  # only the write-back reads these
@@ -40,7 +46,7 @@ def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
             },
             select_params=(known, known),
         )
-    proposal = get_object_or_404(proposals, pk=pk, layout=request.layout)
+    proposal = get_object_or_404(proposals, pk=pk, layout=layout)
     if connection.vendor == "postgresql":
         found: Any = proposal
         if found.fresh_md is None and kept is not None:

@@ -3,6 +3,7 @@ summary, cancelling it. The runs themselves are ``memoryui.pipeline``'s."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from ..forms import GenerationSettingsForm, approx_tokens
 from ..models import GenerationRun, PhaseOneJob, Proposal, Role
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest
+from .review_common import kept_proposal
 
 EXTRA_PROMPT_WARNING_TOKENS = 5_000
 
@@ -101,14 +103,12 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
         .order_by("pk")[:100]
     )
     progress = pipeline.progress(run)
-    proposal = (
-        Proposal.objects.filter(run=run)
-        .select_related("base_memory_md", "base_memory_summary")
-        .defer("raw_memories_md")
-        .first()
-        if not run.is_active
-        else None
-    )
+    proposal = None
+    if not run.is_active:
+        # Its texts as the review page keeps them: comparing them again is then a cache's
+        # answer, not a read of two large documents.
+        pk = Proposal.objects.filter(run=run).values_list("pk", flat=True).first()
+        proposal = kept_proposal(run.layout, pk) if pk is not None else None
     context = {
         "run": run,
         "layout": run.layout,
@@ -130,6 +130,19 @@ def run_detail(request: HtmxHttpRequest, name: str, layout_pk: int, run_pk: int)
     return render(request, template, context)
 
 
+@lru_cache(maxsize=16)
+def _counts(base: str, proposed: str) -> dict[str, int]:
+    """Entries changed, added, removed, moved and paired from ``base`` to ``proposed``
+    (~100,000 entries in a 100,000-rollout workspace's MEMORY.md: counted once)."""
+    counts = {"changed": 0, "added": 0, "removed": 0, "moved": 0, "paired": 0}
+    for change in review.compare(base, proposed):
+        if change.status in counts:
+            counts[change.status] += 1
+        if change.paired:
+            counts["paired"] += 1
+    return counts
+
+
 def _proposal_summary(proposal: Proposal) -> dict[str, Any]:
     """Per document: entries changed, added, removed (a renamed, merged or split entry
     counts once, as changed); skill files touched; the injection size."""
@@ -138,13 +151,7 @@ def _proposal_summary(proposal: Proposal) -> dict[str, Any]:
         ("MEMORY.md", proposal.base_memory_md, proposal.memory_md),
         ("memory_summary.md", proposal.base_memory_summary, proposal.memory_summary),
     ):
-        counts = {"changed": 0, "added": 0, "removed": 0, "moved": 0, "paired": 0}
-        for change in review.compare(curation.text_of(base), proposed):
-            if change.status in counts:
-                counts[change.status] += 1
-            if change.paired:
-                counts["paired"] += 1
-        docs.append({"label": label, "base": base, **counts})
+        docs.append({"label": label, "base": base, **_counts(curation.text_of(base), proposed)})
     skills = [
         {
             "path": rel,
