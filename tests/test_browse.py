@@ -129,9 +129,41 @@ def test_a_search_reads_its_matches_once_per_page_and_pages_through_them_all(rev
         number += 1
 
     assert 50 < total < 177 and last == 2  # more than a page, fewer than every rollout
-    assert scans == [1, 1]  # the text match ran once for the count and the page alike
+    assert scans == [1, 0]  # the text match ran once, its matches kept for the next page
     shown = [rollout for rows in pages for rollout in rows]
     assert len(shown) == len(set(shown)) == total
+
+
+def test_rollout_counts_and_search_matches_are_kept_until_the_next_import(
+    reviewer, workspace_copy
+):
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    layout = layout_of("a", "memories")
+
+    def shown(**params) -> tuple[str, int]:
+        with CaptureQueriesContext(connection) as queries:
+            html = reviewer.get(url("rollout_list", layout), params).content.decode()
+        heavy = [
+            q
+            for q in queries.captured_queries
+            if "COUNT(" in q["sql"].upper() or "searchdocument" in q["sql"].lower()
+        ]
+        return re.search(r"(\d+) rollouts?\b", html)[0], len(heavy)
+
+    assert shown() == ("3 rollouts", 1)
+    assert shown() == ("3 rollouts", 0)  # the same import: not counted again
+    assert shown(q="zanzibarium") == ("0 rollouts", 1)
+    assert shown(q="zanzibarium") == ("0 rollouts", 0)
+
+    sessions = ws / "sessions"
+    (sessions / "prefs-6e64dd.jsonl").write_bytes((sessions / "prefs-6e64dc.jsonl").read_bytes())
+    raw = next((ws / "memories" / "raw_memories").glob("*.md"))
+    raw.write_text(raw.read_text() + "\n- zanzibarium\n")
+    import_workspace(ws, "a")
+
+    assert shown() == ("4 rollouts", 1)
+    assert shown(q="zanzibarium") == ("1 rollout", 1)
 
 
 def test_rollout_search_covers_raw_memories_and_summaries(reviewer, workspace_copy):

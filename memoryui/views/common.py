@@ -4,7 +4,7 @@ here only once two rooms use it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 from django import forms
@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.utils.text import Truncator
 from django_htmx.middleware import HtmxDetails
 
+from .. import figures
 from ..models import Layout, MemoryVersion, Workspace
 
 
@@ -64,20 +65,35 @@ class KeysThenRows(Sequence[Any]):
 
     ``read_once``: the keys' query is costly whatever the page (a text search scans
     every document), so it runs once, its keys counted and sliced here, instead of once
-    for the count and again for the page."""
+    for the count and again for the page. ``kept``: the workspace and a name under
+    which the count (or the keys read once) are kept until its next import
+    (``figures``): for a query whose answer only an import can change."""
 
     ordered = True
 
-    def __init__(self, keys: QuerySet, rows: QuerySet, *, read_once: bool = False) -> None:
-        self.keys, self.rows = keys, rows
+    def __init__(
+        self,
+        keys: QuerySet,
+        rows: QuerySet,
+        *,
+        read_once: bool = False,
+        kept: tuple[Workspace, str] | None = None,
+    ) -> None:
+        self.keys, self.rows, self.kept = keys, rows, kept
         self.all_keys: list[Any] | None = None
         if read_once:
-            self.all_keys = list(keys.values_list("pk", flat=True))
+            self.all_keys = self._kept("keys", lambda: list(keys.values_list("pk", flat=True)))
+
+    def _kept(self, what: str, compute: Callable[[], Any]) -> Any:
+        if self.kept is None:
+            return compute()
+        workspace, name = self.kept
+        return figures.cached(workspace, f"{name}:{what}", compute)
 
     def __len__(self) -> int:  # what the Paginator counts
         if self.all_keys is not None:
             return len(self.all_keys)
-        return self.keys.count()
+        return self._kept("count", self.keys.count)
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

@@ -4,6 +4,7 @@ and one item in full, the fragment behind each "expand"."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from generation import tree
 
-from .. import documents, search, transcript, usage
+from .. import documents, figures, search, transcript, usage
 from ..forms import PageForm, RolloutFilterForm
 from ..models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from ..roles import workspace_view
@@ -245,8 +246,21 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         )
         .order_by("-sort_at", "-rollout_id")
     )
+    kept = None
+    if not (form.is_valid() and form.cleaned_data["selection"]):
+        # What the filters and the search find changes only with an import (the
+        # selection also with a write-back): the count, or a search's rollouts, are kept
+        # until the next one, as the overview's figures are, instead of a count over
+        # every rollout of the layout (~20 ms at 100,000) or a full-text match (~40 ms)
+        # on each view and page.
+        filters = form.cleaned_data if form.is_valid() else {}
+        wanted = [str(filters.get(f) or "") for f in ("state", "since", "until", "memory")]
+        searched = hashlib.sha256(query.encode()).hexdigest()[:32] if query else ""
+        kept = (layout.workspace, ":".join(["rollouts", str(layout.pk), *wanted, searched]))
     page = Paginator(
-        KeysThenRows(rollouts.order_by("-sort_at", "-rollout_id"), rows, read_once=bool(query)),
+        KeysThenRows(
+            rollouts.order_by("-sort_at", "-rollout_id"), rows, read_once=bool(query), kept=kept
+        ),
         ROLLOUTS_PER_PAGE,
     ).get_page(number)
     # One reverse() for the page (rollout ids need no quoting: ROLLOUT_ID_RE).
