@@ -242,15 +242,13 @@ def run(argv: list[str] | None, workdir: Path) -> int:
         reset_postgres(args.database_url)
     setup(args.database_url, workdir)
 
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
     from django.urls import reverse
 
     from memoryui.importer import import_workspace
-
-    from django.contrib.auth import get_user_model
-
     from memoryui.models import Membership, Role, Workspace
 
     call_command("migrate", verbosity=0)

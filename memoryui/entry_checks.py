@@ -341,8 +341,8 @@ def proposed_texts(proposal: Proposal) -> list[tuple[str, str, str]]:
         ),
     ):
         base_text = documents.text(base.blob_id) if base and base.blob_id else ""
-        for change in review.compare(base_text, proposed):
-            if change.status not in ("unchanged", "removed") and change.proposed:
+        for change in review.changed(base_text, proposed):
+            if change.status != "removed" and change.proposed:
                 out.append((str(document), change.key, change.proposed))
     return out
 

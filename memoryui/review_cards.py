@@ -45,13 +45,22 @@ def changes(proposal: Proposal, document: str) -> list[review.Change]:
     return review.compare(base_text, documents.same_text(proposed))
 
 
+def changed(proposal: Proposal, document: str) -> tuple[review.Change, ...]:
+    """``changes`` without the unchanged entries (kept, like the comparison)."""
+    base = (
+        proposal.base_memory_md if document == Document.MEMORY_MD else proposal.base_memory_summary
+    )
+    proposed = proposal.memory_md if document == Document.MEMORY_MD else proposal.memory_summary
+    base_text = documents.text(base.blob_id) if base is not None and base.blob_id else ""
+    return review.changed(base_text, documents.same_text(proposed))
+
+
 def decidable(proposal: Proposal) -> dict[Entry, review.Change]:
     """Every entry a reviewer decides on, of both documents, in page order."""
     return {
         (document, change.key): change
         for document in (Document.MEMORY_MD, Document.MEMORY_SUMMARY)
-        for change in changes(proposal, document)
-        if change.status != "unchanged"
+        for change in changed(proposal, document)
     }
 
 

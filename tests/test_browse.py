@@ -134,9 +134,7 @@ def test_a_search_reads_its_matches_once_per_page_and_pages_through_them_all(rev
     assert len(shown) == len(set(shown)) == total
 
 
-def test_rollout_counts_and_search_matches_are_kept_until_the_next_import(
-    reviewer, workspace_copy
-):
+def test_rollout_counts_and_search_matches_are_kept_until_the_next_import(reviewer, workspace_copy):
     ws = workspace_copy("small-a")
     import_workspace(ws, "a")
     layout = layout_of("a", "memories")

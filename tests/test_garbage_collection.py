@@ -50,9 +50,7 @@ def full_collections_during(action) -> int:
 def test_deciding_entries_of_a_large_memory_md_sets_off_no_full_garbage_collection(layout):
     text = large_memory_md(1500)
     number = curation.latest(layout, MD).number
-    curation.save_document(
-        layout, MD, text, user=None, reason="a large handbook", based_on=number
-    )
+    curation.save_document(layout, MD, text, user=None, reason="a large handbook", based_on=number)
     base = curation.latest(layout, MD)
     summary = curation.latest(layout, MemoryVersion.Document.MEMORY_SUMMARY)
     proposed = text.replace("scope: deploying service 1", "scope: shipping service 1")
@@ -84,4 +82,3 @@ def test_deciding_entries_of_a_large_memory_md_sets_off_no_full_garbage_collecti
 
     assert full_collections_during(decide_twenty) == 0
     assert proposal.decisions.count() == 20
-

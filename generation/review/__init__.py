@@ -11,7 +11,7 @@ never by a task's number: the number is rendered, not reviewed.
 Its parts, by purpose (every public name is importable from ``generation.review``):
 
 - ``document``: a document's entries, their keys, titles and task numbers, joining them;
-- ``changes``: Change, what happened to an entry; ``comparison``: ``compare``;
+- ``changes``: Change, what happened to an entry; ``comparison``: ``compare``, ``changed``;
 - ``pairing``: entries renamed, rewritten, merged or split; ``repeated``: duplicates;
 - ``numbering``: the result's order, task numbers and ``[Task n]`` references;
 - ``assembly``: the document a review's decisions produce; ``three_way``: ``merge``.
@@ -19,7 +19,7 @@ Its parts, by purpose (every public name is importable from ``generation.review`
 
 from .assembly import ACCEPT, REJECT, assemble
 from .changes import Change
-from .comparison import TASK_REF_RE, compare, following
+from .comparison import TASK_REF_RE, changed, compare, following
 from .document import (
     TASK_HEADING_RE,
     TASK_NUMBER_RE,
@@ -81,6 +81,7 @@ __all__ = [
     "TASK_NUMBER_RE",
     "TASK_REF_RE",
     "assemble",
+    "changed",
     "compare",
     "contains_entry",
     "content_words",

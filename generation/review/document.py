@@ -197,4 +197,11 @@ _WS = re.compile(r"\s+")
 
 def contains_entry(document: str, entry_text: str) -> bool:
     """Whether an entry's text appears in a document, whitespace and case aside."""
-    return _WS.sub(" ", entry_text.strip().lower()) in _WS.sub(" ", document.lower())
+    return _WS.sub(" ", entry_text.strip().lower()) in _folded(document)
+
+
+@lru_cache(maxsize=8)
+def _folded(document: str) -> str:
+    """``document`` lower-cased with its runs of whitespace made one space: once per
+    document, however many entries are looked for in it."""
+    return _WS.sub(" ", document.lower())

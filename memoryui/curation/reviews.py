@@ -130,7 +130,7 @@ def quarantined(proposal: Proposal, reviews: list[DocumentReview]) -> dict[str, 
 
 def decidable(doc: DocumentReview) -> list[review.Change]:
     """The entries a reviewer decides on: every change (unchanged ones are not)."""
-    return [c for c in doc.changes if c.status != "unchanged"]
+    return list(review.changed(doc.base_text, doc.proposed_text))
 
 
 @dataclass(frozen=True)
@@ -242,9 +242,9 @@ def _find_duplicates(
 
 def reintroduced(proposal: Proposal) -> list[str]:
     """Titles of rejected entries that this proposal brings back."""
-    texts = proposal.memory_md + "\n" + proposal.memory_summary
     return [
         r.title or r.key
         for r in RejectedEntry.objects.filter(layout=proposal.layout).exclude(proposal=proposal)
-        if review.contains_entry(texts, r.text)
+        if review.contains_entry(proposal.memory_md, r.text)
+        or review.contains_entry(proposal.memory_summary, r.text)
     ]

@@ -110,7 +110,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             else {}
         )
         if show in ("", "all"):  # what is_shown says, without a call per entry (thousands)
-            shown = [c for c in doc.changes if show or c.status != "unchanged"]
+            shown = doc.changes if show else decidable[doc.document]
         else:
             shown = [
                 c

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from generation import tree
 
-from .. import documents, figures, search, transcript, usage
+from .. import documents, search, transcript, usage
 from ..forms import PageForm, RolloutFilterForm
 from ..models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from ..roles import workspace_view
