@@ -20,7 +20,6 @@ from generation import review
 from . import diffs, documents, entry_checks
 from .models import (
     ApprovedEntry,
-    EntryCheck,
     EntryDecision,
     EntryView,
     MemoryVersion,
@@ -85,7 +84,7 @@ class Marks:
     # How often agents read each entry of the base MEMORY.md (memoryui.usage), by key.
     usage: dict[str, EntryUsage] = field(default_factory=dict)
 
-    def check(self, document: str, change: review.Change) -> EntryCheck | None:
+    def check(self, document: str, change: review.Change) -> entry_checks.CheckRow | None:
         """The check of the text approval would apply: a reviewer's edit, else the
         model's."""
         decision = self.decisions.get((document, change.key))
@@ -167,7 +166,7 @@ class Card:
     approved_in: int | None  # the earlier proposal that approved it
     viewed: bool
     flags: dict[str, bool]
-    check: EntryCheck | None = None
+    check: entry_checks.CheckRow | None = None
     # How often agents read the entry (or entries) it changes or removes; None for an
     # added entry, and for memory_summary.md (read whole, by injection).
     read: EntryUsage | None = None

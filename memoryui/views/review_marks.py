@@ -5,6 +5,7 @@ this consolidation forgets (stale), each entry's citations and those citing none
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
@@ -143,7 +144,7 @@ def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
     consolidation forgets."""
     if not forgotten or not change.proposed:
         return False
-    cited = review_citations(review.with_members(memory_md, change.key, change.proposed))
+    cited = entry_citations(memory_md, change.key, change.proposed)
     return bool(cited) and all(_cited_rollout(path, forgotten) for path in cited)
 
 
@@ -213,7 +214,7 @@ def citation_status(
     or written by this proposal's run: ``new_files``, read when not given), and where
     it leads."""
     cited = {
-        c.key: review_citations(review.with_members(proposal.memory_md, c.key, c.proposed))
+        c.key: entry_citations(proposal.memory_md, c.key, c.proposed)
         for c in changes
         if c.proposed
     }
@@ -241,6 +242,18 @@ def citation_status(
 def _short(path: str, limit: int = 48) -> str:
     name = path.removeprefix("rollout_summaries/")
     return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def entry_citations(memory_md: str, key: str, proposed: str) -> tuple[str, ...]:
+    """The rollout summaries an entry of ``memory_md`` cites (a task group: with its
+    tasks')."""
+    return _citations(review.with_members(memory_md, key, proposed))
+
+
+@lru_cache(maxsize=8192)
+def _citations(text: str) -> tuple[str, ...]:
+    # Once per entry's text: every view of a review page asks for all of them.
+    return tuple(review_citations(text))
 
 
 def review_citations(text: str) -> list[str]:
