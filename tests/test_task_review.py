@@ -560,8 +560,15 @@ def test_the_duplicates_are_found_once_per_decision_state_and_follow_every_decis
     # an edit that makes (or unmakes) a duplicate shows on the next page.
     cache.clear()
     looked: list[int] = []
-    real = review.duplicates
+    real, real_scoped = review.duplicates, review.scoped_duplicates
+
+    def scoped(*args):  # a look at the groups it needs (None: it looks at the whole)
+        found = real_scoped(*args)
+        looked.extend([1] if found is not None else [])
+        return found
+
     monkeypatch.setattr(review, "duplicates", lambda text: looked.append(1) or real(text))
+    monkeypatch.setattr(review, "scoped_duplicates", scoped)
     reviewer = member(Role.REVIEWER, layout)
     proposal = proposal_over(layout, world.base, world.apply({"duplicate"}))
     client = Client()

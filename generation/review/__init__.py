@@ -12,7 +12,8 @@ Its parts, by purpose (every public name is importable from ``generation.review`
 
 - ``document``: a document's entries, their keys, titles and task numbers, joining them;
 - ``changes``: Change, what happened to an entry; ``comparison``: ``compare``, ``changed``;
-- ``pairing``: entries renamed, rewritten, merged or split; ``repeated``: duplicates;
+- ``pairing``: entries renamed, rewritten, merged or split; ``repeated``: duplicates
+  (in a whole document, or in what a review's decisions make of it);
 - ``numbering``: the result's order, task numbers and ``[Task n]`` references;
 - ``assembly``: the document a review's decisions produce; ``three_way``: ``merge``.
 """
@@ -54,7 +55,14 @@ from .pairing import (
     content_words,
     pair,
 )
-from .repeated import DUPLICATE_CITED, DUPLICATE_WORDS, duplicates
+from .repeated import (
+    DUPLICATE_CITED,
+    DUPLICATE_WORDS,
+    duplicate_scope,
+    duplicates,
+    key_base,
+    scoped_duplicates,
+)
 from .three_way import Conflict, Merge, merge
 
 __all__ = [
@@ -85,9 +93,11 @@ __all__ = [
     "compare",
     "contains_entry",
     "content_words",
+    "duplicate_scope",
     "duplicates",
     "entries",
     "following",
+    "key_base",
     "group_title",
     "join",
     "member_key",
@@ -99,6 +109,7 @@ __all__ = [
     "renumber",
     "replace_entry",
     "same_text",
+    "scoped_duplicates",
     "task_title",
     "unnumbered",
     "with_members",

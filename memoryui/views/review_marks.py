@@ -214,9 +214,7 @@ def citation_status(
     or written by this proposal's run: ``new_files``, read when not given), and where
     it leads."""
     cited = {
-        c.key: entry_citations(proposal.memory_md, c.key, c.proposed)
-        for c in changes
-        if c.proposed
+        c.key: entry_citations(proposal.memory_md, c.key, c.proposed) for c in changes if c.proposed
     }
     links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
     if new_files is None:

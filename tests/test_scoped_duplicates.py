@@ -1,0 +1,146 @@
+"""A reviewer's next decision is answered with the duplicates it makes, found in the task
+groups that need looking at instead of the whole assembled MEMORY.md (seconds for a
+100,000-rollout workspace's, bench/README). What it finds must be exactly what the whole
+result shows: compared here over random decisions and edits, on the SDK's own MEMORY.md
+and on a generated one with repeated task group titles (keys numbered "#2")."""
+
+import importlib.util
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from generation import review
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def whole(current: str, proposed: str, decisions: dict, edits: dict) -> list[tuple]:
+    """What the review has always found: the duplicates of the whole result that
+    involve an entry the proposal touches."""
+    changes = review.compare(current, proposed)
+    touched = {
+        key for c in changes if c.status != "unchanged" and c.proposed for key in (c.key, *c.also)
+    }
+    return [
+        (a.key, b.key, a.title, b.title)
+        for a, b in review.duplicates(review.assemble(changes, decisions, edits))
+        if a.key in touched or b.key in touched
+    ]
+
+
+def scoped(current: str, proposed: str, decisions: dict, edits: dict) -> list[tuple] | None:
+    found = review.scoped_duplicates(current, proposed, decisions, edits)
+    if found is None:
+        return None
+    changes = review.compare(current, proposed)
+    touched = {
+        key for c in changes if c.status != "unchanged" and c.proposed for key in (c.key, *c.also)
+    }
+    return [
+        (a.key, b.key, a.title, b.title) for a, b in found if a.key in touched or b.key in touched
+    ]
+
+
+def groups_of(text: str) -> list[str]:
+    return re.split(r"(?m)^(?=# Task Group: )", text)
+
+
+def tasks_of(group: str) -> list[str]:
+    return re.findall(r"(?ms)^## Task \d+:.*?(?=^## |^# |\Z)", group)
+
+
+def proposal_of(text: str, rng: random.Random, touch: int) -> str:
+    """A consolidation touching ``touch`` task groups: a task copied into another group
+    (the same citation: a duplicate across groups), a task reworded, a task added that
+    repeats a neighbour's words and citation, a task removed."""
+    groups = groups_of(text)
+    head, groups = groups[0], groups[1:]
+    chosen = rng.sample(range(len(groups)), min(touch, len(groups)))
+    for n, i in enumerate(chosen):
+        tasks = tasks_of(groups[i])
+        if not tasks:
+            continue
+        task = rng.choice(tasks)
+        kind = n % 4
+        if kind == 0:  # copied into the next group, reworded a little
+            j = (i + 1) % len(groups)
+            copy = task.replace("outcome", "result", 1)
+            groups[j] = groups[j].replace("\n## ", "\n" + copy + "## ", 1)
+        elif kind == 1:  # reworded in place
+            groups[i] = groups[i].replace(task, task.replace("- ", "- reworded: ", 1), 1)
+        elif kind == 2:  # a near repeat of a task of its group, added at the end
+            groups[i] = groups[i].rstrip("\n") + "\n\n" + task.replace("success", "partial")
+        else:  # removed
+            groups[i] = groups[i].replace(task, "", 1)
+    return head + "".join(groups)
+
+
+def random_decisions(current: str, proposed: str, rng: random.Random) -> tuple[dict, dict]:
+    changes = [c for c in review.compare(current, proposed) if c.status != "unchanged"]
+    decisions = {
+        c.key: rng.choice([review.ACCEPT, review.REJECT]) for c in changes if rng.random() < 0.6
+    }
+    citing = [c for c in changes if c.proposed and "rollout_summaries/" in c.proposed]
+    edits = {}
+    for change in rng.sample(citing, min(len(citing), rng.choice([0, 0, 1, 2]))):
+        # An edit that cites another entry's rollout too: it may find new duplicates.
+        other = rng.choice(citing).proposed
+        cite = re.search(r"rollout_summaries/\S+\.md", other)
+        edits[change.key] = change.proposed.rstrip("\n") + f"\n- also {cite[0]}\n\n"
+    return decisions, edits
+
+
+def sdk_memory_md(fixtures_dir: Path) -> str:
+    return (fixtures_dir / "medium-300" / "workspace" / "memories" / "MEMORY.md").read_text()
+
+
+def generated_memory_md(tmp_path: Path) -> str:
+    spec = importlib.util.spec_from_file_location("generate_tree", BENCH / "generate_tree.py")
+    assert spec is not None and spec.loader is not None
+    generate_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate_tree)
+    generate_tree.main([str(tmp_path / "tree"), "--rollouts", "600", "--seed", "3"])
+    return (tmp_path / "tree" / "memories" / "MEMORY.md").read_text()
+
+
+@pytest.mark.parametrize("source", ["sdk", "generated"])
+def test_the_duplicates_a_decision_makes_are_those_of_the_whole_result(
+    source, fixtures_dir, tmp_path
+):
+    current = sdk_memory_md(fixtures_dir) if source == "sdk" else generated_memory_md(tmp_path)
+    rng = random.Random(7)
+    compared = narrowed = found = 0
+    for _ in range(40):
+        proposed = proposal_of(current, rng, touch=rng.choice([1, 2, 3, 4]))
+        for _ in range(5):
+            decisions, edits = random_decisions(current, proposed, rng)
+            expected = whole(current, proposed, decisions, edits)
+            got = scoped(current, proposed, decisions, edits)
+            compared += 1
+            if got is not None:
+                narrowed += 1
+                assert got == expected, (decisions, edits)
+            found += bool(expected)
+    # The comparison means something: most answers came from the narrowed search, and
+    # many decision sets made duplicates to find.
+    assert narrowed > compared / 2
+    assert found > compared / 4
+
+
+def test_a_key_taken_twice_keeps_its_number_in_the_narrowed_search(tmp_path):
+    text = generated_memory_md(tmp_path)
+    titles = re.findall(r"(?m)^# Task Group: (.*)$", text)
+    # Two task groups of one title, far apart: the second one's key is "...#2".
+    current = text.replace(f"# Task Group: {titles[-1]}\n", f"# Task Group: {titles[0]}\n", 1)
+    heading = f"# Task Group: {titles[0]}\n"
+    second = current.index(heading, current.index(heading) + 1)
+    at = current.index("\n## Task ", second)
+    proposed = current[:at] + current[at:].replace("- ", "- reworded: ", 1)
+
+    assert scoped(current, proposed, {}, {}) == whole(current, proposed, {}, {})
+    scope = review.duplicate_scope(current, proposed, {})
+    assert scope is not None
+    heads = [c.key for c in scope if c.kind == "task_group" and not c.group]
+    assert len(heads) == 2 and heads[1] == heads[0] + "#2"  # both groups of that title
