@@ -126,6 +126,12 @@ def _slug(text: str) -> str:
 
 def parse(text: str) -> Block:
     """Parse markdown into a block tree; ``parse(text).dump() == text`` always."""
+    return parse_open(text)[0]
+
+
+def parse_open(text: str) -> tuple[Block, bool]:
+    """``parse``, and whether ``text`` ends inside a fenced code block (what follows it
+    would then be read as code too)."""
     root = Block(kind="document", title="", level=0, text="")
     stack: list[Block] = [root]
     fence: str | None = None
@@ -173,12 +179,12 @@ def parse(text: str) -> Block:
                 current.children.append(Block(kind="text", title="", level=0, text=line))
             in_list = False
     if not stack[0].children and not root.text:
-        return root
+        return root, fence is not None
     if root.text:
         root.children.insert(0, Block(kind="preamble", title="", level=0, text=root.text))
         root.text = ""
     _assign_keys(root, "")
-    return root
+    return root, fence is not None
 
 
 def _closes(fence: str, line: str) -> bool:

@@ -7,11 +7,13 @@ and on a generated one with repeated task group titles (keys numbered "#2")."""
 import importlib.util
 import random
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from generation import review
+from generation.review.document import grouped_entries
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -77,6 +79,21 @@ def proposal_of(text: str, rng: random.Random, touch: int) -> str:
     return head + "".join(groups)
 
 
+def with_repeated_titles(text: str) -> str:
+    """``text`` with every fifth task group titled as the one three before it: keys a
+    document takes twice are numbered across it ("#2"), which a narrowed search must
+    number alike."""
+    titles = re.findall(r"(?m)^# Task Group: (.*)$", text)
+    lines = text.split("\n")
+    n = 0
+    for i, line in enumerate(lines):
+        if line.startswith("# Task Group: "):
+            if n >= 3 and n % 5 == 4:
+                lines[i] = f"# Task Group: {titles[n - 3]}"
+            n += 1
+    return "\n".join(lines)
+
+
 def random_decisions(current: str, proposed: str, rng: random.Random) -> tuple[dict, dict]:
     changes = [c for c in review.compare(current, proposed) if c.status != "unchanged"]
     decisions = {
@@ -97,10 +114,13 @@ def sdk_memory_md(fixtures_dir: Path) -> str:
 
 
 def generated_memory_md(tmp_path: Path) -> str:
-    spec = importlib.util.spec_from_file_location("generate_tree", BENCH / "generate_tree.py")
-    assert spec is not None and spec.loader is not None
-    generate_tree = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate_tree)
+    generate_tree = sys.modules.get("generate_tree")  # the bench scripts' own name
+    if generate_tree is None:
+        spec = importlib.util.spec_from_file_location("generate_tree", BENCH / "generate_tree.py")
+        assert spec is not None and spec.loader is not None
+        generate_tree = importlib.util.module_from_spec(spec)
+        sys.modules["generate_tree"] = generate_tree  # its dataclasses look it up
+        spec.loader.exec_module(generate_tree)
     generate_tree.main([str(tmp_path / "tree"), "--rollouts", "600", "--seed", "3"])
     return (tmp_path / "tree" / "memories" / "MEMORY.md").read_text()
 
@@ -110,6 +130,7 @@ def test_the_duplicates_a_decision_makes_are_those_of_the_whole_result(
     source, fixtures_dir, tmp_path
 ):
     current = sdk_memory_md(fixtures_dir) if source == "sdk" else generated_memory_md(tmp_path)
+    current = with_repeated_titles(current)
     rng = random.Random(7)
     compared = narrowed = found = 0
     for _ in range(40):
@@ -144,3 +165,17 @@ def test_a_key_taken_twice_keeps_its_number_in_the_narrowed_search(tmp_path):
     assert scope is not None
     heads = [c.key for c in scope if c.kind == "task_group" and not c.group]
     assert len(heads) == 2 and heads[1] == heads[0] + "#2"  # both groups of that title
+
+
+@pytest.mark.parametrize("source", ["sdk", "generated"])
+def test_a_handbook_read_group_by_group_has_the_entries_read_whole(source, fixtures_dir, tmp_path):
+    text = sdk_memory_md(fixtures_dir) if source == "sdk" else generated_memory_md(tmp_path)
+    titles = re.findall(r"(?m)^# Task Group: (.*)$", text)
+    # A title taken twice, so that keys are numbered across groups ("#2").
+    text = text.replace(f"# Task Group: {titles[-1]}\n", f"# Task Group: {titles[0]}\n", 1)
+
+    assert grouped_entries(text) == review.entries(text)
+    # What it cannot read group by group, it leaves to the whole document's reading.
+    assert grouped_entries("A preamble\n\n" + text) is None
+    fenced = text.replace("\n# Task Group: ", "\n```\n# Task Group: ", 1)
+    assert grouped_entries(fenced) is None

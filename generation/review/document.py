@@ -4,7 +4,7 @@ reviewer decides on, their keys and titles, task numbers, and joining entries ba
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,22 +35,76 @@ def _entries(text: str) -> tuple[Entry, ...]:
         seen[base] = seen.get(base, 0) + 1
         return base if seen[base] == 1 else f"{base}#{seen[base]}"
 
-    result = []
+    result: list[Entry] = []
     for block in root.children:
         if not (grouped and block.kind == "task_group"):
             key = unique(f"{block.kind}:{normalize(block.title)}")
             result.append(Entry(key, block.kind, block.title, block.dump()))
             continue
-        lead = 0  # bullets and paragraphs under the group's heading belong to its head
-        while lead < len(block.children) and block.children[lead].level == 0:
-            lead += 1
-        head = block.text + "".join(child.dump() for child in block.children[:lead])
-        group = unique(f"task_group:{normalize(block.title)}")
-        result.append(Entry(group, "task_group", block.title, head))
-        for child in block.children[lead:]:
-            key = unique(member_key(child.kind, child.title, group, child.citations))
-            result.append(Entry(key, child.kind, child.title, child.dump(), group))
+        _add_group(result, _group_parts(block), unique)
     return tuple(result)
+
+
+# A task group as its entries need it: its title, its head (the heading with the
+# bullets and paragraphs under it) and each task or section as (kind, title, the
+# rollout summaries it cites, text).
+GroupParts = tuple[str, str, tuple[tuple[str, str, tuple[str, ...], str], ...]]
+
+
+def _group_parts(block: memory_md.Block) -> GroupParts:
+    lead = 0  # bullets and paragraphs under the group's heading belong to its head
+    while lead < len(block.children) and block.children[lead].level == 0:
+        lead += 1
+    head = block.text + "".join(child.dump() for child in block.children[:lead])
+    members = tuple(
+        (child.kind, child.title, tuple(child.citations), child.dump())
+        for child in block.children[lead:]
+    )
+    return block.title, head, members
+
+
+def _add_group(result: list[Entry], parts: GroupParts, unique: Callable[[str], str]) -> None:
+    title, head, members = parts
+    group = unique(f"task_group:{normalize(title)}")
+    result.append(Entry(group, "task_group", title, head))
+    for kind, name, citations, text in members:
+        key = unique(member_key(kind, name, group, list(citations)))
+        result.append(Entry(key, kind, name, text, group))
+
+
+_GROUP_START_RE = re.compile(r"(?m)^(?=# Task Group: )")
+
+
+def grouped_entries(text: str) -> list[Entry] | None:
+    """``entries(text)`` for a text made of task groups alone (what a review's result
+    narrowed to some groups is), each group parsed once and kept by its text: from one
+    decision to the next most groups are the same. ``None`` when ``text`` is not
+    plainly that (text before the first group, a group that does not parse as one
+    task group on its own, one ending inside a code fence)."""
+    chunks = _GROUP_START_RE.split(text)
+    if chunks[0] or len(chunks) < 2:
+        return None
+    seen: dict[str, int] = {}
+
+    def unique(base: str) -> str:
+        seen[base] = seen.get(base, 0) + 1
+        return base if seen[base] == 1 else f"{base}#{seen[base]}"
+
+    result: list[Entry] = []
+    for chunk in chunks[1:]:
+        parts = _chunk_parts(chunk)
+        if parts is None:
+            return None
+        _add_group(result, parts, unique)
+    return result
+
+
+@lru_cache(maxsize=8192)
+def _chunk_parts(chunk: str) -> GroupParts | None:
+    root, open_fence = memory_md.parse_open(chunk)
+    if open_fence or len(root.children) != 1 or root.children[0].kind != "task_group":
+        return None
+    return _group_parts(root.children[0])
 
 
 def with_members(document: str, entry_key: str, text: str) -> str:

@@ -11,7 +11,7 @@ from ..memory_md import CITATION_RE
 from .assembly import assemble
 from .changes import Change
 from .comparison import compare
-from .document import Entry, entries
+from .document import Entry, entries, grouped_entries
 from .pairing import content_words
 
 # --- duplicates --------------------------------------------------------------------
@@ -28,9 +28,14 @@ def duplicates(text: str) -> list[tuple[Entry, Entry]]:
     """Pairs of entries of ``text`` that are likely one entry twice, in document order.
     Only entries that cite a rollout take part, found through the rollouts they cite
     (near-linear)."""
+    return duplicates_among(entries(text))
+
+
+def duplicates_among(document: Sequence[Entry]) -> list[tuple[Entry, Entry]]:
+    """``duplicates`` of a document's entries."""
     cited: list[tuple[Entry, set[str]]] = []
     by_cite: dict[str, list[int]] = {}
-    for entry in entries(text):
+    for entry in document:
         cites = set(memory_md.CITATION_RE.findall(entry.text))
         if not cites:
             continue
@@ -100,10 +105,13 @@ def scoped_duplicates(
     if scope is None or found is None or len(scope) == len(found[0]):
         return None
     result = assemble(scope, decisions, edits)
-    inside = {key_base(e.key) for e in entries(result)}
+    parts = grouped_entries(result)
+    if parts is None:
+        parts = entries(result)
+    inside = {key_base(e.key) for e in parts}
     if inside & found[1].outside(scope, found[0]):
         return None
-    return duplicates(result)
+    return duplicates_among(parts)
 
 
 @dataclass
