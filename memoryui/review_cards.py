@@ -36,22 +36,22 @@ Entry = tuple[str, str]  # (document, key)
 def changes(proposal: Proposal, document: str) -> list[review.Change]:
     """One document's changes, from the proposal alone (the comparison is cached, by
     texts: the same objects each time, see ``documents.same_text``)."""
+    return review.compare(*_texts(proposal, document))
+
+
+def changed(proposal: Proposal, document: str) -> tuple[review.Change, ...]:
+    """``changes`` without the unchanged entries (kept, like the comparison)."""
+    return review.changed(*_texts(proposal, document))
+
+
+def _texts(proposal: Proposal, document: str) -> tuple[str, str]:
+    """One document's base and proposed texts, as the caches know them."""
     if document == Document.MEMORY_MD:
         base, proposed = proposal.base_memory_md, proposal.memory_md
     else:
         base, proposed = proposal.base_memory_summary, proposal.memory_summary
     base_text = documents.text(base.blob_id) if base is not None and base.blob_id else ""
-    return review.compare(base_text, documents.same_text(proposed))
-
-
-def changed(proposal: Proposal, document: str) -> tuple[review.Change, ...]:
-    """``changes`` without the unchanged entries (kept, like the comparison)."""
-    base = (
-        proposal.base_memory_md if document == Document.MEMORY_MD else proposal.base_memory_summary
-    )
-    proposed = proposal.memory_md if document == Document.MEMORY_MD else proposal.memory_summary
-    base_text = documents.text(base.blob_id) if base is not None and base.blob_id else ""
-    return review.changed(base_text, documents.same_text(proposed))
+    return base_text, documents.same_text(proposed)
 
 
 def decidable(proposal: Proposal) -> dict[Entry, review.Change]:

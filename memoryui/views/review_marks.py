@@ -151,8 +151,14 @@ def _stale(change: review.Change, forgotten: set[str], memory_md: str) -> bool:
 def _cited_rollout(path: str, rollouts: set[str]) -> bool:
     """Whether ``rollout_summaries/<rollout id>_<slug>.md`` names one of ``rollouts``
     (ids may hold underscores too)."""
+    return any(candidate in rollouts for candidate in _rollout_ids(path))
+
+
+@lru_cache(maxsize=8192)
+def _rollout_ids(path: str) -> tuple[str, ...]:
+    # What a summary's file name may start with as its rollout id: up to each "_".
     name = path.rsplit("/", 1)[-1]
-    return any(name[:i] in rollouts for i, ch in enumerate(name) if ch == "_")
+    return tuple(name[:i] for i, ch in enumerate(name) if ch == "_")
 
 
 def is_unsupported(change: review.Change, cites: list | None) -> bool:
