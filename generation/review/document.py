@@ -29,12 +29,7 @@ def entries(text: str) -> list[Entry]:
 def _entries(text: str) -> tuple[Entry, ...]:
     root = memory_md.parse(text)
     grouped = any(block.kind == "task_group" for block in root.children)
-    seen: dict[str, int] = {}
-
-    def unique(base: str) -> str:
-        seen[base] = seen.get(base, 0) + 1
-        return base if seen[base] == 1 else f"{base}#{seen[base]}"
-
+    unique = _numbering()
     result: list[Entry] = []
     for block in root.children:
         if not (grouped and block.kind == "task_group"):
@@ -43,6 +38,17 @@ def _entries(text: str) -> tuple[Entry, ...]:
             continue
         _add_group(result, _group_parts(block), unique)
     return tuple(result)
+
+
+def _numbering() -> Callable[[str], str]:
+    """A document's keys in order: a key taken again gets "#2", "#3", ..."""
+    seen: dict[str, int] = {}
+
+    def unique(base: str) -> str:
+        seen[base] = seen.get(base, 0) + 1
+        return base if seen[base] == 1 else f"{base}#{seen[base]}"
+
+    return unique
 
 
 # A task group as its entries need it: its title, its head (the heading with the
@@ -84,12 +90,7 @@ def grouped_entries(text: str) -> list[Entry] | None:
     chunks = _GROUP_START_RE.split(text)
     if chunks[0] or len(chunks) < 2:
         return None
-    seen: dict[str, int] = {}
-
-    def unique(base: str) -> str:
-        seen[base] = seen.get(base, 0) + 1
-        return base if seen[base] == 1 else f"{base}#{seen[base]}"
-
+    unique = _numbering()
     result: list[Entry] = []
     for chunk in chunks[1:]:
         parts = _chunk_parts(chunk)

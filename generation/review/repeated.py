@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import memory_md
@@ -60,7 +60,7 @@ def _duplicate(a: tuple[Entry, set[str]], b: tuple[Entry, set[str]]) -> bool:
     return bool(small) and len(small & large) >= DUPLICATE_WORDS * len(small)
 
 
-def duplicate_scope(current: str, proposed: str, edits: dict[str, str]) -> list[Change] | None:
+def duplicate_scope(current: str, proposed: str, edits: dict[str, str]) -> Sequence[Change] | None:
     """The changes from ``current`` to ``proposed`` (``compare``) a search for the
     duplicates of the entries they touch needs, in order: the whole task groups holding
     those entries and the entries citing a rollout one of them cites (in any of their
@@ -72,23 +72,7 @@ def duplicate_scope(current: str, proposed: str, edits: dict[str, str]) -> list[
     outside them, moving between them, merged or split, or a needed group that may
     go): then the whole document is needed."""
     found = _scope(current, proposed)
-    if found is None:
-        return None
-    changes, index = found
-    wanted: frozenset[str] = index.wanted
-    more = {
-        group
-        for text in edits.values()
-        for cite in CITATION_RE.findall(text)
-        for group in index.cited.get(cite, ())
-    }
-    if more - wanted:
-        wanted = index.closed(set(wanted) | more)
-    if not wanted <= index.heads:
-        return None  # an entry outside every task group
-    if wanted == index.wanted and index.scope is not None:
-        return list(index.scope)
-    return _changes_in(changes, wanted, index.heads)
+    return None if found is None else _scope_with(found[0], found[1], edits)
 
 
 def scoped_duplicates(
@@ -100,18 +84,39 @@ def scoped_duplicates(
     large document's result is not assembled and parsed whole for each new decision.
     ``None`` when the whole result is needed, also when a key in it might come out
     differently (a safety net: the scope holds every group of a key it holds)."""
-    scope = duplicate_scope(current, proposed, edits)
     found = _scope(current, proposed)
-    if scope is None or found is None or len(scope) == len(found[0]):
+    if found is None:
+        return None
+    changes, index = found
+    scope = _scope_with(changes, index, edits)
+    if scope is None or len(scope) == len(changes):
         return None
     result = assemble(scope, decisions, edits)
     parts = grouped_entries(result)
     if parts is None:
         parts = entries(result)
     inside = {key_base(e.key) for e in parts}
-    if inside & found[1].outside(scope, found[0]):
+    if inside & index.outside(scope, changes):
         return None
     return duplicates_among(parts)
+
+
+def _scope_with(
+    changes: Sequence[Change], index: _ScopeIndex, edits: dict[str, str]
+) -> Sequence[Change] | None:
+    """``duplicate_scope`` from the document's index, with the groups ``edits`` cite."""
+    more = {
+        group
+        for text in edits.values()
+        for cite in CITATION_RE.findall(text)
+        for group in index.cited.get(cite, ())
+    }
+    if not more - index.wanted:
+        return index.scope  # the usual scope, kept
+    wanted = index.closed(set(index.wanted) | more)
+    if not wanted <= index.heads:
+        return None  # an entry outside every task group
+    return _changes_in(changes, wanted, index.heads)
 
 
 @dataclass
@@ -123,14 +128,12 @@ class _ScopeIndex:
     wanted: frozenset[str] = frozenset()  # the groups needed without edits
     scope: tuple[Change, ...] | None = None  # their changes (None: not to be scoped)
 
-    _outside: dict[int, frozenset[str]] = field(default_factory=dict)
+    usual_outside: frozenset[str] | None = None  # ``outside`` the kept scope, once read
 
     def outside(self, scope: Sequence[Change], changes: Sequence[Change]) -> frozenset[str]:
-        """The key bases of the changes not in ``scope`` (kept for the scope without
-        edits, the usual one)."""
-        usual = self.scope is not None and len(scope) == len(self.scope)
-        if usual and 0 in self._outside:
-            return self._outside[0]
+        """The key bases of the changes not in ``scope``."""
+        if scope is self.scope and self.usual_outside is not None:
+            return self.usual_outside
         kept = {id(c) for c in scope}
         found = frozenset(
             key_base(key)
@@ -138,8 +141,8 @@ class _ScopeIndex:
             if id(c) not in kept
             for key in (c.key, *c.also, *c.previous, *(piece[2] for piece in c.pieces))
         )
-        if usual:
-            self._outside[0] = found
+        if scope is self.scope:
+            self.usual_outside = found
         return found
 
     def closed(self, groups: set[str]) -> frozenset[str]:
@@ -182,7 +185,7 @@ def _scope(current: str, proposed: str) -> tuple[tuple[Change, ...], _ScopeIndex
             index.same_key.setdefault(key_base(key), set()).add(group)
             index.keys_of.setdefault(group, set()).add(key_base(key))
     index.wanted = index.closed(touched | {g for c in touched_cites for g in index.cited[c]})
-    if index.wanted <= heads:
+    if index.wanted <= heads:  # else: an entry outside every task group, not to be scoped
         scope = _changes_in(changes, index.wanted, heads)
         index.scope = tuple(scope) if scope is not None else None
     return changes, index

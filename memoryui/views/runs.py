@@ -135,7 +135,7 @@ def _counts(base: str, proposed: str) -> dict[str, int]:
     """Entries changed, added, removed, moved and paired from ``base`` to ``proposed``
     (~100,000 entries in a 100,000-rollout workspace's MEMORY.md: counted once)."""
     counts = {"changed": 0, "added": 0, "removed": 0, "moved": 0, "paired": 0}
-    for change in review.compare(base, proposed):
+    for change in review.changed(base, proposed):
         if change.status in counts:
             counts[change.status] += 1
         if change.paired:
