@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from generation import tree
 from memoryui import importer
-from memoryui.importer import import_workspace, syncing
+from memoryui.importer import import_workspace, reading, syncing
 from memoryui.models import (
     Blob,
     ImportRun,
@@ -718,3 +718,105 @@ def test_a_tree_written_a_few_files_at_a_time_is_stored_as_in_one_go(
     whole = _stored("whole")
     assert whole == _stored("chunked")
     assert len(whole[1]) == 300 and len(whole[3]) > 100
+
+
+def _as_tar(tree_dir: Path, path: Path) -> Path:
+    with tarfile.open(path, "w:gz" if path.name.endswith(".gz") else "w") as tar:
+        tar.add(tree_dir, arcname=".")
+    return path
+
+
+@pytest.mark.parametrize("source", ["directory", "tar", "tar.gz"])
+def test_a_tree_larger_than_memory_holds_is_stored_as_in_one_go(
+    source, fixtures_dir, tmp_path, monkeypatch
+):
+    """Past ``HELD_BYTES`` of contents, a new file's bytes stay in the directory or the
+    plain tar until its chunk is stored: the rows are the same, and no more than the
+    held bytes and one chunk are ever in memory (a compressed tar, which cannot be read
+    again by offset, is held whole)."""
+    tree_dir = fixtures_dir / "medium-300" / "workspace"
+    path = tree_dir if source == "directory" else _as_tar(tree_dir, tmp_path / f"m.{source}")
+    import_workspace(path, "whole")
+    total = sum(p.stat().st_size for p in tree_dir.rglob("*") if p.is_file())
+    held_at_most = 20_000
+    monkeypatch.setattr(reading, "HELD_BYTES", held_at_most)
+    monkeypatch.setattr(syncing, "STORE_CHUNK", 10)
+    most_held = []
+    real_load = reading.TreeReader.load
+
+    def load(self, items):
+        loaded = real_load(self, items)
+        most_held.append(sum(len(i.data or b"") for i in self.items.values()))
+        return loaded
+
+    monkeypatch.setattr(reading.TreeReader, "load", load)
+    result = import_workspace(path, "deferred")
+
+    assert _stored("whole") == _stored("deferred")
+    assert result.errors == []
+    sizes = sorted(p.stat().st_size for p in tree_dir.rglob("*") if p.is_file())
+    if source == "tar.gz":
+        assert most_held[0] == total
+    else:
+        assert total > 50 * held_at_most
+        assert max(most_held) <= held_at_most + sum(sizes[-10:]) < total * 0.6
+
+
+def test_a_new_file_gone_before_its_bytes_were_read_is_a_problem_and_not_counted(
+    fixtures_dir, tmp_path, monkeypatch
+):
+    ws = tmp_path / "ws"
+    shutil.copytree(fixtures_dir / "medium-300" / "workspace", ws, symlinks=True)
+    monkeypatch.setattr(reading, "HELD_BYTES", 0)
+    gone = sorted((ws / "sessions").glob("*.jsonl"))[-1]
+    changed = sorted((ws / "sessions").glob("*.jsonl"))[0]
+    real_load = reading.TreeReader.load
+
+    def load(self, items):
+        if gone.exists():  # between the scan and the first chunk's store
+            gone.unlink()
+            changed.write_bytes(changed.read_bytes() + b"\n")
+        return real_load(self, items)
+
+    monkeypatch.setattr(reading.TreeReader, "load", load)
+    result = import_workspace(ws, "a")
+
+    rel = str(gone.relative_to(ws))
+    assert [e["path"] for e in result.errors] == [rel]
+    assert "could not be read" in result.errors[0]["error"]
+    assert not WorkspaceFile.objects.filter(path=rel).exists()
+    assert sum(layout.rollouts for layout in result.layouts) == 299 == Rollout.objects.count()
+    row = WorkspaceFile.objects.get(path=str(changed.relative_to(ws)))
+    assert bytes(row.blob.data) == changed.read_bytes()  # taken as it was when stored
+    monkeypatch.setattr(reading.TreeReader, "load", real_load)
+    again = import_workspace(ws, "a")  # its stored mtime is the scan's: read again
+    assert again.changed == 0 and again.errors == []
+
+
+def test_a_snapshot_that_changes_during_its_import_gives_a_problem_and_marks_nothing_gone(
+    fixtures_dir, tmp_path, monkeypatch
+):
+    tree_dir = fixtures_dir / "medium-300" / "workspace"
+    archive = _as_tar(tree_dir, tmp_path / "m.tar")
+    import_workspace(archive, "a")
+    (tmp_path / "more").mkdir()
+    shutil.copytree(tree_dir, tmp_path / "more" / "ws", symlinks=True)
+    extra = tmp_path / "more" / "ws" / "sessions" / "extra-rollout.jsonl"
+    extra.write_bytes(next((tree_dir / "sessions").glob("*.jsonl")).read_bytes())
+    _as_tar(tmp_path / "more" / "ws", archive)
+    monkeypatch.setattr(reading, "HELD_BYTES", 0)
+    real_load = reading.TreeReader.load
+
+    def load(self, items):
+        with open(archive, "r+b") as fh:  # another writer truncates it meanwhile
+            fh.truncate(archive.stat().st_size // 2)
+        return real_load(self, items)
+
+    monkeypatch.setattr(reading.TreeReader, "load", load)
+    result = import_workspace(archive, "a")
+
+    assert [e["error"] for e in result.errors] == [reading.CHANGED_WHILE_READ]
+    assert result.errors[0]["path"] == "sessions/extra-rollout.jsonl"
+    assert result.missing == 0
+    assert not WorkspaceFile.objects.filter(missing_since__isnull=False).exists()
+    assert not WorkspaceFile.objects.filter(path="sessions/extra-rollout.jsonl").exists()

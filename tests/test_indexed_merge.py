@@ -32,16 +32,21 @@ def ops(db):
 
 @pytest.fixture
 def parses(monkeypatch) -> list[object]:
-    """The archives parsed (``tree.read_archive``) from now on."""
+    """The archives parsed (``tree.read_archive``, or ``read_archive_lazily`` as an
+    import reads) from now on."""
     parsed: list[object] = []
-    real = tree.read_archive
+    for name, modules in (
+        ("read_archive", (tree, tree_directory)),
+        ("read_archive_lazily", (tree,)),
+    ):
+        real = getattr(tree, name)
 
-    def counting(*args, **kwargs):
-        parsed.append(args[0])
-        return real(*args, **kwargs)
+        def counting(*args, real=real, **kwargs):
+            parsed.append(args[0])
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(tree, "read_archive", counting)
-    monkeypatch.setattr(tree_directory, "read_archive", counting)
+        for module in modules:
+            monkeypatch.setattr(module, name, counting)
     return parsed
 
 

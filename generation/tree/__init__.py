@@ -5,7 +5,7 @@ This package is the only code that knows the file formats: how a workspace direc
 layouts are discovered, and how each kind of memory file is parsed. It never imports
 Django. Its parts, by what they read:
 
-- ``entries``: what a read yields (Entry, Link, Problem), its limits and TreeError;
+- ``entries``: what a read yields (Entry, Member, Link, Problem), its limits and TreeError;
 - ``directory``: a workspace directory, and ``read_source`` (a directory or an archive);
 - ``archive``: a snapshot tar; ``archive_index``: where its members sit, to copy them;
 - ``layouts``: the (memories dir, sessions dir) pairs and each path's file kind;
@@ -21,6 +21,7 @@ from .archive import (
     HeaderLimitExceeded,
     check_tar_archive,
     read_archive,
+    read_archive_lazily,
 )
 from .archive_index import (
     TAG_CHARS,
@@ -31,6 +32,7 @@ from .archive_index import (
     check_indexed,
     copy_indexed,
     indexed_entries,
+    indexed_members,
     pack_index,
     unpack_index,
 )
@@ -39,6 +41,7 @@ from .entries import (
     Entry,
     Limits,
     Link,
+    Member,
     Problem,
     TreeError,
     human_size,
@@ -110,6 +113,7 @@ __all__ = [
     "Link",
     "MAX_EXTENDED_HEADERS",
     "MAX_JSON_DEPTH",
+    "Member",
     "ParsedRollout",
     "Placement",
     "Problem",
@@ -134,6 +138,7 @@ __all__ = [
     "check_indexed",
     "copy_indexed",
     "indexed_entries",
+    "indexed_members",
     "decode_text",
     "diff_selection",
     "discover_layouts",
@@ -155,6 +160,7 @@ __all__ = [
     "parse_rollout_summary",
     "parse_selection",
     "read_archive",
+    "read_archive_lazily",
     "read_directory",
     "read_file",
     "read_header_block",

@@ -14,6 +14,7 @@ from .entries import (
     Entry,
     Limits,
     Link,
+    Member,
     Problem,
     TreeError,
     human_size,
@@ -149,6 +150,23 @@ def read_archive(
     the workspace is a Link (what the SDK archives and restores), others are refused.
     Member data and extended headers both count against ``limits``. ``index`` gets an
     IndexedMember for each Entry and Link of a plain (uncompressed) tar."""
+    for item in _read(path, limits, links, index, leave_data=False):
+        assert not isinstance(item, Member)
+        yield item
+
+
+def read_archive_lazily(
+    path: Path, limits: Limits = Limits(), *, links: bool = False
+) -> Iterator[Entry | Member | Link | Problem]:
+    """``read_archive``, except that each regular file of a plain tar is a Member: its
+    place in the archive, its bytes not read (a compressed archive has no places to go
+    back to: its files are Entries, bytes and all). Checked and limited alike."""
+    return _read(path, limits, links, None, leave_data=True)
+
+
+def _read(
+    path: Path, limits: Limits, links: bool, index: ArchiveIndex | None, leave_data: bool
+) -> Iterator[Entry | Member | Link | Problem]:
     budget = _ArchiveBudget(limits)
     seen: set[str] = set()
     try:
@@ -159,11 +177,12 @@ def read_archive(
             return
         raise
     rows: list[IndexedMember] | None = None
+    # A compressed archive's offsets are its decompressed stream's: no use.
+    plain = isinstance(archive.fileobj, io.BufferedReader)
     if index is not None:
         index.members.clear()
-        # A compressed archive's offsets are its decompressed stream's: no use.
-        index.plain = isinstance(archive.fileobj, io.BufferedReader)
-        rows = index.members if index.plain else None
+        index.plain = plain
+        rows = index.members if plain else None
     with archive:
         try:
             for member in _members(archive):
@@ -231,6 +250,15 @@ def read_archive(
                     return
                 if member.size > limits.max_file_bytes:
                     yield Problem(rel, too_large(member.size, limits))
+                    continue
+                if leave_data and plain and not member.issparse():
+                    yield Member(
+                        rel,
+                        member.mode & 0o7777,
+                        _mtime_ns(member),
+                        member.offset_data,
+                        member.size,
+                    )
                     continue
                 data = _member_data(archive, member)
                 entry = Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)

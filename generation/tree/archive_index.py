@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
-from .entries import Entry, Link
+from .entries import Entry, Link, Member
 
 
 class IndexedMember(NamedTuple):
@@ -192,6 +192,18 @@ def indexed_entries(fh: IO[bytes], index: Sequence[Sequence[Any]]) -> Iterator[E
         if len(data) != size:
             raise IndexMismatch(path)
         yield Entry(path, data, mode, mtime_ns)
+
+
+def indexed_members(index: Sequence[Sequence[Any]]) -> Iterator[Entry | Member | Link]:
+    """``indexed_entries`` without reading anything: each regular file is a Member, its
+    place in the archive as the index gives it (checked with ``check_indexed``)."""
+    for path, kind, mode, mtime_ns, _start, offset, size, target, _tag in index:
+        if kind == "l":
+            yield Link(path, target, mode, mtime_ns)
+        elif kind == "d":
+            yield Entry(path, None, mode, mtime_ns)
+        else:
+            yield Member(path, mode, mtime_ns, offset, size)
 
 
 def index_member(

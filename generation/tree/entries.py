@@ -41,6 +41,19 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Member:
+    """A regular file of a plain (uncompressed) archive whose bytes were left where
+    they are: ``size`` bytes from ``offset`` of the archive, read when they are needed
+    (a large snapshot is then never held in memory whole)."""
+
+    path: str
+    mode: int
+    mtime_ns: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
 class Link:
     """A symbolic link of a workspace whose target stays inside it (``target`` relative),
     as the SDK archives and restores them."""

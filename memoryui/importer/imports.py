@@ -138,7 +138,7 @@ def import_workspace(
         if archive is None:
             sync.collect_directory(source)
         else:
-            sync.collect_entries(archive)
+            sync.collect_entries(archive, source)
         result = sync.finish(user, scheduled)
         if created and not result.imported_anything:  # rolls the new workspace back
             raise tree.TreeError(

@@ -5,6 +5,12 @@ size and nanosecond modification time equal what the last import stored is not r
 again (as git's index does), unless it was modified so close to that import that the
 two could coincide. A directory listed exactly as at the previous import is not read at
 all. An archive (an SDK snapshot, a sandbox's upload) is read entry by entry.
+
+Memory stays bounded however large the tree: at most ``HELD_BYTES`` of file contents
+are held from reading until the sync stores them. Past that, a new file of a directory
+or a plain tar is not read until its chunk is stored (``load``), and a file read to
+compare it with its stored row is read again then. Only a compressed archive, which
+has no place to go back to, is held whole.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ Progress = Callable[[str, int, int], None]
 # A file modified this close to the previous import may share its mtime with the
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
+# File contents held between reading and storing; past this they stay in the source.
+HELD_BYTES = 32 * 1024 * 1024
+CHANGED_WHILE_READ = "the archive changed while it was being imported; not imported"
 
 
 @dataclass(slots=True)
@@ -47,14 +56,25 @@ class Item:
     size: int
     mode: int
     mtime_ns: int
-    data: bytes | None = None  # None for directories and files not read again
-    digest: str | None = None
+    data: bytes | None = None  # None for directories, files not read again, deferred ones
+    digest: str | None = None  # None for a deferred file not read yet
     kind: str = FileKind.WORKSPACE_FILE
     layout_id: int | None = None
     problem: str = ""
     file_id: int | None = None
     memories_dir: str | None = None
     stat: tree.Stat | None = None
+    # Its bytes are read when it is stored (``TreeReader.load``): from the directory,
+    # or from ``offset`` of a plain archive.
+    deferred: bool = False
+    offset: int = -1
+    # A raw memory's ``rollout_path`` header, taken when it was read (layouts need it).
+    rollout_path: str | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """A file not read by this import: unchanged by its size and mtime."""
+        return not self.is_dir and self.data is None and not self.deferred
 
 
 class StoredFile(NamedTuple):
@@ -76,42 +96,43 @@ def file_name(path: str) -> str:
     return path.rpartition("/")[2]
 
 
+Entries = Iterator[tree.Entry | tree.Member | Problem]
+
+
 def read_entries(
     source: Path,
     limits: tree.Limits,
     links: bool,
     index: Sequence[Sequence[Any]] | None = None,
-) -> Iterator[tree.Entry | Problem]:
-    """The archive's entries; with ``links``, in-tree symbolic links are passed over
+) -> Entries:
+    """The archive's entries, each regular file of a plain tar as a ``Member`` (its
+    bytes read when needed); with ``links``, in-tree symbolic links are passed over
     (the remote store serves them from the stored archive) and hostile ones refused.
     With the member ``index`` made when the archive came in (a sandbox's upload, read
-    whole and found safe then), its members are read by their offsets instead of being
-    parsed again, once the index is found to fit the archive."""
+    whole and found safe then), its members are taken from the index instead of the
+    archive being parsed again, once the index is found to fit the archive."""
     if not links:
-        return tree.read_source(source, limits)
+        if not source.is_file():
+            raise tree.TreeError(f"{source} does not exist.")
+        tree.check_tar_archive(source, limits)
+        return _without_links(tree.read_archive_lazily(source, limits))
     if index is not None:
-        fh = open(source, "rb")  # noqa: SIM115 (closed by the generator, or just below)
         try:
-            tree.check_indexed(fh, index)
+            with open(source, "rb") as fh:
+                tree.check_indexed(fh, index)
         except (tree.IndexMismatch, OSError) as exc:
-            fh.close()
             log.warning("the member index of %s does not fit it (%s): parsed instead", source, exc)
         else:
-            return _indexed(fh, index)
+            return _without_links(tree.indexed_members(index))
     if not tarfile.is_tarfile(source):
         raise tree.TreeError(f"{source} is not a tar archive.")
-    return (
-        item
-        for item in tree.read_archive(source, limits, links=True)
-        if not isinstance(item, tree.Link)
-    )
+    return _without_links(tree.read_archive_lazily(source, limits, links=True))
 
 
-def _indexed(fh: Any, index: Sequence[Sequence[Any]]) -> Iterator[tree.Entry | Problem]:
-    with fh:
-        for item in tree.indexed_entries(fh, index):
-            if not isinstance(item, tree.Link):
-                yield item
+def _without_links(
+    items: Iterator[tree.Entry | tree.Member | tree.Link | Problem],
+) -> Entries:
+    return (item for item in items if not isinstance(item, tree.Link))
 
 
 class TreeReader:
@@ -145,6 +166,10 @@ class TreeReader:
         # taken as gone from disk.
         self.complete = True
         self.stopped = ""
+        # The archive read (its Members' bytes are read from it by offset), and the
+        # bytes of files read and not yet stored.
+        self.archive: Path | None = None
+        self.held = 0
 
     @cached_property
     def stored(self) -> dict[str, StoredFile]:
@@ -210,9 +235,89 @@ class TreeReader:
                 self.complete = False
                 self.stopped = tree.total_exceeded(self.limits)
                 break
-            self.read_item(item)
+            if old is None and not self._room_for(stat.size, stat.path):
+                item.deferred = True  # new: nothing to compare, read when stored
+            else:
+                self.read_item(item)
             if self.progress and len(self.items) % 500 == 0:
                 self.progress("read", len(self.items), 0)
+
+    def _room_for(self, size: int, path: str) -> bool:
+        """Whether a file's bytes can be held until stored; a raw memory is read now
+        anyway (its header places the layouts)."""
+        return self.held + size <= HELD_BYTES or tree.is_raw_memory_path(path)
+
+    def _took(self, item: Item, data: bytes) -> None:
+        """``data`` was read for ``item``: its digest and header taken, its bytes held
+        until stored if there is room, else left in the source to be read again."""
+        item.size = len(data)
+        item.digest = hashlib.sha256(data).hexdigest()
+        if tree.is_raw_memory_path(item.path):
+            item.rollout_path = tree.header_value(data, "rollout_path")
+        if self.held + len(data) <= HELD_BYTES or (self.root is None and item.offset < 0):
+            item.data = data
+            item.deferred = False
+            self.held += len(data)
+        else:
+            item.data = None
+            item.deferred = True
+
+    def load(self, items: Sequence[Item]) -> list[Item]:
+        """The bytes of ``items`` whose bytes were left in the source, read now (each
+        checked to be the file the import saw; an archive member against its digest).
+        Returns the items that have their bytes; the others became problems and left
+        the import."""
+        loaded: list[Item] = []
+        fh = None
+        try:
+            for item in items:
+                if item.deferred:
+                    if item.offset >= 0:
+                        if fh is None:
+                            assert self.archive is not None
+                            fh = open(self.archive, "rb")  # noqa: SIM115 (closed below)
+                        ok = self._load_member(fh, item)
+                    else:
+                        ok = self._load_file(item)
+                    if not ok:
+                        self.items.pop(item.path, None)
+                        continue
+                loaded.append(item)
+        finally:
+            if fh is not None:
+                fh.close()
+        return loaded
+
+    def _load_member(self, fh: Any, item: Item) -> bool:
+        try:
+            fh.seek(item.offset)
+            data = fh.read(item.size)
+        except OSError:
+            data = b""
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != item.size or item.digest not in (None, digest):
+            self.problems.append({"path": item.path, "error": CHANGED_WHILE_READ})
+            self.complete = False  # what it held is not known: nothing is taken as gone
+            return False
+        item.data, item.digest, item.deferred = data, digest, False
+        return True
+
+    def _load_file(self, item: Item) -> bool:
+        assert self.root is not None
+        try:
+            data = tree.read_file(self.root, item.path, item.stat)
+        except OSError as exc:
+            self.problems.append(
+                {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
+            )
+            return False
+        # Changed since the scan, it is taken as it is now; its stored mtime is the
+        # scan's, so the next import reads it again.
+        item.data, item.size, item.deferred = data, len(data), False
+        item.digest = hashlib.sha256(data).hexdigest()
+        if tree.is_raw_memory_path(item.path):
+            item.rollout_path = tree.header_value(data, "rollout_path")
+        return True
 
     def read_item(self, item: Item) -> bool:
         """Read the file of ``item`` (of a directory source); a file that cannot be read
@@ -226,31 +331,50 @@ class TreeReader:
             )
             self.items.pop(item.path, None)
             return False
-        item.data = data
-        item.size = len(data)
-        item.digest = hashlib.sha256(data).hexdigest()
+        self._took(item, data)
         return True
 
-    def collect_entries(self, entries: Iterator[tree.Entry | Problem]) -> None:
-        for entry in entries:
-            if isinstance(entry, Problem):
-                self.problems.append({"path": entry.path, "error": entry.error})
-                if entry.stops and self.complete:
-                    self.complete = False
-                    self.stopped = entry.error
-                continue
-            item = Item(
-                entry.path,
-                entry.is_dir,
-                len(entry.data or b""),
-                entry.mode,
-                entry.mtime_ns,
-                entry.data,
-                hashlib.sha256(entry.data).hexdigest() if entry.data is not None else None,
-            )
-            self.items[entry.path] = item
-            if self.progress and len(self.items) % 500 == 0:
-                self.progress("read", len(self.items), 0)
+    def collect_entries(self, entries: Entries, archive: Path | None = None) -> None:
+        """Collect an archive's entries; its Members' bytes are read from ``archive``,
+        now or when stored."""
+        self.archive = archive
+        fh = None
+        try:
+            for entry in entries:
+                if isinstance(entry, Problem):
+                    self.problems.append({"path": entry.path, "error": entry.error})
+                    if entry.stops and self.complete:
+                        self.complete = False
+                        self.stopped = entry.error
+                    continue
+                if isinstance(entry, tree.Member):
+                    item = Item(entry.path, False, entry.size, entry.mode, entry.mtime_ns)
+                    item.offset = entry.offset
+                    self.items[entry.path] = item
+                    if entry.path not in self.stored and not self._room_for(entry.size, entry.path):
+                        item.deferred = True  # new: nothing to compare, read when stored
+                        continue
+                    if fh is None:
+                        assert archive is not None
+                        fh = open(archive, "rb")  # noqa: SIM115 (closed below)
+                    fh.seek(entry.offset)
+                    data = fh.read(entry.size)
+                    if len(data) != entry.size:
+                        self.problems.append({"path": entry.path, "error": CHANGED_WHILE_READ})
+                        del self.items[entry.path]
+                        self.complete = False
+                        continue
+                    self._took(item, data)
+                else:
+                    item = Item(entry.path, entry.is_dir, 0, entry.mode, entry.mtime_ns)
+                    self.items[entry.path] = item
+                    if entry.data is not None:
+                        self._took(item, entry.data)
+                if self.progress and len(self.items) % 500 == 0:
+                    self.progress("read", len(self.items), 0)
+        finally:
+            if fh is not None:
+                fh.close()
 
     def collect_paths(self, root: Path, paths: list[str]) -> None:
         """Stat and read only ``paths`` under ``root`` (no scan of the rest); a path gone

@@ -29,19 +29,20 @@ class LayoutCounts:
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    def count(self, kind: str) -> None:
+    def count(self, kind: str, by: int = 1) -> None:
+        """Count one file of ``kind`` in (``by`` -1: out again, it was not imported)."""
         if kind == FileKind.ROLLOUT:
-            self.rollouts += 1
+            self.rollouts += by
         elif kind == FileKind.RAW_MEMORY:
-            self.raw_memories += 1
+            self.raw_memories += by
         elif kind == FileKind.ROLLOUT_SUMMARY:
-            self.rollout_summaries += 1
+            self.rollout_summaries += by
         elif kind == FileKind.MEMORY_INDEX:
-            self.memory_md = True
+            self.memory_md = by > 0
         elif kind == FileKind.MEMORY_SUMMARY:
-            self.memory_summary_md = True
+            self.memory_summary_md = by > 0
         elif kind == FileKind.SKILL:
-            self.skills += 1
+            self.skills += by
 
 
 @dataclass

@@ -64,26 +64,21 @@ class WorkspaceSync(TreeReader):
             return self._stored_layout_dirs()  # a write-back writes inside its layout
         unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
         if unchanged_tree and all(
-            item.data is None
-            and not item.is_dir
-            and path in self.stored
-            or item.is_dir
-            and path in self.stored
+            (item.trusted or item.is_dir) and path in self.stored
             for path, item in self.items.items()
         ):
             # Same paths and no file read again: the layouts are the stored ones.
             return self._stored_layout_dirs()
         rollout_paths: dict[str, str] = {}
-        unread = [p for p, i in self.items.items() if i.data is None and not i.is_dir]
-        if unread:
+        if any(i.trusted for i in self.items.values()):
             rollout_paths.update(
                 RawMemory.objects.filter(file__workspace=self.workspace).values_list(
                     "file__path", "rollout_path"
                 )
             )
         for path, item in self.items.items():
-            if item.data is not None and tree.is_raw_memory_path(path):
-                rollout_paths[path] = tree.header_value(item.data, "rollout_path")
+            if item.rollout_path is not None:
+                rollout_paths[path] = item.rollout_path
         rollout_paths = {p: v for p, v in rollout_paths.items() if p in self.items}
         return tree.find_layouts(
             (p for p, i in self.items.items() if i.is_dir),
@@ -161,7 +156,7 @@ class WorkspaceSync(TreeReader):
         unchanged = 0
         for path, item in list(self.items.items()):
             old = self.stored.get(path)
-            if same_layouts and item.data is None and not item.is_dir and old is not None:
+            if same_layouts and item.trusted and old is not None:
                 unchanged += 1
                 item.file_id, item.kind, item.layout_id = old.file_id, old.kind, old.layout_id
                 if old.layout_id is not None:
@@ -187,7 +182,7 @@ class WorkspaceSync(TreeReader):
                 if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
                     stat_only.append(item)
                 continue
-            if item.data is None and not item.is_dir and not self.read_item(item):
+            if item.trusted and not self.read_item(item):
                 continue  # trusted by stat, but its layout or kind moved: read it now
             self._note_if_huge(item)
             if old is None:
@@ -199,7 +194,13 @@ class WorkspaceSync(TreeReader):
                     self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
 
         self._step(1)
-        self._store(new, changed, stat_only)
+        lost = self._store(new, changed, stat_only)
+        if lost:  # gone (or the archive changed) before their bytes were read
+            for item in lost.values():
+                if item.memories_dir is not None:
+                    counts[item.memories_dir].count(item.kind, -1)
+            new = [i for i in new if id(i) not in lost]
+            changed = [i for i in changed if id(i) not in lost]
         self._step(4)
         missing = [
             old.file_id
@@ -261,29 +262,38 @@ class WorkspaceSync(TreeReader):
 
     def _note_if_huge(self, item: Item) -> None:
         """A file over the huge-file limit is stored whole; its pages show head and tail."""
-        if item.data is None or len(item.data) <= self.limits.huge_file_bytes:
+        if item.is_dir or item.size <= self.limits.huge_file_bytes:
             return
         item.problem = "; ".join(
             filter(
                 None,
                 [
                     item.problem,
-                    f"large file ({tree.human_size(len(item.data))}, over "
+                    f"large file ({tree.human_size(item.size)}, over "
                     f"{tree.human_size(self.limits.huge_file_bytes)}): stored in "
                     "full, pages show its head and tail",
                 ],
             )
         )
 
-    def _store(self, new: list[Item], changed: list[Item], stat_only: list[Item]) -> None:
-        """Parse and write new and changed files a chunk at a time, dropping each chunk's
-        bytes once written: a large tree is never held in memory twice (as bytes and as
-        parsed rows). Rollout summaries come last: their ids are settled by the rollouts."""
+    def _store(
+        self, new: list[Item], changed: list[Item], stat_only: list[Item]
+    ) -> dict[int, Item]:
+        """Parse and write new and changed files a chunk at a time, reading the bytes
+        left in the source when their chunk comes (``load``) and dropping each chunk's
+        once written: a large tree is never held in memory whole, nor twice (as bytes
+        and as parsed rows). Rollout summaries come last: their ids are settled by the
+        rollouts. Returns the files that could not be read then, by ``id``."""
         known = KnownIds()
         is_new = {id(item) for item in new}
+        lost: dict[int, Item] = {}
         last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
         first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
-        for chunk in (*chunks(first, STORE_CHUNK), *chunks(last, STORE_CHUNK)):
+        for whole in (*chunks(first, STORE_CHUNK), *chunks(last, STORE_CHUNK)):
+            chunk = self.load(whole)
+            if len(chunk) != len(whole):
+                kept = {id(i) for i in chunk}
+                lost.update((id(i), i) for i in whole if id(i) not in kept)
             parsed = ParsedRows.build(chunk, known)
             self._write_blobs(chunk)
             chunk_new = [i for i in chunk if id(i) in is_new]
@@ -303,6 +313,7 @@ class WorkspaceSync(TreeReader):
             ["mode", "mtime_ns"],
             [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
         )
+        return lost
 
     def _write_blobs(self, items: Sequence[Item]) -> None:
         rows: dict[str, tuple[str, int, bytes]] = {}
