@@ -5,9 +5,9 @@
 
 Writes the tree as a tar (as the SDK's snapshots are: one member per file and directory)
 into a temp dir, then imports it in a fresh Python process into a fresh SQLite database
-and prints that process's peak resident memory (``ru_maxrss``) before and after the
+and prints that process's peak resident memory (``VmHWM``) before and after the
 import, and the CPU time of the import against the same import of the directory.
-Goal: peak at most 150 MB.
+Goal: peak at most 150 MB for 10,000 rollouts, 200 MB for 100,000 (``--goal-mb``).
 """
 
 from __future__ import annotations
@@ -32,18 +32,26 @@ import generate_tree  # noqa: E402
 
 GOAL_MB = 150.0
 
+# The peak is the process's own high-water mark (VmHWM): ``ru_maxrss`` would carry
+# over the RSS of the process that started it (Linux keeps it across exec).
 CHILD = """
 import json, os, resource, sys, time
 import django
+def high_water():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 django.setup()
 from django.core.management import call_command
 from memoryui.importer import import_workspace
 call_command("migrate", verbosity=0)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+before = high_water()
 cpu = time.process_time()
 result = import_workspace(__import__("pathlib").Path(sys.argv[1]), "bench")
 cpu = time.process_time() - cpu
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = high_water()
 print(json.dumps({"before_mb": before, "peak_mb": peak, "cpu_s": cpu,
                   "files": result.files, "errors": len(result.errors)}))
 """
@@ -75,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
     parser.add_argument("--rollouts", type=int, default=10_000)
     parser.add_argument("--gzip", action="store_true", help="a .tar.gz instead of a .tar")
+    parser.add_argument("--goal-mb", type=float, default=GOAL_MB)
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="memoryui-tar-"))
@@ -95,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{label:<12} {row['files']:6d} {row['cpu_s']:7.2f} {row['before_mb']:11.0f} "
                 f"{row['peak_mb']:8.0f}"
             )
-        ok = "ok" if snapshot["peak_mb"] <= GOAL_MB else "OVER"
+        ok = "ok" if snapshot["peak_mb"] <= args.goal_mb else "OVER"
         print(
-            f"tar peak {snapshot['peak_mb']:.0f} MB (goal <= {GOAL_MB:.0f} MB: {ok}); "
+            f"tar peak {snapshot['peak_mb']:.0f} MB (goal <= {args.goal_mb:.0f} MB: {ok}); "
             f"tar CPU {snapshot['cpu_s'] / directory['cpu_s']:.2f}x the directory's"
         )
         return 0

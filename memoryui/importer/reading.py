@@ -63,13 +63,20 @@ class Item:
     problem: str = ""
     file_id: int | None = None
     memories_dir: str | None = None
-    stat: tree.Stat | None = None
+    inode: tuple[int, int] | None = None  # (device, inode) as a directory scan saw it
     # Its bytes are read when it is stored (``TreeReader.load``): from the directory,
     # or from ``offset`` of a plain archive.
     deferred: bool = False
     offset: int = -1
     # A raw memory's ``rollout_path`` header, taken when it was read (layouts need it).
     rollout_path: str | None = None
+
+    @property
+    def scanned(self) -> tree.Stat | None:
+        """What the scan saw of this file (reading it checks it is the same inode)."""
+        if self.inode is None:
+            return None
+        return tree.Stat(self.path, self.is_dir, self.size, self.mtime_ns, self.mode, self.inode)
 
     @property
     def trusted(self) -> bool:
@@ -209,12 +216,15 @@ class TreeReader:
                 self.same_as = previous
                 return
         total = 0
-        for stat in scanned:
+        del stats
+        scanned.reverse()  # each scan result dropped once its item is made: popped
+        while scanned:
+            stat = scanned.pop()
             if isinstance(stat, Problem):
                 self.problems.append({"path": stat.path, "error": stat.error})
                 continue
             item = Item(stat.path, stat.is_dir, stat.size, stat.mode, stat.mtime_ns)
-            item.stat = stat
+            item.inode = stat.inode
             self.items[stat.path] = item
             if stat.is_dir:
                 continue
@@ -305,7 +315,7 @@ class TreeReader:
     def _load_file(self, item: Item) -> bool:
         assert self.root is not None
         try:
-            data = tree.read_file(self.root, item.path, item.stat)
+            data = tree.read_file(self.root, item.path, item.scanned)
         except OSError as exc:
             self.problems.append(
                 {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
@@ -324,7 +334,7 @@ class TreeReader:
         becomes a problem and leaves the items."""
         assert self.root is not None
         try:
-            data = tree.read_file(self.root, item.path, item.stat)
+            data = tree.read_file(self.root, item.path, item.scanned)
         except OSError as exc:
             self.problems.append(
                 {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
@@ -401,9 +411,7 @@ class TreeReader:
             item = Item(
                 rel, is_dir, 0 if is_dir else st.st_size, stat_mode.S_IMODE(mode), st.st_mtime_ns
             )
-            item.stat = tree.Stat(
-                rel, is_dir, item.size, st.st_mtime_ns, item.mode, (st.st_dev, st.st_ino)
-            )
+            item.inode = (st.st_dev, st.st_ino)
             self.items[rel] = item
             if not is_dir and not self.read_item(item):
                 self.complete = False

@@ -285,7 +285,6 @@ class WorkspaceSync(TreeReader):
         and as parsed rows). Rollout summaries come last: their ids are settled by the
         rollouts. Returns the files that could not be read then, by ``id``."""
         known = KnownIds()
-        is_new = {id(item) for item in new}
         lost: dict[int, Item] = {}
         last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
         first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
@@ -296,8 +295,8 @@ class WorkspaceSync(TreeReader):
                 lost.update((id(i), i) for i in whole if id(i) not in kept)
             parsed = ParsedRows.build(chunk, known)
             self._write_blobs(chunk)
-            chunk_new = [i for i in chunk if id(i) in is_new]
-            chunk_changed = [i for i in chunk if id(i) not in is_new]
+            chunk_new = [i for i in chunk if i.file_id is None]  # a changed file has its row
+            chunk_changed = [i for i in chunk if i.file_id is not None]
             self._write_files(chunk_new, chunk_changed)
             parsed.write(chunk_new, chunk_changed)
             for item in chunk:
