@@ -151,3 +151,22 @@ def test_a_cards_diff_is_the_diff_template_byte_for_byte():
     for shown in (rows, rows[:3], []):
         html = render_to_string("memoryui/_diff.html", {"rows": shown})
         assert review_cards.diff_html(shown) == html
+
+
+@pytest.mark.django_db
+def test_a_proposal_read_anywhere_shares_its_texts_with_the_review_caches(layout):
+    """The comparison is kept per pair of texts and found by them: a proposal read by
+    any page, task or API call has the one text object this process keeps, so a
+    lookup is an identity check, never a byte-by-byte comparison of megabytes (which
+    cost a 100,000-rollout review ~3 ms a lookup, several a request)."""
+    base = "".join(group(f"g{i}", "model") for i in range(3))
+    proposal = proposal_over(layout, base, base.replace("scope: model", "scope: person", 1))
+    first = Proposal.objects.get(pk=proposal.pk)
+    review.changed("", first.memory_md)  # the cache now holds this object
+    again = Proposal.objects.get(pk=proposal.pk)
+    listed = Proposal.objects.filter(layout=layout).only("memory_md").get()
+
+    assert again.memory_md is first.memory_md is listed.memory_md
+    assert Proposal.objects.defer("memory_md").get(pk=proposal.pk).memory_summary is (
+        first.memory_summary
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from generation import review
+from generation.review import repeated
 from generation.review.document import grouped_entries
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -179,3 +180,60 @@ def test_a_handbook_read_group_by_group_has_the_entries_read_whole(source, fixtu
     assert grouped_entries("A preamble\n\n" + text) is None
     fenced = text.replace("\n# Task Group: ", "\n```\n# Task Group: ", 1)
     assert grouped_entries(fenced) is None
+
+
+@pytest.mark.parametrize("source", ["sdk", "generated"])
+def test_the_scope_read_unit_by_unit_is_the_scope_assembled_whole(source, fixtures_dir, tmp_path):
+    """A new decision assembles only the unit of task groups its entry is in; the
+    entries of all units, put in order, are those of the scope assembled and read
+    whole: the same keys (numbered alike), titles and texts, in the same order."""
+    current = sdk_memory_md(fixtures_dir) if source == "sdk" else generated_memory_md(tmp_path)
+    current = with_repeated_titles(current)
+    rng = random.Random(11)
+    compared = by_unit = copied = 0
+    tasks = tasks_of(current)
+    for _ in range(30):
+        proposed = proposal_of(current, rng, touch=rng.choice([2, 3, 4, 6]))
+        for _ in range(5):
+            decisions, edits = random_decisions(current, proposed, rng)
+            if rng.random() < 0.3:  # an edit that makes a task another group's, key and all
+                touched = [
+                    c
+                    for c in review.compare(current, proposed)
+                    if c.kind == "task" and c.status != "unchanged" and c.proposed
+                ]
+                if touched:
+                    edits[rng.choice(touched).key] = rng.choice(tasks)
+                    copied += 1
+            scope = review.duplicate_scope(current, proposed, edits)
+            if scope is None:
+                continue
+            changes, index = repeated._scope(current, proposed)
+            compared += 1
+            found = repeated._unit_entries(scope, index, decisions, edits)
+            if found is None:
+                continue
+            by_unit += 1
+            result = review.assemble(scope, decisions, edits)
+            whole_entries = grouped_entries(result) or review.entries(result)
+            assert found[0] == whole_entries, (decisions, edits)
+            assert found[1] == {repeated.key_base(e.key) for e in whole_entries}
+    assert by_unit > compared * 0.6 and compared > 50 and copied > 10
+
+
+def test_a_new_decision_assembles_only_its_own_unit(tmp_path, monkeypatch):
+    current = with_repeated_titles(generated_memory_md(tmp_path))
+    proposed = proposal_of(current, random.Random(5), touch=6)
+    changed = [c for c in review.compare(current, proposed) if c.status != "unchanged"]
+    assert review.scoped_duplicates(current, proposed, {}, {}) is not None
+    assembled = []
+    real = repeated._assemble_unit
+    monkeypatch.setattr(
+        repeated, "_assemble_unit", lambda unit, *a: assembled.append(unit) or real(unit, *a)
+    )
+    for decision in (review.REJECT, review.ACCEPT):
+        assembled.clear()
+        decisions = {changed[0].key: decision}
+        assert review.scoped_duplicates(current, proposed, decisions, {}) is not None
+        assert len(assembled) == (1 if decision == review.REJECT else 0)  # accepted: as kept
+        assert changed[0].key in {c.key for c in assembled[0]} if assembled else True

@@ -21,6 +21,14 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
     each group are then numbered 1, 2, ... in document order, whatever was decided, and
     each ``[Task n]`` reference inside the group follows the task it pointed at in the
     document its text comes from (one to a task no longer there is taken out)."""
+    return join(ordered(result_parts(changes, decisions, edits)))
+
+
+def result_parts(
+    changes: Iterable[Change], decisions: dict[str, str], edits: dict[str, str]
+) -> list[Part]:
+    """What ``assemble`` puts in order (``numbering.ordered``): each change's text as
+    decided, where it goes, and the tasks it stands for."""
     parts: list[Part] = []
     for change in changes:
         decision = decisions.get(change.key, ACCEPT)
@@ -58,4 +66,4 @@ def assemble(changes: Iterable[Change], decisions: dict[str, str], edits: dict[s
             parts.append(Part(change.home, change.current, old_group, change.key, "old", both))
         else:  # keep what was there (or nothing, for an addition)
             parts.append(Part(change.slot, change.current, change.group, change.key, "old", both))
-    return join(ordered(parts))
+    return parts

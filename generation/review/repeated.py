@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .. import memory_md
 from ..memory_md import CITATION_RE
-from .assembly import assemble
+from .assembly import ACCEPT, assemble, result_parts
 from .changes import Change
 from .comparison import compare
-from .document import Entry, entries, grouped_entries
+from .document import Entry, add_group, chunk_parts, entries, grouped_entries, join, numbering
+from .numbering import ordered
 from .pairing import content_words
 
 # --- duplicates --------------------------------------------------------------------
@@ -91,14 +92,112 @@ def scoped_duplicates(
     scope = _scope_with(changes, index, edits)
     if scope is None or len(scope) == len(changes):
         return None
-    result = assemble(scope, decisions, edits)
-    parts = grouped_entries(result)
-    if parts is None:
-        parts = entries(result)
-    inside = {key_base(e.key) for e in parts}
+    by_unit = _unit_entries(scope, index, decisions, edits)
+    if by_unit is not None:
+        parts, inside = by_unit
+    else:
+        result = assemble(scope, decisions, edits)
+        found_parts = grouped_entries(result)
+        parts = found_parts if found_parts is not None else entries(result)
+        inside = {key_base(e.key) for e in parts}
     if inside & index.outside(scope, changes):
         return None
     return duplicates_among(parts)
+
+
+# --- the scope's result, unit by unit ----------------------------------------------
+#
+# Within the scope no change moves between task groups or is a pair of pieces, so what
+# ties two groups of the result together is only a key they share (numbered "#2" in
+# document order). The scope's groups fall into units, the groups linked by shared
+# keys; each unit's part of the result depends only on the decisions and edits of its
+# own changes. So each unit is assembled and parsed once per set of its own decisions
+# and kept: a new decision redoes one unit, not the ~900 groups of a large proposal's
+# scope. The units' entries, put in document order, are the entries of the result
+# assembled whole (``tests/test_scoped_duplicates.py`` compares them), unless a key
+# comes out in two units (an edit's new title, say) or a group loses its heading:
+# then the scope is assembled whole.
+
+# Units kept per scope index, across sets of decisions; cleared when full.
+UNITS_KEPT = 20_000
+
+
+@dataclass(frozen=True)
+class _UnitResult:
+    blocks: tuple[tuple[float, tuple[Entry, ...]], ...]  # (the group's place, its entries)
+    bases: frozenset[str]  # the key bases of its entries
+
+
+def _unit_entries(
+    scope: Sequence[Change], index: _ScopeIndex, decisions: dict[str, str], edits: dict[str, str]
+) -> tuple[list[Entry], set[str]] | None:
+    """The entries of ``assemble(scope, decisions, edits)`` in document order with
+    their key bases, unit by unit (above); ``None`` when the scope is to be assembled
+    whole."""
+    units, last = index.units_of(scope)
+    blocks: list[tuple[float, tuple[Entry, ...]]] = []
+    inside: set[str] = set()
+    counted = 0
+    for unit in units:
+        stamp = (
+            tuple(c.key for c in unit),
+            tuple((decisions.get(c.key, ACCEPT), edits.get(c.key)) for c in unit),
+        )
+        found = index.assembled.get(stamp, _MISSING)
+        if found is _MISSING:
+            if len(index.assembled) >= UNITS_KEPT:
+                index.assembled.clear()
+            found = index.assembled[stamp] = _assemble_unit(unit, decisions, edits, last)
+        if found is None:
+            return None
+        assert isinstance(found, _UnitResult)
+        blocks.extend(found.blocks)
+        inside |= found.bases
+        counted += len(found.bases)
+    if counted != len(inside):
+        return None  # a key in two units: numbered across them
+    blocks.sort(key=lambda block: block[0])
+    if any(a[0] == b[0] for a, b in zip(blocks, blocks[1:], strict=False)):
+        return None  # two groups at one place: their order is the changes'
+    return [entry for _, block in blocks for entry in block], inside
+
+
+_MISSING = object()
+
+
+def _assemble_unit(
+    unit: Sequence[Change], decisions: dict[str, str], edits: dict[str, str], last: float
+) -> _UnitResult | None:
+    """One unit's groups as the whole result holds them: assembled, each group's text
+    ended as it is there (by the blank line before the next group, unless it is the
+    document's last), parsed and numbered."""
+    parts = result_parts(unit, decisions, edits)  # those left out take out references
+    heads = sorted((p for p in parts if p.text and not p.group), key=lambda p: p.position)
+    members: dict[str, int] = {}
+    for part in parts:
+        if part.text and part.group:
+            members[part.group] = members.get(part.group, 0) + 1
+    if set(members) - {head.key for head in heads}:
+        return None  # a task whose group has no heading: it follows whatever is before
+    texts = ordered(parts)
+    unique = numbering()
+    blocks = []
+    bases: set[str] = set()
+    at = 0
+    for head in heads:
+        size = 1 + members.get(head.key, 0)
+        chunk = join(texts[at : at + size])
+        at += size
+        if head.position != last:  # the separator join puts before the next group
+            chunk += "" if chunk.endswith("\n\n") else "\n" if chunk.endswith("\n") else "\n\n"
+        group_parts = chunk_parts(chunk)
+        if group_parts is None:
+            return None
+        found: list[Entry] = []
+        add_group(found, group_parts, unique)
+        bases.update(key_base(e.key) for e in found)
+        blocks.append((head.position, tuple(found)))
+    return _UnitResult(tuple(blocks), frozenset(bases))
 
 
 def _scope_with(
@@ -129,6 +228,39 @@ class _ScopeIndex:
     scope: tuple[Change, ...] | None = None  # their changes (None: not to be scoped)
 
     usual_outside: frozenset[str] | None = None  # ``outside`` the kept scope, once read
+    usual_units: tuple[tuple[tuple[Change, ...], ...], float] | None = None
+    # A unit's result by its changes' keys and their decisions and edits.
+    assembled: dict[tuple[object, ...], object] = field(default_factory=dict)
+
+    def units_of(self, scope: Sequence[Change]) -> tuple[tuple[tuple[Change, ...], ...], float]:
+        """The scope's changes by unit (the groups linked by a key they share), in
+        order, and the place of its last group's heading."""
+        if scope is self.scope and self.usual_units is not None:
+            return self.usual_units
+        linked: dict[str, str] = {}  # union-find over groups
+
+        def root(group: str) -> str:
+            while linked.get(group, group) != group:
+                group = linked[group]
+            return group
+
+        first_group: dict[str, str] = {}
+        for change in scope:
+            group = root(change.group or change.key)
+            for key in (change.key, *change.also, *change.previous):
+                other = first_group.setdefault(key_base(key), group)
+                other = root(other)
+                if other != group:
+                    linked[group] = other
+                    group = other
+        units: dict[str, list[Change]] = {}
+        for change in scope:
+            units.setdefault(root(change.group or change.key), []).append(change)
+        last = max((c.slot for c in scope if not c.group), default=0.0)
+        found = (tuple(tuple(unit) for unit in units.values()), float(last))
+        if scope is self.scope:
+            self.usual_units = found
+        return found
 
     def outside(self, scope: Sequence[Change], changes: Sequence[Change]) -> frozenset[str]:
         """The key bases of the changes not in ``scope``."""

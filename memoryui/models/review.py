@@ -4,9 +4,13 @@ rejections, approvals, protected raw memories, the checks of each entry's text).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from generation.review import interned
 
 from .generation import GenerationRun
 from .versions import MemoryVersion
@@ -106,6 +110,18 @@ class Proposal(models.Model):
 
     def __str__(self) -> str:
         return f"proposal {self.pk} for {self.layout}"
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Proposal:
+        """A proposal as read, its texts the objects this process keeps for them
+        (``generation.review.interned``): the comparison caches then find them by
+        identity, whichever page or task read the proposal first."""
+        proposal = super().from_db(db, field_names, values)
+        for name in ("memory_md", "memory_summary"):
+            text = proposal.__dict__.get(name)
+            if isinstance(text, str) and text:
+                proposal.__dict__[name] = interned(text)
+        return proposal
 
 
 class EntryRef(models.Model):
