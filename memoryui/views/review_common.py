@@ -52,11 +52,11 @@ def kept_proposal(layout: Layout, pk: int) -> Proposal:
         if found.fresh_md is None and kept is not None:
             proposal.memory_md, proposal.memory_summary = kept[1], kept[2]
         else:
-            proposal.memory_md, proposal.memory_summary = found.fresh_md, found.fresh_summary
-            _keep(key, (found.row_version, found.fresh_md, found.fresh_summary))
-    # The texts' caches then find them by identity (documents.same_text).
-    proposal.memory_md = documents.same_text(proposal.memory_md)
-    proposal.memory_summary = documents.same_text(proposal.memory_summary)
+            # The objects the texts' caches hold (documents.same_text), kept as they are.
+            proposal.memory_md = documents.same_text(found.fresh_md)
+            proposal.memory_summary = documents.same_text(found.fresh_summary)
+            _keep(key, (found.row_version, proposal.memory_md, proposal.memory_summary))
+    # Elsewhere read with the proposal (Proposal.from_db): the same objects already.
     return proposal
 
 
