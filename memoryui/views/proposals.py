@@ -98,7 +98,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     findings = review_marks.lint_findings(proposal)
     marks = review_cards.Marks.load(proposal, request.user)
     decidable = {doc.document: curation.decidable(doc) for doc in reviews}
-    review_marks.note_lint_and_stale(marks, proposal, decidable, findings)
+    review_marks.note_lint_and_stale(marks, proposal, decidable, findings, reviews)
     marks.note_checks(proposal, decidable)
     new_files = review_marks.run_files(proposal)
     doubles = review_marks.duplicate_marks(proposal, reviews)

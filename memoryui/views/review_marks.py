@@ -24,10 +24,17 @@ def note_lint_and_stale(
     proposal: Proposal,
     changes: dict[str, list[review.Change]],
     findings: list,
+    reviews: list[curation.DocumentReview] | None = None,
 ) -> None:
     """Mark the entries holding a line a lint finding points at, and those citing only
-    rollouts this consolidation forgets (each card shows both)."""
+    rollouts this consolidation forgets (each card shows both). With ``reviews`` (whose
+    decidable entries ``changes`` are: the review page's), the stale entries are kept
+    per texts and forgotten rollouts."""
     marks.lint = _lint_entries(proposal, changes, findings)
+    if reviews is not None:
+        texts = tuple((d.document, d.base_text, d.proposed_text) for d in reviews)
+        marks.stale = set(_stale_entries(texts, proposal.memory_md, frozenset(proposal.removed)))
+        return
     forgotten = set(proposal.removed)
     marks.stale = {
         (document, c.key)
@@ -35,6 +42,21 @@ def note_lint_and_stale(
         for c in cs
         if _stale(c, forgotten, proposal.memory_md)
     }
+
+
+@lru_cache(maxsize=16)
+def _stale_entries(
+    texts: tuple[tuple[str, str, str], ...], memory_md: str, forgotten: frozenset[str]
+) -> frozenset[tuple[str, str]]:
+    """The (document, key) of every entry to decide citing only ``forgotten`` rollouts
+    (``texts``: each document's base and proposed text)."""
+    rollouts = set(forgotten)
+    return frozenset(
+        (document, c.key)
+        for document, base, proposed in texts
+        for c in review.changed(base, proposed)
+        if _stale(c, rollouts, memory_md)
+    )
 
 
 DOCUMENT_FILES = {
