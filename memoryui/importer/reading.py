@@ -260,13 +260,8 @@ class TreeReader:
     def _took(self, item: Item, data: bytes) -> None:
         """``data`` was read for ``item``: its digest and header taken, its bytes held
         until stored if there is room, else left in the source to be read again."""
-        item.size = len(data)
-        item.digest = hashlib.sha256(data).hexdigest()
-        if tree.is_raw_memory_path(item.path):
-            item.rollout_path = tree.header_value(data, "rollout_path")
+        _fill(item, data)
         if self.held + len(data) <= HELD_BYTES or (self.root is None and item.offset < 0):
-            item.data = data
-            item.deferred = False
             self.held += len(data)
         else:
             item.data = None
@@ -323,10 +318,7 @@ class TreeReader:
             return False
         # Changed since the scan, it is taken as it is now; its stored mtime is the
         # scan's, so the next import reads it again.
-        item.data, item.size, item.deferred = data, len(data), False
-        item.digest = hashlib.sha256(data).hexdigest()
-        if tree.is_raw_memory_path(item.path):
-            item.rollout_path = tree.header_value(data, "rollout_path")
+        _fill(item, data)
         return True
 
     def read_item(self, item: Item) -> bool:
@@ -415,6 +407,14 @@ class TreeReader:
             self.items[rel] = item
             if not is_dir and not self.read_item(item):
                 self.complete = False
+
+
+def _fill(item: Item, data: bytes) -> None:
+    """``item`` with the bytes read of it: its size, digest and (a raw memory) header."""
+    item.data, item.size, item.deferred = data, len(data), False
+    item.digest = hashlib.sha256(data).hexdigest()
+    if tree.is_raw_memory_path(item.path):
+        item.rollout_path = tree.header_value(data, "rollout_path")
 
 
 def listing_digest(
