@@ -9,7 +9,7 @@ import goes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from generation.kinds import FileKind
 from generation.tree import LayoutDirs
 
 from .. import usage
-from ..bulk import chunks, insert_many, update_many
+from ..bulk import insert_many, update_many
 from ..models import Blob, Layout, RawMemory, Workspace, WorkspaceFile
 from .bulk import analyze_after
 from .parsing import KnownIds, ParsedRows
@@ -30,8 +30,10 @@ from .versions import VersionRecorder
 
 # New and changed files are parsed and written this many at a time (their bytes then
 # dropped): few enough to bound memory, many enough for each table's index pages to
-# stay in cache while it is written.
+# stay in cache while it is written. A chunk also ends once its files reach
+# STORE_CHUNK_BYTES (a workspace of large files is not read 2,000 at a time).
 STORE_CHUNK = 2000
+STORE_CHUNK_BYTES = 32 * 1024 * 1024
 ROLLOUT_REUPLOADED = (
     "rollout uploaded before with other bytes (by another sandbox, or rewritten by this "
     "one): the workspace shows this upload's; each sandbox's download keeps its own"
@@ -288,7 +290,7 @@ class WorkspaceSync(TreeReader):
         lost: dict[int, Item] = {}
         last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
         first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
-        for whole in (*chunks(first, STORE_CHUNK), *chunks(last, STORE_CHUNK)):
+        for whole in (*_chunks(first), *_chunks(last)):
             chunk = self.load(whole)
             if len(chunk) != len(whole):
                 kept = {id(i) for i in chunk}
@@ -413,3 +415,18 @@ class WorkspaceSync(TreeReader):
                 for i in changed
             ],
         )
+
+
+def _chunks(items: list[Item]) -> Iterator[list[Item]]:
+    """``items`` in runs of at most ``STORE_CHUNK`` files and, unless one file is larger,
+    ``STORE_CHUNK_BYTES`` of contents."""
+    run: list[Item] = []
+    size = 0
+    for item in items:
+        if run and (len(run) == STORE_CHUNK or size + item.size > STORE_CHUNK_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += item.size
+    if run:
+        yield run
