@@ -294,43 +294,58 @@ class TreeReader:
         return loaded
 
     def _load_member(self, fh: Any, item: Item) -> bool:
-        try:
-            fh.seek(item.offset)
-            data = fh.read(item.size)
-        except OSError:
-            data = b""
-        digest = hashlib.sha256(data).hexdigest()
-        if len(data) != item.size or item.digest not in (None, digest):
-            self.problems.append({"path": item.path, "error": CHANGED_WHILE_READ})
-            self.complete = False  # what it held is not known: nothing is taken as gone
+        data = self._member_bytes(fh, item.path, item.offset, item.size)
+        if data is None:
             return False
-        item.data, item.digest, item.deferred = data, digest, False
+        digest = item.digest
+        _fill(item, data)
+        if digest not in (None, item.digest):
+            return self._changed_archive(item.path)
         return True
 
+    def _member_bytes(self, fh: Any, path: str, offset: int, size: int) -> bytes | None:
+        """A member's bytes read by its offset; None (a problem) when the archive no
+        longer holds that many there."""
+        try:
+            fh.seek(offset)
+            data = fh.read(size)
+        except OSError:
+            data = b""
+        if len(data) != size:
+            self._changed_archive(path)
+            return None
+        return data
+
+    def _changed_archive(self, path: str) -> bool:
+        self.problems.append({"path": path, "error": CHANGED_WHILE_READ})
+        self.complete = False  # what it held is not known: nothing is taken as gone
+        return False
+
     def _load_file(self, item: Item) -> bool:
+        # Changed since the scan, it is taken as it is now; its stored mtime is the
+        # scan's, so the next import reads it again.
+        data = self._file_bytes(item)
+        if data is not None:
+            _fill(item, data)
+        return data is not None
+
+    def _file_bytes(self, item: Item) -> bytes | None:
+        """The bytes of ``item`` in the directory (the inode the scan saw); None (a
+        problem) when it cannot be read."""
         assert self.root is not None
         try:
-            data = tree.read_file(self.root, item.path, item.scanned)
+            return tree.read_file(self.root, item.path, item.scanned)
         except OSError as exc:
             self.problems.append(
                 {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
             )
-            return False
-        # Changed since the scan, it is taken as it is now; its stored mtime is the
-        # scan's, so the next import reads it again.
-        _fill(item, data)
-        return True
+            return None
 
     def read_item(self, item: Item) -> bool:
         """Read the file of ``item`` (of a directory source); a file that cannot be read
         becomes a problem and leaves the items."""
-        assert self.root is not None
-        try:
-            data = tree.read_file(self.root, item.path, item.scanned)
-        except OSError as exc:
-            self.problems.append(
-                {"path": item.path, "error": f"could not be read ({exc.strerror or exc})"}
-            )
+        data = self._file_bytes(item)
+        if data is None:
             self.items.pop(item.path, None)
             return False
         self._took(item, data)
@@ -359,12 +374,9 @@ class TreeReader:
                     if fh is None:
                         assert archive is not None
                         fh = open(archive, "rb")  # noqa: SIM115 (closed below)
-                    fh.seek(entry.offset)
-                    data = fh.read(entry.size)
-                    if len(data) != entry.size:
-                        self.problems.append({"path": entry.path, "error": CHANGED_WHILE_READ})
+                    data = self._member_bytes(fh, entry.path, entry.offset, entry.size)
+                    if data is None:
                         del self.items[entry.path]
-                        self.complete = False
                         continue
                     self._took(item, data)
                 else:

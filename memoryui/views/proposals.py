@@ -63,8 +63,11 @@ def proposal_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRe
     form = forms.ProposalOriginForm(request.GET)
     if not form.is_valid():
         return bad_request(request, form, workspace=layout.workspace)
-    proposals = Proposal.objects.filter(layout=layout).select_related(
-        "layout__workspace", "run", "decided_by"
+    # A list of their origins and states: none of their texts (megabytes each).
+    proposals = (
+        Proposal.objects.filter(layout=layout)
+        .select_related("layout__workspace", "run", "decided_by")
+        .defer("memory_md", "memory_summary", "raw_memories_md", "selection")
     )
     if origin := form.cleaned_data["origin"]:
         proposals = proposals.filter(origin=origin)
