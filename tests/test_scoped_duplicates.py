@@ -235,5 +235,7 @@ def test_a_new_decision_assembles_only_its_own_unit(tmp_path, monkeypatch):
         assembled.clear()
         decisions = {changed[0].key: decision}
         assert review.scoped_duplicates(current, proposed, decisions, {}) is not None
-        assert len(assembled) == (1 if decision == review.REJECT else 0)  # accepted: as kept
-        assert changed[0].key in {c.key for c in assembled[0]} if assembled else True
+        if decision == review.REJECT:  # its own unit, and only that one
+            assert len(assembled) == 1 and changed[0].key in {c.key for c in assembled[0]}
+        else:  # accepted, as undecided: the unit as kept
+            assert assembled == []
