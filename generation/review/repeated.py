@@ -144,14 +144,14 @@ def _unit_entries(
             tuple(c.key for c in unit),
             tuple((decisions.get(c.key, ACCEPT), edits.get(c.key)) for c in unit),
         )
-        found = index.assembled.get(stamp, _MISSING)
-        if found is _MISSING:
+        if stamp in index.assembled:
+            found = index.assembled[stamp]
+        else:
             if len(index.assembled) >= UNITS_KEPT:
                 index.assembled.clear()
             found = index.assembled[stamp] = _assemble_unit(unit, decisions, edits, last)
         if found is None:
             return None
-        assert isinstance(found, _UnitResult)
         blocks.extend(found.blocks)
         inside |= found.bases
         counted += len(found.bases)
@@ -161,9 +161,6 @@ def _unit_entries(
     if any(a[0] == b[0] for a, b in zip(blocks, blocks[1:], strict=False)):
         return None  # two groups at one place: their order is the changes'
     return [entry for _, block in blocks for entry in block], inside
-
-
-_MISSING = object()
 
 
 def _assemble_unit(
@@ -231,7 +228,7 @@ class _ScopeIndex:
     usual_outside: frozenset[str] | None = None  # ``outside`` the kept scope, once read
     usual_units: tuple[tuple[tuple[Change, ...], ...], float] | None = None
     # A unit's result by its changes' keys and their decisions and edits.
-    assembled: dict[tuple[object, ...], object] = field(default_factory=dict)
+    assembled: dict[tuple[object, ...], _UnitResult | None] = field(default_factory=dict)
 
     def units_of(self, scope: Sequence[Change]) -> tuple[tuple[tuple[Change, ...], ...], float]:
         """The scope's changes by unit (the groups linked by a key they share), in
