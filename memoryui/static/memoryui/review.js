@@ -167,41 +167,9 @@
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || dialogOpen()) return;
-    if (busy.length && SHORTCUTS.indexOf(event.key) !== -1) {
-      // A card's action is on its way (htmx would drop a second request from its form,
-      // and the focus moves when it is done): the key waits its turn.
-      typedKeys.push(event.key);
-      event.preventDefault();
-      return;
-    }
-    if (run(event.key)) event.preventDefault();
-  }
-
-  var SHORTCUTS = ["j", "k", "n", "a", "r", "u", "p", "v", "e", "c", "i", "s"];
-  var BUSY = "memoryuiBusy";
-  var busy = []; // the requests of card actions on their way
-  var typedKeys = []; // shortcuts typed meanwhile, run in order once they are done
-
-  // One request is done (its card swapped and settled, or it failed): the keys typed
-  // meanwhile run now, each waiting for the action it starts.
-  function release(xhr, keepKeys) {
-    var at = busy.indexOf(xhr);
-    if (at === -1) return;
-    busy.splice(at, 1);
-    if (!keepKeys) typedKeys = []; // after a failure, nothing typed blind goes on
-    while (!busy.length && typedKeys.length) {
-      if (dialogOpen() || loading) { // a dialog or a form took over: the rest is stale
-        typedKeys = [];
-        break;
-      }
-      run(typedKeys.shift());
-    }
-  }
-
-  function run(key) {
     var card = currentCard();
     var handled = true;
-    switch (key) {
+    switch (event.key) {
       case "j": step(1); break;
       case "k": step(-1); break;
       case "n": nextUndecided(card, true); break;
@@ -221,7 +189,7 @@
       case "?": openHelp(); break;
       default: handled = false;
     }
-    return handled;
+    if (handled) event.preventDefault();
   }
 
   function openHelp() {
@@ -253,25 +221,12 @@
       // data), or the edit form's.
       var data = event.detail.requestConfig && event.detail.requestConfig.formData;
       var xhr = event.detail.xhr;
-      if (xhr) {
-        xhr[PENDING] = {
-          id: card.id,
-          decision: event.detail.elt.hasAttribute("data-decision-form") ||
-            Boolean(data && data.has("decision")),
-        };
-        xhr[BUSY] = true;
-        busy.push(xhr);
-      }
+      if (xhr) xhr[PENDING] = {
+        id: card.id,
+        decision: event.detail.elt.hasAttribute("data-decision-form") ||
+          Boolean(data && data.has("decision")),
+      };
     }
-  });
-
-  document.addEventListener("htmx:afterRequest", function (event) {
-    var xhr = event.detail.xhr;
-    if (!xhr || !xhr[BUSY]) return;
-    if (!event.detail.successful) return release(xhr, false);
-    // Done once its answer has settled (below); an answer that swaps nothing never
-    // settles, so it is let go shortly after anyway.
-    window.setTimeout(function () { release(xhr, true); }, 1000);
   });
 
   document.addEventListener("htmx:afterSettle", function (event) {
@@ -314,19 +269,9 @@
     }
   });
 
-  // After the handler above has moved the focus: the keys typed while it was on its way.
-  document.addEventListener("htmx:afterSettle", function (event) {
-    var xhr = event.detail.xhr;
-    var target = event.detail.target;
-    // A refused action says why: what was typed after it is not run blind.
-    if (xhr && xhr[BUSY]) release(xhr, !(target && target.id === "review-notice"));
-  });
-
-  function failed(event) {
+  function failed() {
     loading = null; // a fold that could not load takes no more keys
     typedAhead = "";
-    var xhr = event.detail && event.detail.xhr;
-    if (xhr && xhr[BUSY]) release(xhr, false);
   }
 
   document.addEventListener("htmx:responseError", failed);
