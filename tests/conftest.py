@@ -15,6 +15,7 @@ from memoryui import download_cache
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationSettings, Layout
+from tests.live_server_quiet import tracker_of
 from tests.scripted_model import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,21 @@ def fast_password_hasher():
     fast = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]
     with override_settings(PASSWORD_HASHERS=fast):
         yield
+
+
+@pytest.fixture(autouse=True)
+def live_server_answered_everything(request):
+    """A test with a live server ends only when the server has answered what the test's
+    pages sent, a leaving page's beacon included: nothing may write while the test
+    database is flushed (``tests/live_server_quiet.py``). Set up after the database
+    fixture, so it is torn down before the flush."""
+    if "live_server" not in request.fixturenames:
+        yield
+        return
+    tracker = tracker_of(request.getfixturevalue("live_server"))
+    tracker.start_test()
+    yield
+    tracker.wait_until_quiet()
 
 
 @pytest.fixture(autouse=True)
