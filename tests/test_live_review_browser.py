@@ -141,3 +141,65 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
     decisions = {d.key: (d.user.username, d.edited_text) for d in proposal.decisions.all()}
     assert len(decisions) == 3
     assert any(user == "bob" and "(bob was here)" in text for user, text in decisions.values())
+
+
+def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_decision(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    """Bob comments on a card; ada's page fetches the card to show his comment, and
+    that answer is slow. Meanwhile ada accepts the card. The late answer (the card
+    undecided, with bob's comment) never replaces her newer one: her page shows her
+    accept throughout, and bob's comment too."""
+    proposal = build(review_layout, 4)
+    Membership.objects.create(
+        workspace=review_layout.workspace, user=make_user("bob"), role=Role.REVIEWER
+    )
+    url = review_url(live_server, proposal)
+    ada_context, ada = open_page(browser)
+    bob_context, bob = open_page(browser)
+    held = []  # ada's first card fetch: the server's answer, given to the page later
+
+    def hold_the_first(route) -> None:  # type: ignore[no-untyped-def]
+        if held:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))
+
+    try:
+        log_in(ada, live_server, "ada")
+        log_in(bob, live_server, "bob")
+        ada.goto(url)
+        bob.goto(url)
+        card = ada.locator("article[data-entry]").nth(1).get_attribute("id")
+        ada.route(f"**{ada.get_attribute('#live-review', 'data-card-url')}**", hold_the_first)
+
+        bob.keyboard.press("j")
+        bob.keyboard.press("j")
+        assert bob.evaluate("document.activeElement.id") == card
+        bob.keyboard.press("c")
+        bob.keyboard.type("Is this still true?")
+        bob.keyboard.press("Control+Enter")
+        bob.wait_for_selector(f"#{card} :text('Is this still true?')")
+        deadline = time.monotonic() + 5
+        while not held:
+            assert time.monotonic() < deadline, "ada's page never fetched the card"
+            ada.wait_for_timeout(50)
+
+        ada.click(f"#{card} button.decide.accept")
+        ada.wait_for_selector(f"#{card}[data-decided='accept']")
+        route, answer = held[0]
+        assert "Is this still true?" in answer.text()
+        route.fulfill(response=answer)  # the late answer: undecided, with bob's comment
+        shown = []  # what her card says over the next 1.5 s
+        for _ in range(15):
+            ada.wait_for_timeout(100)
+            shown.append(ada.get_attribute(f"#{card}", "data-decided"))
+        assert set(shown) == {"accept"}
+        assert "Is this still true?" in ada.inner_text(f"#{card}")
+    finally:
+        ada_context.close()
+        bob_context.close()
+    decision = proposal.decisions.get()
+    assert (decision.decision, decision.user.username) == ("accept", "ada")

@@ -143,3 +143,49 @@ def test_keys_typed_while_the_edit_form_loads_are_its_text_never_decisions(
     finally:
         context.close()
     assert EntryDecision.objects.get().edited_text.endswith(" ar")
+
+
+@pytest.mark.parametrize("slower", [1, 6], ids=["as-is", "cpu-6x-slower"])
+def test_keys_typed_while_an_action_is_on_its_way_run_in_order_once_it_is_done(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+    slower: int,
+):
+    """An undo whose answer is slow, then "a" for the same entry and "a" for the next:
+    htmx would drop a second request from the card's form, and the focus moves only
+    once the undo is done; the keys wait their turn and both entries are accepted.
+    Also on a slow computer (Chromium's CPU six times slower), where the page's live
+    refreshes and its own answers overlap most."""
+    proposal = build(review_layout, 3)
+    context, page = open_page(browser)
+    context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": slower})
+    held = []
+    try:
+        log_in(page, live_server)
+        page.goto(review_url(live_server, proposal))
+        page.keyboard.press("n")
+        first = focused(page)
+        page.keyboard.press("r")
+        settled(page, first, "reject")
+        second = focused(page)
+        page.keyboard.press("k")
+        assert focused(page) == first
+        page.route("**/undo/", lambda route: held.append(route))  # its answer waits
+        page.keyboard.press("u")
+        for _ in range(50):
+            if held:
+                break
+            page.wait_for_timeout(100)
+        assert held, "the undo was not sent"
+        page.keyboard.press("a")  # this entry, again
+        page.keyboard.press("a")  # then the next one
+        page.wait_for_timeout(300)
+        assert page.get_attribute(f"#{second}", "data-decided") == ""
+        held[0].continue_()
+        settled(page, first, "accept")
+        settled(page, second, "accept")
+    finally:
+        context.close()
+    decided = dict(EntryDecision.objects.values_list("key", "decision"))
+    assert sorted(decided.values()) == ["accept", "accept"]

@@ -65,8 +65,13 @@
     return out;
   }
 
+  // The person's own action on a card: on its way, or its answer still being swapped in
+  // and settled (review.js moves the focus when it has settled).
   function busy(card) {
-    return card.querySelector(".htmx-request") !== null || card.classList.contains("htmx-request");
+    return card.querySelector(".htmx-request") !== null ||
+      card.classList.contains("htmx-request") ||
+      card.classList.contains("htmx-swapping") ||
+      card.classList.contains("htmx-settling");
   }
 
   // Put ``fresh`` in the place of ``old``, carrying over what was typed in ``old``.
@@ -113,6 +118,9 @@
   }
 
   function fetchCard(change) {
+    // The card as this fetch begins: an answer of the person's own action swapped in
+    // meanwhile may be newer than what this fetch brings, so it is fetched again.
+    var drawn = document.getElementById(change.card);
     var params = new URLSearchParams(window.location.search);
     params.set("document", change.document);
     params.set("key", change.key);
@@ -129,6 +137,7 @@
           window.setTimeout(function () { fetchCard(change); }, 500);
           return;
         }
+        if (old !== drawn) return fetchCard(change); // answered meanwhile: maybe newer
         var template = document.createElement("template");
         template.innerHTML = html;
         var fresh = template.content.querySelector("[data-entry]");

@@ -167,9 +167,42 @@
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || dialogOpen()) return;
+    if (busy.length && SHORTCUTS.indexOf(event.key) !== -1) {
+      // A card's action is on its way (htmx would drop a second request from its form,
+      // and the focus moves when it is done): the key waits its turn.
+      typedKeys.push(event.key);
+      event.preventDefault();
+      return;
+    }
+    if (run(event.key)) event.preventDefault();
+  }
+
+  var SHORTCUTS = ["j", "k", "n", "a", "r", "u", "p", "v", "e", "c", "i", "s"];
+  var BUSY = "memoryuiBusy";
+  var FINISHED = "memoryuiFinished";
+  var busy = []; // the requests of card actions on their way
+  var typedKeys = []; // shortcuts typed meanwhile, run in order once they are done
+
+  // One request is done (its card swapped and settled, or it failed): the keys typed
+  // meanwhile run now, each waiting for the action it starts.
+  function release(xhr, keepKeys) {
+    var at = busy.indexOf(xhr);
+    if (at === -1) return;
+    busy.splice(at, 1);
+    if (!keepKeys) typedKeys = []; // after a failure, nothing typed blind goes on
+    while (!busy.length && typedKeys.length) {
+      if (dialogOpen() || loading) { // a dialog or a form took over: the rest is stale
+        typedKeys = [];
+        break;
+      }
+      run(typedKeys.shift());
+    }
+  }
+
+  function run(key) {
     var card = currentCard();
     var handled = true;
-    switch (event.key) {
+    switch (key) {
       case "j": step(1); break;
       case "k": step(-1); break;
       case "n": nextUndecided(card, true); break;
@@ -189,7 +222,7 @@
       case "?": openHelp(); break;
       default: handled = false;
     }
-    if (handled) event.preventDefault();
+    return handled;
   }
 
   function openHelp() {
@@ -221,12 +254,28 @@
       // data), or the edit form's.
       var data = event.detail.requestConfig && event.detail.requestConfig.formData;
       var xhr = event.detail.xhr;
-      if (xhr) xhr[PENDING] = {
-        id: card.id,
-        decision: event.detail.elt.hasAttribute("data-decision-form") ||
-          Boolean(data && data.has("decision")),
-      };
+      if (xhr) {
+        xhr[PENDING] = {
+          id: card.id,
+          decision: event.detail.elt.hasAttribute("data-decision-form") ||
+            Boolean(data && data.has("decision")),
+        };
+        xhr[BUSY] = true;
+        busy.push(xhr);
+      }
     }
+  });
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var xhr = event.detail.xhr;
+    if (!xhr || !xhr[BUSY]) return;
+    if (!event.detail.successful) return release(xhr, false);
+    // Done once its answer has settled (below). An answer that swaps nothing never
+    // settles, and one swapped into a card that was replaced meanwhile settles where
+    // this page does not hear it: either is done shortly after anyway (htmx's settle
+    // timer, set before this one and shorter, always runs first).
+    var target = event.detail.target;
+    window.setTimeout(function () { finish(xhr, target); }, 200);
   });
 
   document.addEventListener("htmx:afterSettle", function (event) {
@@ -242,6 +291,7 @@
       var open = document.querySelector("dialog[open]");
       if (open) open.close();
       target.scrollIntoView({ block: "center" });
+      finish(event.detail.xhr, target);
       return;
     }
     if (loading && target && loading.contains(target)) { // the edit form is here
@@ -253,9 +303,25 @@
     // A fold that loaded inside a card (evidence, rendered text) leaves the focus alone
     // and does not take the place of the card's own pending action.
     if (target && cardOf(target) && !target.matches("[data-entry]")) return;
-    var done = event.detail.xhr && event.detail.xhr[PENDING];
+    finish(event.detail.xhr, target);
+  });
+
+  // A card's action is done: the focus moves on, then the keys typed while it was on
+  // its way run. Once per action, whichever of its settle and the fallback comes first.
+  function finish(xhr, target) {
+    if (!xhr || xhr[FINISHED]) return;
+    xhr[FINISHED] = true;
+    // A refused action says why: the focus stays, and what was typed after it is not
+    // run blind.
+    var refused = Boolean(target && target.id === "review-notice");
+    if (!refused) moveFocus(xhr);
+    if (xhr[BUSY]) release(xhr, !refused);
+  }
+
+  function moveFocus(xhr) {
+    var done = xhr[PENDING];
     if (!done) return;
-    event.detail.xhr[PENDING] = null;
+    xhr[PENDING] = null;
     var card = document.getElementById(done.id);
     if (!card) return;
     var active = document.activeElement;
@@ -267,11 +333,13 @@
     } else if (cardOf(document.activeElement) !== card) {
       focusCard(card); // unless the reviewer is already at it (say, typing in it)
     }
-  });
+  }
 
-  function failed() {
+  function failed(event) {
     loading = null; // a fold that could not load takes no more keys
     typedAhead = "";
+    var xhr = event.detail && event.detail.xhr;
+    if (xhr && xhr[BUSY]) release(xhr, false);
   }
 
   document.addEventListener("htmx:responseError", failed);
