@@ -82,10 +82,18 @@ def record(
                 origin=origin,
                 snapshot_id=snapshot_id,
             )
+            # Its texts (megabytes in a large workspace) only when they change.
+            .defer("memory_md", "memory_summary", "raw_memories_md", "selection")
             .first()
         )
-        texts = {v.document: documents.text(v.blob_id) for v in pending}
         inputs = list(dict.fromkeys(str(r) for r in inputs))
+        if proposal is not None and _holds_already(
+            proposal, pending, inputs, forgot, skill_changes, list(clashes)
+        ):
+            # The sandbox persisted again without changing its memory: its proposal
+            # stays as it is, unwritten and unaudited, whatever the workspace's size.
+            return proposal
+        texts = {v.document: documents.text(v.blob_id) for v in pending}
         if proposal is None:
             proposal = _create(layout, origin, snapshot_id, import_run, inputs, texts, forgot)
             action = "proposal.create"
@@ -111,6 +119,32 @@ def record(
     return proposal
 
 
+def _holds_already(
+    proposal: Proposal,
+    pending: list[MemoryVersion],
+    inputs: list[str],
+    forgotten: list[str],
+    skill_changes: dict[str, dict[str, Any]],
+    clashes: list[dict[str, Any]],
+) -> bool:
+    """Whether the sandbox's open ``proposal`` already holds all of this upload: no new
+    agent version, every input, forgotten file and clash known, every skill file
+    proposing the same text."""
+    if pending:
+        return False
+    known_skills = proposal.skill_changes or {}
+    known_clashes = proposal.clashes or []
+    return (
+        set(forgotten) <= set(proposal.forgotten)
+        and set(inputs) <= set(proposal.inputs)
+        and all(
+            rel in known_skills and known_skills[rel].get("new") == change["new"]
+            for rel, change in skill_changes.items()
+        )
+        and all(clash in known_clashes for clash in clashes)
+    )
+
+
 def _add_clashes(proposal: Proposal, clashes: list[dict[str, Any]]) -> None:
     known = list(proposal.clashes or [])
     fresh = [c for c in clashes if c not in known]
@@ -132,6 +166,8 @@ def _add_skill_changes(proposal: Proposal, changes: dict[str, dict[str, Any]]) -
         if before is not None and before.get("new") != change["new"]:
             decisions.pop(rel, None)
         merged[rel] = {"old": before["old"] if before else change["old"], "new": change["new"]}
+    if (merged, decisions) == (proposal.skill_changes or {}, proposal.skill_decisions or {}):
+        return  # the same files proposing the same texts
     proposal.skill_changes, proposal.skill_decisions = merged, decisions
     proposal.save(update_fields=["skill_changes", "skill_decisions"])
 
@@ -197,8 +233,14 @@ def _update(
     """The sandbox changed memory again: its proposal proposes the new text. A decision
     stays only where the entry's proposed text is what it was decided on. What it
     forgot adds to what it had forgotten (while the proposal waits, its restores bring
-    those files back, so a later upload holding them again takes nothing back)."""
-    proposal.forgotten = sorted({*proposal.forgotten, *forgotten})
+    those files back, so a later upload holding them again takes nothing back). Only
+    what changed is written: a persist that brings a new rollout and the same memory
+    does not rewrite the proposal's texts."""
+    changed = []
+    forgot = sorted({*proposal.forgotten, *forgotten})
+    if forgot != proposal.forgotten:
+        proposal.forgotten = forgot
+        changed.append("forgotten")
     fields = {
         Document.MEMORY_MD.value: "memory_md",
         Document.MEMORY_SUMMARY.value: "memory_summary",
@@ -209,12 +251,16 @@ def _update(
         stale = [k for k in before.keys() | after.keys() if before.get(k) != after.get(k)]
         EntryDecision.objects.filter(proposal=proposal, document=document, key__in=stale).delete()
         setattr(proposal, fields[document], text)
-    proposal.inputs = list(dict.fromkeys([*proposal.inputs, *inputs]))
+        changed.append(fields[document])
+    known = list(dict.fromkeys([*proposal.inputs, *inputs]))
+    if known != proposal.inputs:
+        proposal.inputs = known
+        changed.append("inputs")
     if import_run is not None:
         proposal.import_run = import_run
-    proposal.save(
-        update_fields=["memory_md", "memory_summary", "inputs", "import_run", "forgotten"]
-    )
+        changed.append("import_run")
+    if changed:
+        proposal.save(update_fields=changed)
 
 
 FORGET, KEEP = "accept", "reject"

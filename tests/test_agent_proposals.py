@@ -194,6 +194,45 @@ def test_sending_back_what_it_got_makes_none_and_a_second_change_updates_its_pro
     assert AuditEvent.objects.filter(action="proposal.update").count() == 1
 
 
+def test_persisting_new_runs_with_the_same_memory_leaves_the_proposal_as_it_was(
+    base, ws, tmp_path, admin_user
+):
+    """A sandbox with a proposal waiting (an edited MEMORY.md and a skill it wrote) goes
+    on running: each persist brings a new rollout and the same memory. The proposal
+    gains the run among its inputs and keeps its decisions; its texts are not written
+    again (megabytes in a large workspace, on every persist). A persist that brings
+    nothing new leaves it, and the audit log, untouched."""
+    edited = agent_edit(text(base, MD))
+    skill = ws / "memories" / "skills" / "deploys" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# Deploys\n\nRun the canary first.\n")
+    skill_path = "memories/skills/deploys/SKILL.md"
+    upload(ws, tmp_path, "sbx-a", edited, extra=[skill_path])
+    (proposal,) = Proposal.objects.all()
+    assert list(proposal.skill_changes) == ["skills/deploys/SKILL.md"]
+    edit = change_of(proposal, MD, "outreach, seats")
+    curation.decide(proposal, MD, edit.key, "accept", user=admin_user)
+    updates = AuditEvent.objects.filter(action="proposal.update")
+
+    new_run = [skill_path, "sessions/prefs-6e64dc.jsonl"]
+    with CaptureQueriesContext(connection) as queries:
+        upload(ws, tmp_path, "sbx-a", edited, extra=new_run)
+    proposal.refresh_from_db()
+    assert "prefs-6e64dc" in proposal.inputs and proposal.memory_md == edited
+    assert list(proposal.decisions.values_list("key", flat=True)) == [edit.key]
+    writes = [q["sql"] for q in queries if q["sql"].startswith("UPDATE")]
+    proposal_writes = [sql for sql in writes if '_proposal"' in sql]
+    assert proposal_writes and not [sql for sql in proposal_writes if "memory_md" in sql]
+    assert updates.count() == 1
+
+    with CaptureQueriesContext(connection) as queries:
+        upload(ws, tmp_path, "sbx-a", edited, extra=new_run)
+    writes = [q["sql"] for q in queries if q["sql"].startswith("UPDATE")]
+    assert [sql for sql in writes if '_proposal"' in sql] == []
+    assert updates.count() == 1
+    assert Proposal.objects.get().inputs == proposal.inputs
+
+
 def test_two_sandboxes_from_one_base_each_propose_and_the_second_is_rebased(
     base, ws, tmp_path, admin_user
 ):
