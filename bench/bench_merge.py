@@ -42,18 +42,18 @@ for _path in (PROJECT_DIR, BENCH_DIR):
 import bench_import  # noqa: E402
 import generate_tree  # noqa: E402
 
-SNAPSHOT_ID = "sandbox-1"
 WORKSPACE = "merge-bench"
 
 
 def write_tar(root: Path, target: Path, changed: dict[str, bytes]) -> None:
-    """``root`` as a sandbox persists it (every file, sorted), ``changed`` in place."""
+    """``root`` as a sandbox persists it (every file, sorted), with ``changed``: files
+    of its own, in place of the tree's or added to it."""
+    files = {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
     with tarfile.open(target, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            name = path.relative_to(root).as_posix()
+        for name in sorted(files.keys() | changed.keys()):
             data = changed.get(name)
             if data is None:
-                data = path.read_bytes()
+                data = files[name].read_bytes()
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 1_790_000_000
             tar.addfile(info, io.BytesIO(data))
@@ -75,7 +75,7 @@ def read_once(archive: Path, changed: dict[str, bytes]) -> float:
     return time.perf_counter() - started
 
 
-def merge(archive: Path, profiler: cProfile.Profile | None = None) -> float:
+def merge(archive: Path, sandbox: int, profiler: cProfile.Profile | None = None) -> float:
     from generation import tree
     from memoryui.importer import import_workspace
     from memoryui.snapshot_store import _check_archive
@@ -86,7 +86,7 @@ def merge(archive: Path, profiler: cProfile.Profile | None = None) -> float:
     if profiler is not None:
         profiler.enable()
     started = time.perf_counter()
-    result = import_workspace(archive, WORKSPACE, merge=SNAPSHOT_ID, index=rows)
+    result = import_workspace(archive, WORKSPACE, merge=f"sandbox-{sandbox}", index=rows)
     seconds = time.perf_counter() - started
     if profiler is not None:
         profiler.disable()
@@ -104,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         help="each persist brings --changed new rollouts (a sandbox's new runs) instead",
     )
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--sandboxes",
+        type=int,
+        default=1,
+        help="sandboxes persisting the workspace, each with its own files; the rounds "
+        "go round them (each persisted the whole workspace first)",
+    )
     parser.add_argument("--database-url", help="default: a temporary SQLite file")
     parser.add_argument("--profile", action="store_true", help="profile the last merge")
     parser.add_argument("--profile-top", type=int, default=40)
@@ -117,33 +124,40 @@ def main(argv: list[str] | None = None) -> int:
         bench_import.reset_database(db)
         first = workdir / "first.tar"
         write_tar(root, first, {})
-        print(f"first persist: {merge(first):.2f} s (the whole workspace)")
+        firsts = [merge(first, sandbox) for sandbox in range(1, args.sandboxes + 1)]
+        print(
+            f"first persist: {firsts[0]:.2f} s (the whole workspace)"
+            + (f"; the last sandbox's: {firsts[-1]:.2f} s" if args.sandboxes > 1 else "")
+        )
         rollouts = sorted(p.relative_to(root).as_posix() for p in root.glob("sessions/**/*.jsonl"))
-        grown: dict[str, bytes] = {}
+        own: dict[int, dict[str, bytes]] = {n: {} for n in range(1, args.sandboxes + 1)}
         merges, baselines = [], []
         for round_ in range(args.rounds):
+            sandbox = round_ % args.sandboxes + 1
+            files = own[sandbox]
             picked = rollouts[round_ * args.changed : (round_ + 1) * args.changed]
             changed = {}
             for name in picked:
-                data = grown.get(name) or (root / name).read_bytes()
+                data = files.get(name) or (root / name).read_bytes()
                 if args.new:  # a new run: a rollout file of its own, next to the others
                     name = name.replace(".jsonl", f"-new{round_}.jsonl")
-                    (root / name).write_bytes(data)
-                    changed[name] = data
+                    changed[name] = files[name] = data
                 else:
-                    changed[name] = grown[name] = data + data.splitlines(keepends=True)[-1]
+                    changed[name] = files[name] = data + data.splitlines(keepends=True)[-1]
             archive = workdir / f"persist-{round_}.tar"
-            write_tar(root, archive, grown)
+            write_tar(root, archive, files)
             baselines.append(read_once(archive, changed))
             if args.profile and round_ == args.rounds - 1:
                 profiler = cProfile.Profile()  # the merge only, not the upload's check
-                merges.append(merge(archive, profiler))
+                merges.append(merge(archive, sandbox, profiler))
             else:
-                merges.append(merge(archive))
+                merges.append(merge(archive, sandbox))
             archive.unlink()
         base, took = statistics.median(baselines), statistics.median(merges)
         print(
-            f"{args.rollouts:,} rollouts, {args.changed} changed a persist, {db.vendor}: "
+            f"{args.rollouts:,} rollouts, {args.sandboxes} sandbox"
+            f"{'es' if args.sandboxes != 1 else ''}, {args.changed} changed a persist, "
+            f"{db.vendor}: "
             f"merge {took * 1000:.0f} ms (median of {args.rounds}; "
             f"min {min(merges) * 1000:.0f}, max {max(merges) * 1000:.0f}), "
             f"reading the upload once {base * 1000:.0f} ms: {took / base:.2f}x"

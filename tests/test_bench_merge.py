@@ -10,7 +10,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_merge_benchmark_merges_each_persist_and_reports_it(tmp_path):
     done = subprocess.run(
-        [sys.executable, "bench/bench_merge.py", "--rollouts", "60", "--rounds", "2", "--new"],
+        [
+            sys.executable,
+            "bench/bench_merge.py",
+            "--rollouts",
+            "60",
+            "--rounds",
+            "3",
+            "--new",
+            "--sandboxes",
+            "2",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -20,5 +30,5 @@ def test_the_merge_benchmark_merges_each_persist_and_reports_it(tmp_path):
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     assert "first persist:" in done.stdout
-    assert "60 rollouts, 1 changed a persist, sqlite: merge" in done.stdout
+    assert "60 rollouts, 2 sandboxes, 1 changed a persist, sqlite: merge" in done.stdout
     assert "reading the upload once" in done.stdout
