@@ -669,9 +669,9 @@ def test_100_mib_through_the_object_store_keeps_web_and_worker_memory_bounded(ma
     steps = [("upload", "web"), ("restore", "web"), ("export", "web"), ("download", "web")]
     for name, process in steps:
         assert grew[name][process] < 32, f"{process} grew by {grew[name][process]:.0f} MiB"
-    # The import holds at most 32 MiB of contents read ahead and a chunk of at most
-    # 32 MiB (importer.reading.HELD_BYTES, syncing.STORE_CHUNK_BYTES): never the archive.
-    assert grew["import"]["worker"] < 80, f"worker grew by {grew['import']['worker']:.0f} MiB"
+    # The import holds at most 8 MiB of contents read ahead and a chunk of at most
+    # 8 MiB (importer.reading.HELD_BYTES, syncing.STORE_CHUNK_BYTES): never the archive.
+    assert grew["import"]["worker"] < 32, f"worker grew by {grew['import']['worker']:.0f} MiB"
     assert archives_under(*homes) == []
     path.unlink()
 

@@ -43,7 +43,7 @@ Progress = Callable[[str, int, int], None]
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
 # File contents held between reading and storing; past this they stay in the source.
-HELD_BYTES = 32 * 1024 * 1024
+HELD_BYTES = 8 * 1024 * 1024
 CHANGED_WHILE_READ = "the archive changed while it was being imported; not imported"
 
 

@@ -9,7 +9,10 @@ import goes on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import ctypes
+import ctypes.util
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,8 +35,8 @@ from .versions import VersionRecorder
 # dropped): few enough to bound memory, many enough for each table's index pages to
 # stay in cache while it is written. A chunk also ends once its files reach
 # STORE_CHUNK_BYTES (a workspace of large files is not read 2,000 at a time).
-STORE_CHUNK = 2000
-STORE_CHUNK_BYTES = 32 * 1024 * 1024
+STORE_CHUNK = 1000
+STORE_CHUNK_BYTES = 8 * 1024 * 1024
 ROLLOUT_REUPLOADED = (
     "rollout uploaded before with other bytes (by another sandbox, or rewritten by this "
     "one): the workspace shows this upload's; each sandbox's download keeps its own"
@@ -308,6 +311,7 @@ class WorkspaceSync(TreeReader):
                         usage.FoundReads(item.file_id, item.layout_id or 0, segments, reads)
                     )
                 item.data = None
+            give_back_freed_memory()
         self._step(3)
         update_many(
             WorkspaceFile,
@@ -430,3 +434,22 @@ def _chunks(items: list[Item]) -> Iterator[list[Item]]:
         size += item.size
     if run:
         yield run
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's free pages to the system once a chunk is stored. A chunk's
+    file contents and parsed rows are freed, but glibc keeps the pages they were in,
+    and the next chunk's allocations land elsewhere: without this, the import's
+    resident memory grows with every chunk (``bench/bench_tar_memory.py``)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
