@@ -59,6 +59,23 @@ def write_tar(root: Path, target: Path, changed: dict[str, bytes]) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
+def phase_one_files(rollout: str) -> dict[str, bytes]:
+    """What phase one writes for a new rollout of the generated tree's root layout
+    (``sessions/`` with ``memories/``; an engineering rollout goes to its own)."""
+    rid = rollout.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    folder = "memories/engineering" if rollout.startswith("sessions/engineering/") else "memories"
+    summary = f"rollout_summaries/{rid}_work.md"
+    raw = (
+        f"rollout_id: {rid}\nupdated_at: 2026-12-05T10:00:00+00:00\n"
+        f"rollout_path: {rollout}\nrollout_summary_file: {summary}\n"
+        f"terminal_state: completed\n\n---\ndescription: {rid}\ntask: {rid}\n---\nDid it.\n"
+    )
+    return {
+        f"{folder}/raw_memories/{rid}.md": raw.encode(),
+        f"{folder}/{summary}": f"# {rid}\n\nDid it.\n".encode(),
+    }
+
+
 def read_once(archive: Path, changed: dict[str, bytes]) -> float:
     """The baseline: every member read and hashed, the changed rollouts parsed."""
     from generation import tree
@@ -103,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each persist brings --changed new rollouts (a sandbox's new runs) instead",
     )
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help="with --new: each new rollout comes with its raw memory and rollout summary, "
+        "and every persist carries those of every sandbox (as their restores serve them)",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument(
         "--sandboxes",
@@ -131,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rollouts = sorted(p.relative_to(root).as_posix() for p in root.glob("sessions/**/*.jsonl"))
         own: dict[int, dict[str, bytes]] = {n: {} for n in range(1, args.sandboxes + 1)}
+        served: dict[str, bytes] = {}  # every sandbox's raw memories and summaries
         merges, baselines = [], []
         for round_ in range(args.rounds):
             sandbox = round_ % args.sandboxes + 1
@@ -142,10 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                 if args.new:  # a new run: a rollout file of its own, next to the others
                     name = name.replace(".jsonl", f"-new{round_}.jsonl")
                     changed[name] = files[name] = data
+                    if args.served:
+                        served.update(phase_one_files(name))
+                        changed.update(phase_one_files(name))
                 else:
                     changed[name] = files[name] = data + data.splitlines(keepends=True)[-1]
             archive = workdir / f"persist-{round_}.tar"
-            write_tar(root, archive, files)
+            write_tar(root, archive, {**served, **files})
             baselines.append(read_once(archive, changed))
             if args.profile and round_ == args.rounds - 1:
                 profiler = cProfile.Profile()  # the merge only, not the upload's check
