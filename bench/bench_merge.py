@@ -40,6 +40,7 @@ for _path in (PROJECT_DIR, BENCH_DIR):
         sys.path.insert(0, str(_path))
 
 import bench_import  # noqa: E402
+import bench_store  # noqa: E402
 import generate_tree  # noqa: E402
 
 WORKSPACE = "merge-bench"
@@ -61,18 +62,14 @@ def write_tar(root: Path, target: Path, changed: dict[str, bytes]) -> None:
 
 def phase_one_files(rollout: str) -> dict[str, bytes]:
     """What phase one writes for a new rollout of the generated tree's root layout
-    (``sessions/`` with ``memories/``; an engineering rollout goes to its own)."""
-    rid = rollout.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    (``sessions/`` with ``memories/``; an engineering rollout goes to its own), as the
+    store benchmark's sandboxes write it."""
+    sessions_dir, _, name = rollout.rpartition("/")
+    rid = name.removesuffix(".jsonl")
     folder = "memories/engineering" if rollout.startswith("sessions/engineering/") else "memories"
-    summary = f"rollout_summaries/{rid}_work.md"
-    raw = (
-        f"rollout_id: {rid}\nupdated_at: 2026-12-05T10:00:00+00:00\n"
-        f"rollout_path: {rollout}\nrollout_summary_file: {summary}\n"
-        f"terminal_state: completed\n\n---\ndescription: {rid}\ntask: {rid}\n---\nDid it.\n"
-    )
     return {
-        f"{folder}/raw_memories/{rid}.md": raw.encode(),
-        f"{folder}/{summary}": f"# {rid}\n\nDid it.\n".encode(),
+        f"{folder}/raw_memories/{rid}.md": bench_store.raw_memory(rid, sessions_dir),
+        f"{folder}/rollout_summaries/{rid}_work.md": f"# {rid}\n\nDid it.\n".encode(),
     }
 
 

@@ -31,6 +31,17 @@ def waited(page, predicate: str, arg=None, timeout: float = 2.0) -> float:  # ty
     return time.monotonic() - started
 
 
+def ada_and_bob(browser, live_server, layout, entries: int):  # type: ignore[no-untyped-def]  # noqa: F811
+    """A proposal of ``entries`` entries, bob a reviewer too, and a page of each of them
+    (a browser context apiece): (proposal, its review URL, ada's and bob's contexts and
+    pages)."""
+    proposal = build(layout, entries)
+    Membership.objects.create(workspace=layout.workspace, user=make_user("bob"), role=Role.REVIEWER)
+    ada_context, ada = open_page(browser)
+    bob_context, bob = open_page(browser)
+    return proposal, review_url(live_server, proposal), ada_context, ada, bob_context, bob
+
+
 @pytest.mark.parametrize("quick", [False, True], ids=["full-path", "quick-304"])
 def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_edit(
     browser,  # noqa: F811
@@ -52,13 +63,9 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
             quick_answers.append(1)
 
     monkeypatch.setattr(live_polls, "HttpResponseNotModified", Counted)
-    proposal = build(review_layout, 12)
-    Membership.objects.create(
-        workspace=review_layout.workspace, user=make_user("bob"), role=Role.REVIEWER
+    proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
+        browser, live_server, review_layout, 12
     )
-    url = review_url(live_server, proposal)
-    ada_context, ada = open_page(browser)
-    bob_context, bob = open_page(browser)
     try:
         log_in(ada, live_server, "ada")
         log_in(bob, live_server, "bob")
@@ -152,13 +159,9 @@ def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_deci
     that answer is slow. Meanwhile ada accepts the card. The late answer (the card
     undecided, with bob's comment) never replaces her newer one: her page shows her
     accept throughout, and bob's comment too."""
-    proposal = build(review_layout, 4)
-    Membership.objects.create(
-        workspace=review_layout.workspace, user=make_user("bob"), role=Role.REVIEWER
+    proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
+        browser, live_server, review_layout, 4
     )
-    url = review_url(live_server, proposal)
-    ada_context, ada = open_page(browser)
-    bob_context, bob = open_page(browser)
     held = []  # ada's first card fetch: the server's answer, given to the page later
 
     def hold_the_first(route) -> None:  # type: ignore[no-untyped-def]
