@@ -153,6 +153,30 @@ def test_a_cards_diff_is_the_diff_template_byte_for_byte():
         assert review_cards.diff_html(shown) == html
 
 
+def test_a_cards_citations_link_each_summary_mark_the_missing_and_fold_past_five():
+    cites = [
+        (True, "/w/a/rollouts/r1/?x=1&y=2", "rollout_summaries/r1.md", 'r1 <"x">'),
+        (False, "", "rollout_summaries/gone <b>.md", "gone"),
+    ]
+    html = str(review_cards.citations_html(cites))
+    assert html == (
+        '<div class="citations"><ul class="cite-list"><li><a class="citation" '
+        'href="/w/a/rollouts/r1/?x=1&amp;y=2" title="rollout_summaries/r1.md">'
+        'r1 &lt;&quot;x&quot;&gt;</a></li><li><span class="citation missing">'
+        "rollout_summaries/gone &lt;b&gt;.md (missing)</span></li></ul></div>"
+    )
+    many = str(review_cards.citations_html(cites[:1] * (review_cards.CITES_INLINE + 1)))
+    assert many.startswith(
+        '<div class="citations"><details class="cites-fold"><summary>6 cited rollouts</summary>'
+    )
+    assert many.count('<a class="citation"') == 6
+    assert (
+        str(review_cards.citations_html(cites[:1] * review_cards.CITES_INLINE)).count("<details")
+        == 0
+    )
+    assert review_cards.citations_html([]) == ""
+
+
 @pytest.mark.django_db
 def test_a_proposal_read_anywhere_shares_its_texts_with_the_review_caches(layout):
     """The comparison is kept per pair of texts and found by them: a proposal read by
