@@ -126,11 +126,27 @@ class Marks:
         return check is not None and bool(check.risk or check.tool_only or check.unsupported)
 
     @classmethod
-    def load(cls, proposal: Proposal, user: Any, *, key: str | None = None) -> Marks:
+    def load(
+        cls,
+        proposal: Proposal,
+        user: Any,
+        *,
+        key: str | None = None,
+        decisions: dict[Entry, EntryDecision] | None = None,
+    ) -> Marks:
+        """The marks of ``proposal`` for ``user`` (``key``: of that entry only);
+        ``decisions``: the proposal's, when the caller has read them already."""
+
         def only(qs: Any) -> Any:
             return qs.filter(key=key) if key is not None else qs
 
-        decisions = only(EntryDecision.objects.filter(proposal=proposal).select_related("user"))
+        if decisions is None:
+            decisions = {
+                (d.document, d.key): d
+                for d in only(
+                    EntryDecision.objects.filter(proposal=proposal).select_related("user")
+                )
+            }
         viewed = only(EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", 0)))
         pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
         rejected = only(
@@ -142,7 +158,7 @@ class Marks:
         base = proposal.base_memory_md
         return cls(
             usage=entry_usage(proposal.layout, base) if base is not None and base.blob_id else {},
-            decisions={(d.document, d.key): d for d in decisions},
+            decisions=decisions,
             viewed=set(viewed.values_list("document", "key")),
             pinned=set(pins.values_list("document", "key")),
             rejected_before=set(rejected.values_list("document", "key")),

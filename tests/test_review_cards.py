@@ -107,6 +107,27 @@ def test_the_card_the_page_and_the_api_count_the_same_progress(layout):
 
 
 @pytest.mark.django_db
+def test_the_review_page_reads_the_decisions_once_and_shows_each(
+    layout, django_assert_max_num_queries
+):
+    reviewer = member(Role.REVIEWER, layout)
+    base = review.join([group(n, "old") for n in ("alpha", "beta", "gamma")])
+    proposal = proposal_over(layout, base, base.replace("scope: old", "scope: new"))
+    keys = [c.key for c in review.compare(base, proposal.memory_md) if c.status == "changed"]
+    client = login(reviewer)
+    decide(client, layout, proposal, keys[0], "accept")
+    decide(client, layout, proposal, keys[1], "reject")
+
+    with django_assert_max_num_queries(40) as queries:
+        page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+
+    read = [q["sql"] for q in queries.captured_queries if "memoryui_entrydecision" in q["sql"]]
+    assert len(read) == 1, read
+    assert page.count("decided-accept") == 1 and page.count("decided-reject") == 1
+    assert "2 of 3 decided</b>" in page
+
+
+@pytest.mark.django_db
 def test_outdated_means_approved_in_an_earlier_proposal_and_changed_again(layout):
     reviewer = member(Role.REVIEWER, layout)
     base = review.join([group("alpha", "one"), group("beta", "two")])

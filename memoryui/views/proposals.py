@@ -99,7 +99,11 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
     findings = review_marks.lint_findings(proposal)
-    marks = review_cards.Marks.load(proposal, request.user)
+    marks = review_cards.Marks.load(
+        proposal,
+        request.user,
+        decisions={(doc.document, k): d for doc in reviews for k, d in doc.decisions.items()},
+    )
     decidable = {doc.document: curation.decidable(doc) for doc in reviews}
     review_marks.note_lint_and_stale(marks, proposal, decidable, findings, reviews)
     marks.note_checks(proposal, decidable)
