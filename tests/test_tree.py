@@ -1169,3 +1169,37 @@ def test_a_member_index_packs_and_unpacks_to_the_same_rows():
     assert empty is not None and tree.unpack_index(empty) == []
     # A name a tar cannot hold gets no index at all (its downloads parse the archive).
     assert tree.pack_index(tree.ArchiveIndex([rows[0]._replace(path="a\0b")], True)) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["C:escaped.txt", "c:/x", "z:", "1:x", ":x", "é:x", "a", "", "ab/c:d", "./C:/x", "C", "CD:x"],
+)
+def test_a_windows_drive_is_found_as_the_sdks_restore_finds_it(name):
+    from pathlib import PureWindowsPath
+
+    from agents.sandbox.util import tar_utils
+
+    refused = True
+    try:
+        tar_utils._raise_if_windows_member_path(name)
+    except tar_utils.UnsafeTarMemberError:
+        pass
+    else:
+        refused = False
+    assert tree.entries.windows_drive(name) == bool(PureWindowsPath(name).drive) == refused
+
+
+def test_a_tar_with_a_windows_drive_member_skips_it_and_reads_the_rest(tmp_path):
+    archive = tmp_path / "w.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name in ("C:owned.txt", "memories/notes.md"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+
+    found = list(tree.read_archive(archive))
+
+    assert [e.path for e in found if isinstance(e, Entry)] == ["memories/notes.md"]
+    [problem] = [e for e in found if isinstance(e, Problem)]
+    assert problem.path == "C:owned.txt" and "Windows path" in problem.error

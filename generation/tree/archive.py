@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path, PureWindowsPath
+from pathlib import Path
 from typing import Any, Literal, overload
 
 from .archive_index import ArchiveIndex, IndexedMember, index_member
@@ -20,10 +20,12 @@ from .entries import (
     human_size,
     link_stays_inside,
     normalize_member_name,
+    permission_bits,
     printable_name,
     too_large,
     total_exceeded,
     valid_name,
+    windows_drive,
 )
 
 MAX_EXTENDED_HEADERS = 16  # per member; tar writers emit at most a handful
@@ -196,7 +198,7 @@ def _read(
                 if name.startswith("/"):
                     yield Problem(name, "absolute path in archive; skipped")
                     continue
-                if "\\" in name or PureWindowsPath(name).drive:  # as the SDK's tar_utils
+                if "\\" in name or windows_drive(name):  # as the SDK's tar_utils
                     yield Problem(
                         name,
                         "Windows path (a backslash or a drive) in the member name, which "
@@ -212,7 +214,9 @@ def _read(
                         continue
                     seen.add(rel)
                     if link_stays_inside(rel, member.linkname):
-                        link = Link(rel, member.linkname, member.mode & 0o7777, _mtime_ns(member))
+                        link = Link(
+                            rel, member.linkname, permission_bits(member.mode), _mtime_ns(member)
+                        )
                         if rows is not None:
                             rows.append(index_member(archive, member, link))
                         yield link
@@ -235,7 +239,9 @@ def _read(
                     continue
                 seen.add(rel)
                 if member.isdir():
-                    entry = Entry(rel, None, member.mode & 0o7777, int(member.mtime) * 10**9)
+                    entry = Entry(
+                        rel, None, permission_bits(member.mode), int(member.mtime) * 10**9
+                    )
                     if rows is not None:
                         rows.append(index_member(archive, member, entry))
                     yield entry
@@ -254,14 +260,14 @@ def _read(
                 if leave_data and plain and not member.issparse():
                     yield Member(
                         rel,
-                        member.mode & 0o7777,
+                        permission_bits(member.mode),
                         _mtime_ns(member),
                         member.offset_data,
                         member.size,
                     )
                     continue
                 data = _member_data(archive, member)
-                entry = Entry(rel, data, member.mode & 0o7777, int(member.mtime) * 10**9)
+                entry = Entry(rel, data, permission_bits(member.mode), int(member.mtime) * 10**9)
                 if rows is not None:
                     rows.append(index_member(archive, member, entry))
                 yield entry

@@ -15,6 +15,7 @@ from .entries import (
     Limits,
     Problem,
     TreeError,
+    permission_bits,
     printable_name,
     too_large,
     total_exceeded,
@@ -87,7 +88,7 @@ def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Pro
     # than DirEntry objects sorted by name, each stat'ed by its full path.
     make = tuple.__new__
     lstat = os.lstat
-    is_lnk, is_dir, is_reg, imode = stat.S_ISLNK, stat.S_ISDIR, stat.S_ISREG, stat.S_IMODE
+    is_lnk, is_dir, is_reg = stat.S_ISLNK, stat.S_ISDIR, stat.S_ISREG
     max_bytes = limits.max_file_bytes
     while stack:
         abs_dir, rel_dir = stack.pop()
@@ -128,14 +129,14 @@ def scan_directory(root: Path, limits: Limits = Limits()) -> Iterator[Stat | Pro
                                 False,
                                 st.st_size,
                                 st.st_mtime_ns,
-                                imode(mode),
+                                permission_bits(mode),
                                 (st.st_dev, st.st_ino),
                             ),
                         )
                 elif is_lnk(mode):
                     yield Problem(rel, "symbolic link; links are never followed, skipped")
                 elif is_dir(mode):
-                    yield Stat(rel, True, 0, st.st_mtime_ns, imode(mode))
+                    yield Stat(rel, True, 0, st.st_mtime_ns, permission_bits(mode))
                     subdirs.append((f"{abs_dir}/{name}", rel))
                 else:
                     yield Problem(rel, "not a regular file (a device, FIFO or socket); skipped")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from functools import lru_cache
+from pathlib import PurePosixPath, PureWindowsPath
 
 
 class TreeError(Exception):
@@ -24,6 +25,31 @@ class Limits:
     # A tar reader holds a member's PAX and GNU long-name/long-link headers in memory
     # whole: real ones take a few hundred bytes, so more than this stops the read.
     max_header_bytes: int = 1024 * 1024
+
+
+def permission_bits(mode: int) -> int:
+    """``mode``'s permission bits as one shared int per value: an import keeps the mode
+    of each of its files (hundreds of thousands), and they share a handful of values
+    (an int object each would be 28 bytes a file)."""
+    bits = mode & 0o7777
+    return _MODES.setdefault(bits, bits)
+
+
+_MODES: dict[int, int] = {}
+
+
+def windows_drive(name: str) -> bool:
+    """Whether a member name the SDK's restore refuses as a Windows drive path
+    (``PureWindowsPath(name).drive``) has one, for a name that starts with neither
+    separator: only its first two characters decide that, so they are looked at alone.
+    (A ``PureWindowsPath`` of every name interns each part of it, for good: the table
+    of interned strings then grows by every file name of the archive.)"""
+    return _drive(name[:2])
+
+
+@lru_cache(maxsize=1024)
+def _drive(start: str) -> bool:
+    return bool(PureWindowsPath(start).drive)
 
 
 @dataclass(frozen=True)
