@@ -63,7 +63,9 @@ class Item:
     problem: str = ""
     file_id: int | None = None
     memories_dir: str | None = None
-    inode: tuple[int, int] | None = None  # (device, inode) as a directory scan saw it
+    # (device, inode) as a directory scan saw it, in one int (``pack_inode``): a tuple
+    # and its two ints were ~120 bytes held per file.
+    inode: int | None = None
     # Its bytes are read when it is stored (``TreeReader.load``): from the directory,
     # or from ``offset`` of a plain archive.
     deferred: bool = False
@@ -76,12 +78,21 @@ class Item:
         """What the scan saw of this file (reading it checks it is the same inode)."""
         if self.inode is None:
             return None
-        return tree.Stat(self.path, self.is_dir, self.size, self.mtime_ns, self.mode, self.inode)
+        inode = (self.inode >> 64, self.inode & _INODE_MASK)
+        return tree.Stat(self.path, self.is_dir, self.size, self.mtime_ns, self.mode, inode)
 
     @property
     def trusted(self) -> bool:
         """A file not read by this import: unchanged by its size and mtime."""
         return not self.is_dir and self.data is None and not self.deferred
+
+
+_INODE_MASK = (1 << 64) - 1
+
+
+def pack_inode(device: int, inode: int) -> int:
+    """A file's (device, inode) as one int (``Item.inode``)."""
+    return (device << 64) | inode
 
 
 class StoredFile(NamedTuple):
@@ -224,7 +235,7 @@ class TreeReader:
                 self.problems.append({"path": stat.path, "error": stat.error})
                 continue
             item = Item(stat.path, stat.is_dir, stat.size, stat.mode, stat.mtime_ns)
-            item.inode = stat.inode
+            item.inode = pack_inode(*stat.inode)
             self.items[stat.path] = item
             if stat.is_dir:
                 continue
@@ -415,7 +426,7 @@ class TreeReader:
             item = Item(
                 rel, is_dir, 0 if is_dir else st.st_size, stat_mode.S_IMODE(mode), st.st_mtime_ns
             )
-            item.inode = (st.st_dev, st.st_ino)
+            item.inode = pack_inode(st.st_dev, st.st_ino)
             self.items[rel] = item
             if not is_dir and not self.read_item(item):
                 self.complete = False
