@@ -794,6 +794,35 @@ def test_a_new_file_gone_before_its_bytes_were_read_is_a_problem_and_not_counted
     assert again.changed == 0 and again.errors == []
 
 
+def test_a_new_file_replaced_by_another_before_its_bytes_were_read_is_a_problem(
+    fixtures_dir, tmp_path, monkeypatch
+):
+    """A file whose bytes are read when its chunk is stored must still be the inode the
+    scan listed (a path swapped meanwhile could lead anywhere); the others are read."""
+    ws = tmp_path / "ws"
+    shutil.copytree(fixtures_dir / "medium-300" / "workspace", ws, symlinks=True)
+    monkeypatch.setattr(reading, "HELD_BYTES", 0)
+    swapped = sorted((ws / "sessions").glob("*.jsonl"))[-1]
+    real_load = reading.TreeReader.load
+
+    def load(self, items):
+        if not (tmp_path / "done").exists():
+            (tmp_path / "done").touch()
+            other = tmp_path / "other.jsonl"
+            other.write_bytes(swapped.read_bytes())
+            os.replace(other, swapped)  # same bytes, another inode
+        return real_load(self, items)
+
+    monkeypatch.setattr(reading.TreeReader, "load", load)
+    result = import_workspace(ws, "a")
+
+    rel = str(swapped.relative_to(ws))
+    assert [(e["path"], e["error"]) for e in result.errors] == [
+        (rel, "could not be read (replaced while being read)")
+    ]
+    assert Rollout.objects.count() == 299
+
+
 def test_a_snapshot_that_changes_during_its_import_gives_a_problem_and_marks_nothing_gone(
     fixtures_dir, tmp_path, monkeypatch
 ):
