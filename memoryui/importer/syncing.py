@@ -27,7 +27,7 @@ from ..bulk import insert_many, update_many
 from ..models import Blob, Layout, RawMemory, Workspace, WorkspaceFile
 from .bulk import analyze_after
 from .parsing import KnownIds, ParsedRows
-from .reading import Item, Progress, TreeReader, file_name
+from .reading import Item, Progress, StoredFile, TreeReader, file_name
 from .reports import ImportResult, LayoutCounts, record_run, repeat_run
 from .versions import VersionRecorder
 
@@ -161,12 +161,16 @@ class WorkspaceSync(TreeReader):
         unchanged = 0
         for path, item in list(self.items.items()):
             old = self.stored.get(path)
-            if same_layouts and item.trusted and old is not None:
+            if same_layouts and old is not None and old.present and self._as_stored(item, old):
+                # Trusted by its stat, or read with the stored bytes: with the same
+                # layouts, it keeps its stored placement (no classification again; an
+                # upload of thousands of files changes a few).
                 unchanged += 1
                 item.file_id, item.kind, item.layout_id = old.file_id, old.kind, old.layout_id
                 if old.layout_id is not None:
-                    counts[dirs_by_id[old.layout_id]].count(old.kind)
-                if old.mode != item.mode:
+                    item.memories_dir = dirs_by_id[old.layout_id]
+                    counts[item.memories_dir].count(old.kind)
+                if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
                     stat_only.append(item)
                 continue
             kind = self._place(path, item, dirs, layouts, counts)
@@ -224,6 +228,14 @@ class WorkspaceSync(TreeReader):
         analyze_after(len(new) + len(changed))
         self._step(5)
         return counts, dirs, new, changed, unchanged, missing, new_versions
+
+    @staticmethod
+    def _as_stored(item: Item, old: StoredFile) -> bool:
+        """Whether ``item`` is the stored file as it was: trusted by its size and mtime,
+        or read and found with the stored bytes (a directory: still one)."""
+        if item.is_dir:
+            return old.blob_id is None
+        return item.trusted or (item.digest is not None and item.digest == old.blob_id)
 
     def _all_layout_dirs(self) -> list[LayoutDirs]:
         """The layouts found in what was read; a merge keeps the workspace's others."""
