@@ -463,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--drain-timeout", type=float, default=120)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument(
+        "--keep-logs", type=Path, help="copy the deployment's logs (web, workers, beat) here"
+    )
     args = parser.parse_args(argv)
 
     import logging
@@ -648,6 +651,10 @@ def main(argv: list[str] | None = None) -> int:
         if moto is not None:
             moto.stop()
         bench_load.reset_database(args.database_url, drop_only=True)
+        if args.keep_logs is not None:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for path in workdir.glob("*.log"):
+                shutil.copy(path, args.keep_logs / path.name)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
