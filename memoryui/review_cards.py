@@ -104,11 +104,14 @@ class Marks:
         ]
         only = (next(iter(changes)), key) if key is not None else None
         self.checks = entry_checks.ensure(proposal, edits, only=only)
+        # Only entries with a flagged check can be poisoned: those few are looked at,
+        # not every change's text hashed to find its check (hundreds a page view).
+        flagged = {(d, k) for (d, k, _), row in self.checks.items() if row.risk}
         self.poisoned = {
             (document, c.key)
             for document, cs in changes.items()
             for c in cs
-            if getattr(self.check(document, c), "risk", 0)
+            if (document, c.key) in flagged and getattr(self.check(document, c), "risk", 0)
         }
 
     def risk_order(self, document: str, change: review.Change) -> tuple[int, int, int]:
