@@ -12,9 +12,10 @@ import random
 import tarfile
 import threading
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import pytest
+from agents.sandbox.util import tar_utils
 
 from generation import tree
 from generation.kinds import FileKind
@@ -1176,10 +1177,6 @@ def test_a_member_index_packs_and_unpacks_to_the_same_rows():
     ["C:escaped.txt", "c:/x", "z:", "1:x", ":x", "é:x", "a", "", "ab/c:d", "./C:/x", "C", "CD:x"],
 )
 def test_a_windows_drive_is_found_as_the_sdks_restore_finds_it(name):
-    from pathlib import PureWindowsPath
-
-    from agents.sandbox.util import tar_utils
-
     refused = True
     try:
         tar_utils._raise_if_windows_member_path(name)
