@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -77,7 +78,12 @@ class Marks:
     viewed: set[Entry]
     pinned: set[Entry]
     rejected_before: set[Entry]
-    approved: dict[Entry, tuple[str, int | None]]  # text, and the proposal that approved it
+    # Approvals remembered from earlier proposals (the text, and the proposal that
+    # approved it), read per entry as cards need them (``need_approvals``): a layout's
+    # approvals hold the text of every entry ever approved, megabytes in a large one.
+    approved: dict[Entry, tuple[str, int | None]]
+    proposal: Proposal | None = None
+    approvals_read: set[Entry] = field(default_factory=set)
     lint: set[Entry] = field(default_factory=set)
     stale: set[Entry] = field(default_factory=set)
     checks: entry_checks.Checks = field(default_factory=dict)
@@ -107,12 +113,13 @@ class Marks:
         # Only entries with a flagged check can be poisoned: those few are looked at,
         # not every change's text hashed to find its check (hundreds a page view).
         flagged = {(d, k) for (d, k, _), row in self.checks.items() if row.risk}
-        self.poisoned = {
-            (document, c.key)
-            for document, cs in changes.items()
-            for c in cs
-            if (document, c.key) in flagged and getattr(self.check(document, c), "risk", 0)
-        }
+        self.poisoned = set()
+        for document, cs in changes.items():
+            for c in cs:
+                if (document, c.key) in flagged:
+                    check = self.check(document, c)
+                    if check is not None and check.risk:
+                        self.poisoned.add((document, c.key))
 
     def risk_order(self, document: str, change: review.Change) -> tuple[int, int, int]:
         """Sort key of the risk filter: the strongest flag first, then content found only
@@ -155,23 +162,37 @@ class Marks:
         rejected = only(
             RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
         )
-        approved = only(
-            ApprovedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
-        )
         base = proposal.base_memory_md
-        return cls(
+        marks = cls(
             usage=entry_usage(proposal.layout, base) if base is not None and base.blob_id else {},
             decisions=decisions,
             viewed=set(viewed.values_list("document", "key")),
             pinned=set(pins.values_list("document", "key")),
             rejected_before=set(rejected.values_list("document", "key")),
-            approved={
-                (document, k): (text, pk)
-                for document, k, text, pk in approved.values_list(
-                    "document", "key", "text", "proposal_id"
-                )
-            },
+            approved={},
+            proposal=proposal,
         )
+        return marks
+
+    def need_approvals(self, document: str, changes: Iterable[review.Change]) -> None:
+        """Read the approvals of ``changes`` (their keys and the keys they were) not read
+        yet: one query per 500 keys."""
+        wanted = {(document, k) for c in changes for k in (c.key, *c.previous)}
+        keys = sorted(k for d, k in wanted - self.approvals_read)
+        self.approvals_read |= wanted
+        if self.proposal is None or not keys:
+            return
+        for start in range(0, len(keys), 500):
+            rows = (
+                ApprovedEntry.objects.filter(
+                    layout_id=self.proposal.layout_id,
+                    document=document,
+                    key__in=keys[start : start + 500],
+                )
+                .exclude(proposal=self.proposal)
+                .values_list("key", "text", "proposal_id")
+            )
+            self.approved.update(((document, k), (text, pk)) for k, text, pk in rows)
 
 
 @dataclass(frozen=True)
@@ -244,6 +265,7 @@ def approval_state(document: str, change: review.Change, marks: Marks) -> tuple[
     """ "approved" while the proposed text is the one approved in an earlier proposal;
     "outdated" when an earlier proposal approved the entry and this one changes it
     again. An entry that was only carried along by an approval was not approved."""
+    marks.need_approvals(document, [change])  # read already for a page's cards
     for key in (change.key, *change.previous):
         found = marks.approved.get((document, key))
         if found is None:

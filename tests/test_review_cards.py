@@ -149,6 +149,33 @@ def test_outdated_means_approved_in_an_earlier_proposal_and_changed_again(layout
 
 
 @pytest.mark.django_db
+def test_outdated_shows_on_every_page_and_filter_and_a_page_reads_only_its_approvals(
+    layout, django_assert_max_num_queries
+):
+    reviewer = member(Role.REVIEWER, layout)
+    names = [f"group{i:02d}" for i in range(30)]
+    base = review.join([group(n, "one") for n in names])
+    first = proposal_over(layout, base, base.replace("scope: one", "scope: first"))
+    curation.approve(first, user=reviewer)
+    approved = curation.text_of(curation.latest(layout, MD))
+    second = proposal_over(layout, approved, approved.replace("scope: first", "scope: again"))
+    client = login(reviewer)
+    review_url = url("proposal_review", layout, second.pk)
+
+    with django_assert_max_num_queries(40) as queries:
+        page_one = client.get(review_url).content.decode()
+    approvals = " ".join(
+        q["sql"] for q in queries.captured_queries if "memoryui_approvedentry" in q["sql"]
+    )
+    page_two = client.get(review_url + "?page_memory_md=2").content.decode()
+    flagged = client.get(review_url + "?show=flagged").content.decode()
+
+    assert page_one.count(">outdated<") == 25 and page_two.count(">outdated<") == 5
+    assert flagged.count(">outdated<") == 25 and "30 entries shown" in flagged
+    assert "group24" in approvals and "group25" not in approvals  # page 2's are not read
+
+
+@pytest.mark.django_db
 def test_an_entry_kept_as_approved_is_still_approved(layout):
     reviewer = member(Role.REVIEWER, layout)
     base = review.join([group("alpha", "one"), group("beta", "two")])

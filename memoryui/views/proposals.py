@@ -111,11 +111,10 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
     doubles = review_marks.duplicate_marks(proposal, reviews)
     sections = []
     for doc in reviews:
-        cites_all = (
-            review_marks.citation_status(proposal, decidable[doc.document], new_files)
-            if show == "flagged"
-            else {}
-        )
+        cites_all: dict[str, list] = {}
+        if show == "flagged":  # "unsupported" and "outdated" are flags: every change's
+            cites_all = review_marks.citation_status(proposal, decidable[doc.document], new_files)
+            marks.need_approvals(doc.document, decidable[doc.document])
         if show in ("", "all"):  # what is_shown says, without a call per entry (thousands)
             shown = doc.changes if show else decidable[doc.document]
         else:
@@ -136,6 +135,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             place.cleaned_data.get(f"page_{doc.document}")
         )
         citations = review_marks.citation_status(proposal, list(page.object_list), new_files)
+        marks.need_approvals(doc.document, page.object_list)
         rows = [
             review_cards.page_card(
                 review_cards.card(

@@ -219,10 +219,10 @@ def get_proposal(
         for c in doc.changes:
             decision = doc.decisions.get(c.key)
             applied[(doc.document, c.key)] = (decision and decision.edited_text) or c.proposed
+        listed = [c for c in doc.changes if all or c.status != "unchanged"]
+        marks.need_approvals(doc.document, listed)
         changes.extend(
-            review_cards.card_json(review_cards.card(doc.document, c, marks))
-            for c in doc.changes
-            if all or c.status != "unchanged"
+            review_cards.card_json(review_cards.card(doc.document, c, marks)) for c in listed
         )
     return {
         **_proposal_out(p),
