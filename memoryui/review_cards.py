@@ -163,7 +163,7 @@ class Marks:
             RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
         )
         base = proposal.base_memory_md
-        marks = cls(
+        return cls(
             usage=entry_usage(proposal.layout, base) if base is not None and base.blob_id else {},
             decisions=decisions,
             viewed=set(viewed.values_list("document", "key")),
@@ -172,7 +172,6 @@ class Marks:
             approved={},
             proposal=proposal,
         )
-        return marks
 
     def need_approvals(self, document: str, changes: Iterable[review.Change]) -> None:
         """Read the approvals of ``changes`` (their keys and the keys they were) not read
