@@ -38,6 +38,31 @@ def open_page(browser, width: int = 1440, height: int = 900):  # type: ignore[no
     return context, context.new_page()
 
 
+class Hold:
+    """Requests to ``pattern`` whose answers wait while armed (``route.continue_()``
+    sends one on). Routed from before the page loads: Chromium turns interception on
+    for a page's requests asynchronously, so a route added later can miss a request
+    the page sends right after (on a slow renderer, it often does)."""
+
+    def __init__(self, page, pattern: str) -> None:  # type: ignore[no-untyped-def]
+        self.armed = False
+        self.held: list = []  # type: ignore[type-arg]
+        page.route(pattern, self._route)
+
+    def _route(self, route) -> None:  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.held.append(route)
+        else:
+            route.continue_()
+
+    def wait(self, page, what: str) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(50):  # the route's handler runs once the request goes out
+            if self.held:
+                return
+            page.wait_for_timeout(100)
+        raise AssertionError(f"{what} was not sent")
+
+
 def review_url(live_server, proposal: Proposal, query: str = "") -> str:
     layout = proposal.layout
     path = reverse("memoryui:proposal_review", args=["a", layout.pk, proposal.pk])

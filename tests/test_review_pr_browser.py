@@ -12,6 +12,7 @@ from tests.review_world import build
 from tests.test_agent_proposals_browser import shot
 from tests.test_browser import browser, log_in  # noqa: F401 - the module's fixture
 from tests.test_review_browser import (  # noqa: F401 - the module's fixture
+    Hold,
     focused,
     open_page,
     review_layout,
@@ -120,22 +121,18 @@ def test_keys_typed_while_the_edit_form_loads_are_its_text_never_decisions(
 ):
     proposal = build(review_layout, 3)
     context, page = open_page(browser)
-    held = []
+    edit_form = Hold(page, "**/edit/?*")
     try:
         log_in(page, live_server)
         page.goto(review_url(live_server, proposal))
-        page.route("**/edit/?*", lambda route: held.append(route))  # its answer waits
+        edit_form.armed = True  # its answer waits
         page.keyboard.press("j")
         card = focused(page)
         page.keyboard.press("e")
         page.keyboard.type(" ar")  # a (accept) and r (reject), were they shortcuts
-        for _ in range(50):  # the route's handler runs once the request goes out
-            if held:
-                break
-            page.wait_for_timeout(100)
-        assert held, "the edit form was not asked for"
+        edit_form.wait(page, "the edit form's request")
         assert page.get_attribute(f"#{card}", "data-decided") == ""
-        held[0].continue_()
+        edit_form.held[0].continue_()
         until(page, "() => document.activeElement.name === 'edited_text'")
         assert page.input_value(f"#{card} textarea[name=edited_text]").endswith(" ar")
         page.keyboard.press("Control+Enter")
@@ -160,7 +157,7 @@ def test_keys_typed_while_an_action_is_on_its_way_run_in_order_once_it_is_done(
     proposal = build(review_layout, 3)
     context, page = open_page(browser)
     context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": slower})
-    held = []
+    undo = Hold(page, "**/undo/")
     try:
         log_in(page, live_server)
         page.goto(review_url(live_server, proposal))
@@ -171,18 +168,14 @@ def test_keys_typed_while_an_action_is_on_its_way_run_in_order_once_it_is_done(
         second = focused(page)
         page.keyboard.press("k")
         assert focused(page) == first
-        page.route("**/undo/", lambda route: held.append(route))  # its answer waits
+        undo.armed = True  # its answer waits
         page.keyboard.press("u")
-        for _ in range(50):
-            if held:
-                break
-            page.wait_for_timeout(100)
-        assert held, "the undo was not sent"
+        undo.wait(page, "the undo")
         page.keyboard.press("a")  # this entry, again
         page.keyboard.press("a")  # then the next one
         page.wait_for_timeout(300)
         assert page.get_attribute(f"#{second}", "data-decided") == ""
-        held[0].continue_()
+        undo.held[0].continue_()
         settled(page, first, "accept")
         settled(page, second, "accept")
     finally:
