@@ -45,6 +45,7 @@ from .models import (
     AuditEvent,
     GenerationRun,
     ImportJob,
+    ImportJobIndex,
     ImportRun,
     SnapshotStorePolicy,
     UploadedSnapshot,
@@ -193,7 +194,9 @@ def _queue_import(
                 "import_job": job,
             },
         )
-        _keep_index(snapshot, digest, index)
+        packed = _keep_index(snapshot, digest, index)
+        if packed is not None:
+            ImportJobIndex.objects.create(job=job, members=packed)
         transaction.on_commit(functools.partial(_send_import, job.pk))
     if replaced is not None and replaced[1] not in ACTIVE and replaced[0] != target:
         # Merged (or never to be): nothing reads the replaced archive any more but a
@@ -254,6 +257,7 @@ def import_upload(
         if current != job.source_path:
             transaction.on_commit(lambda: object_storage.delete(job.source_path))
     UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
+    ImportJobIndex.objects.filter(job=job).delete()  # merged: no one reads it again
     if SnapshotStorePolicy.objects.filter(
         workspace=result.workspace, generate_on_upload=True
     ).exists():
@@ -331,18 +335,19 @@ def _check_archive(path: Path) -> tree.ArchiveIndex:
     return index
 
 
-def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveIndex) -> None:
+def _keep_index(snapshot: UploadedSnapshot, digest: str, index: tree.ArchiveIndex) -> bytes | None:
     """Keep the upload's member index, replacing the index of the id's previous upload
-    (an upload without one has its downloads parse it)."""
+    (an upload without one has its downloads parse it). Returns it packed, or None."""
     # A global PAX header applies to every member after it: copied alone, a member's
     # blocks would lose it, so such an upload (like a compressed one) is parsed.
     packed = tree.pack_index(index) if index.plain and index.verbatim else None
     if packed is None:
         UploadedSnapshotIndex.objects.filter(snapshot=snapshot).delete()
-        return
+        return None
     UploadedSnapshotIndex.objects.update_or_create(
         snapshot=snapshot, defaults={"sha256": digest, "members": packed}
     )
+    return packed
 
 
 def _index_of(snapshot: UploadedSnapshot) -> list[tuple[Any, ...]] | None:
@@ -363,11 +368,20 @@ def _index_of(snapshot: UploadedSnapshot) -> list[tuple[Any, ...]] | None:
 
 
 def _job_index(job: ImportJob) -> list[tuple[Any, ...]] | None:
-    """The member index made when this job's upload came in, while it is still its
-    sandbox's latest (an index is kept for the latest upload of an id only): the merge
-    then reads the members by their offsets instead of parsing the archive again."""
+    """The member index made when this job's upload came in: the merge then reads the
+    members by their offsets instead of parsing the archive again. Kept with the job
+    until it is done (a newer upload of its sandbox replaces the upload's own index
+    meanwhile); a job queued before jobs kept one reads its upload's, while that is
+    still its sandbox's latest."""
     if job.workspace_id is None:
         return None
+    own = ImportJobIndex.objects.filter(job=job).values_list("members", flat=True).first()
+    if own is not None:
+        try:
+            return tree.unpack_index(bytes(own))
+        except (ValueError, zlib.error) as exc:  # damaged: parse instead
+            log.warning("the member index of import job %s is unreadable (%s)", job.pk, exc)
+            return None
     snapshot = UploadedSnapshot.objects.filter(
         workspace_id=job.workspace_id, snapshot_id=job.original_name, path=job.source_path
     ).first()

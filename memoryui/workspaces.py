@@ -29,7 +29,16 @@ from generation.tree import TreeError, human_size, total_exceeded
 
 from . import object_storage, observability, pipeline, snapshot_store
 from .importer import default_limits, import_workspace
-from .models import AuditEvent, ImportJob, ImportRun, Membership, MemoryVersion, Role, Workspace
+from .models import (
+    AuditEvent,
+    ImportJob,
+    ImportJobIndex,
+    ImportRun,
+    Membership,
+    MemoryVersion,
+    Role,
+    Workspace,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -366,6 +375,7 @@ def _fail(job: ImportJob, error: str, mine: QuerySet[ImportJob]) -> ImportJob | 
     )
     if not failed:
         return None
+    ImportJobIndex.objects.filter(job=job).delete()  # a sandbox upload's: never read now
     if job.kind == ImportJob.Kind.UPLOAD and job.source_path:
         object_storage.delete(job.source_path)
     job.refresh_from_db()

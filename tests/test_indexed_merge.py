@@ -12,7 +12,7 @@ from generation import tree
 from generation.tree import directory as tree_directory
 from memoryui import tokens
 from memoryui.importer import import_workspace
-from memoryui.models import ImportJob, UploadedSnapshot, WorkspaceFile
+from memoryui.models import ImportJob, ImportJobIndex, UploadedSnapshot, WorkspaceFile
 from memoryui.workspaces import run_import_job
 from tests.factories import make_user
 from tests.test_snapshot_store import S, sandbox
@@ -116,3 +116,40 @@ def test_a_merge_whose_archive_is_not_the_indexed_one_parses_it(
     assert len(parses) == 1  # each header checked, one did not fit: parsed instead
     files = files_of("w")
     assert files["README.md"][3] == len(b"second, longer\n") and "new.txt" in files
+
+
+@pytest.mark.django_db
+def test_an_upload_replaced_before_its_merge_is_still_merged_by_its_own_index(
+    store, ops, django_capture_on_commit_callbacks, parses
+):
+    """A sandbox persists twice before a worker gets to the first merge (the backlog of
+    many sandboxes): the second upload replaces the id's index for restores, yet the
+    first merge still reads its archive by the index made when it came in. Each merge
+    drops its job's index once done."""
+    _, secret = ops
+    first = put(
+        secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
+    )
+    second = put(
+        secret,
+        "x",
+        sandbox("rx", {"README.md": b"second\n", "new.txt": b"n\n"}),
+        django_capture_on_commit_callbacks,
+    )
+    parses.clear()
+
+    done = run_import_job(first)
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert parses == []  # its members read by offset, though no longer the id's latest
+    assert files_of("w")["README.md"][3] == len(b"first\n")
+    assert not ImportJobIndex.objects.filter(job_id=first).exists()
+    assert ImportJobIndex.objects.filter(job_id=second).exists()
+
+    done = run_import_job(second)
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert parses == []
+    files = files_of("w")
+    assert files["README.md"][3] == len(b"second\n") and "new.txt" in files
+    assert not ImportJobIndex.objects.exists()

@@ -29,6 +29,7 @@ from .generation import (
 )
 from .integrations import (
     ApiToken,
+    ImportJobIndex,
     SnapshotStorePolicy,
     UploadedSnapshot,
     UploadedSnapshotIndex,
@@ -115,6 +116,7 @@ __all__ = [
     "SkillFileVersion",
     "SnapshotStorePolicy",
     "UploadedSnapshot",
+    "ImportJobIndex",
     "UploadedSnapshotIndex",
     "Watch",
     "Webhook",

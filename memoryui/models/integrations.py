@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from .workspaces import ImportRun, Workspace
+from .workspaces import ImportJob, ImportRun, Workspace
 
 
 class ApiToken(models.Model):
@@ -97,6 +97,19 @@ class UploadedSnapshotIndex(models.Model):
 
     def __str__(self) -> str:
         return f"member index of {self.snapshot}"
+
+
+class ImportJobIndex(models.Model):
+    """The member index of a sandbox upload's merge job, kept until the job is done: a
+    newer upload of the same sandbox replaces its ``UploadedSnapshotIndex`` while the
+    older upload's merge may still be queued, and that merge reads its members by
+    these offsets instead of parsing the archive (each header checked, as there)."""
+
+    job = models.OneToOneField(ImportJob, on_delete=models.CASCADE, related_name="+")
+    members = models.BinaryField()  # as UploadedSnapshotIndex.members
+
+    def __str__(self) -> str:
+        return f"member index of import job {self.job_id}"
 
 
 class Webhook(models.Model):
