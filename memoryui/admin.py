@@ -426,6 +426,7 @@ class PasswordResetRequestAdmin(admin.ModelAdmin):
 
 from .models import (  # noqa: E402
     ApiToken,
+    ImportJobIndex,
     SnapshotStorePolicy,
     UploadedSnapshot,
     UploadedSnapshotIndex,
@@ -459,6 +460,26 @@ class UploadedSnapshotIndexAdmin(admin.ModelAdmin):
 
     @admin.display(description="packed index")
     def packed_size(self, obj: UploadedSnapshotIndex) -> str:
+        return f"{len(obj.members):,} bytes"
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ImportJobIndex)
+class ImportJobIndexAdmin(admin.ModelAdmin):
+    """A queued merge's copy of its upload's member index, dropped when the merge is
+    done: shown, never edited."""
+
+    list_display = ["job", "packed_size"]
+    fields = ["job", "packed_size"]
+    readonly_fields = ["job", "packed_size"]
+
+    @admin.display(description="packed index")
+    def packed_size(self, obj: ImportJobIndex) -> str:
         return f"{len(obj.members):,} bytes"
 
     def has_add_permission(self, request: Any) -> bool:
