@@ -449,44 +449,37 @@ class UploadedSnapshotAdmin(admin.ModelAdmin):
     raw_id_fields = ["workspace", "uploaded_by", "import_run"]
 
 
+class _MemberIndexAdmin(admin.ModelAdmin):
+    """A member index (made by an upload's check): shown by its packed size, never
+    added or edited (a changed index would only send its readers back to parsing)."""
+
+    @admin.display(description="packed index")
+    def packed_size(self, obj: UploadedSnapshotIndex | ImportJobIndex) -> str:
+        return f"{len(obj.members):,} bytes"
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(UploadedSnapshotIndex)
-class UploadedSnapshotIndexAdmin(admin.ModelAdmin):
-    """Made by the upload's check, read by the downloads: shown, never edited (a changed
-    index would only send downloads back to parsing the archive)."""
+class UploadedSnapshotIndexAdmin(_MemberIndexAdmin):
+    """Read by the downloads."""
 
     list_display = ["snapshot", "sha256", "packed_size"]
     fields = ["snapshot", "sha256", "packed_size"]
     readonly_fields = ["snapshot", "sha256", "packed_size"]
 
-    @admin.display(description="packed index")
-    def packed_size(self, obj: UploadedSnapshotIndex) -> str:
-        return f"{len(obj.members):,} bytes"
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(ImportJobIndex)
-class ImportJobIndexAdmin(admin.ModelAdmin):
-    """A queued merge's copy of its upload's member index, dropped when the merge is
-    done: shown, never edited."""
+class ImportJobIndexAdmin(_MemberIndexAdmin):
+    """A queued merge's copy of its upload's index, dropped when the merge is done."""
 
     list_display = ["job", "packed_size"]
     fields = ["job", "packed_size"]
     readonly_fields = ["job", "packed_size"]
-
-    @admin.display(description="packed index")
-    def packed_size(self, obj: ImportJobIndex) -> str:
-        return f"{len(obj.members):,} bytes"
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Webhook)

@@ -358,12 +358,18 @@ def _index_of(snapshot: UploadedSnapshot) -> list[tuple[Any, ...]] | None:
         .values_list("members", flat=True)
         .first()
     )
-    if row is None:
+    return _unpacked(row, f"upload {snapshot.pk}")
+
+
+def _unpacked(packed: bytes | memoryview | None, of: str) -> list[tuple[Any, ...]] | None:
+    """A stored member index's rows; None for none, or one in another format or
+    damaged (its reader parses the archive instead)."""
+    if packed is None:
         return None
     try:
-        return tree.unpack_index(bytes(row))
-    except (ValueError, zlib.error) as exc:  # another format, or damaged: parse instead
-        log.warning("the member index of upload %s is unreadable (%s)", snapshot.pk, exc)
+        return tree.unpack_index(bytes(packed))
+    except (ValueError, zlib.error) as exc:
+        log.warning("the member index of %s is unreadable (%s)", of, exc)
         return None
 
 
@@ -377,11 +383,7 @@ def _job_index(job: ImportJob) -> list[tuple[Any, ...]] | None:
         return None
     own = ImportJobIndex.objects.filter(job=job).values_list("members", flat=True).first()
     if own is not None:
-        try:
-            return tree.unpack_index(bytes(own))
-        except (ValueError, zlib.error) as exc:  # damaged: parse instead
-            log.warning("the member index of import job %s is unreadable (%s)", job.pk, exc)
-            return None
+        return _unpacked(own, f"import job {job.pk}")
     snapshot = UploadedSnapshot.objects.filter(
         workspace_id=job.workspace_id, snapshot_id=job.original_name, path=job.source_path
     ).first()
