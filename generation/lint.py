@@ -140,8 +140,63 @@ def _redact(line: str, secret: str | None) -> str:
 
 def find_secrets(path: str, text: str) -> list[Finding]:
     """Credentials found by ``detect-secrets`` (every detector but the entropy ones,
-    with its default false-positive filters). Lines are scanned once each; the
-    detector's settings are process-global, hence the lock."""
+    with its default false-positive filters). Each distinct line is scanned once, and
+    what a line holds is kept for the process (``_SCANNED_LINES``): an edit of a large
+    ``MEMORY.md`` (a sandbox's, a person's) costs a scan of the lines it changed."""
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            first_line.setdefault(line, number)
+    scanned = _scanned(first_line)
+    found: list[Finding] = []
+    for line, number in first_line.items():
+        for kind, secret_hash, excerpt in scanned[line]:
+            found.append(
+                _finding(
+                    FindingKind.SECRET,
+                    path,
+                    f"{kind}\0{secret_hash}",
+                    number,
+                    f"{kind}: a credential must not go into memory",
+                    excerpt,
+                )
+            )
+    return _unique(found)
+
+
+# (type, hash, the line with the credential masked) of each credential detect-secrets
+# found in a line: no credential is kept in the clear.
+Secrets = tuple[tuple[str, str, str], ...]
+# What the secret scan found in each line met lately, by the line's digest (a line
+# without a credential, the usual case, costs ~100 bytes). Bounded, oldest dropped.
+_SCANNED_LINES: OrderedDict[bytes, Secrets] = OrderedDict()
+_SCANNED_LINES_SIZE = 200_000
+
+
+def _scanned(lines: Iterable[str]) -> dict[str, Secrets]:
+    """What ``detect-secrets`` finds in each line, scanning only the lines this process
+    has not met lately. Its settings are process-global, hence the lock."""
+    result: dict[str, Secrets] = {}
+    unseen: dict[str, bytes] = {}
+    with _SECRETS_LOCK:
+        for line in lines:
+            key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            known = _SCANNED_LINES.get(key)
+            if known is None:
+                unseen[line] = key
+            else:
+                _SCANNED_LINES.move_to_end(key)
+                result[line] = known
+        if unseen:
+            for line, secrets in _scan_lines(list(unseen)).items():
+                result[line] = secrets
+                _SCANNED_LINES[unseen[line]] = secrets
+            while len(_SCANNED_LINES) > _SCANNED_LINES_SIZE:
+                _SCANNED_LINES.popitem(last=False)
+    return result
+
+
+def _scan_lines(lines: list[str]) -> dict[str, Secrets]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
     from detect_secrets.core.scan import scan_line  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
     from detect_secrets.settings import transient_settings  # noqa: PLC0415 (deferred: detect-secrets loads at the first scan)
@@ -150,25 +205,14 @@ def find_secrets(path: str, text: str) -> list[Finding]:
     plugins = [
         {"name": cls.__name__} for cls in detectors if cls.__name__ not in _EXCLUDED_DETECTORS
     ]
-    first_line: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            first_line.setdefault(line, number)
-    found: list[Finding] = []
-    with _SECRETS_LOCK, transient_settings({"plugins_used": plugins}):
-        for line, number in first_line.items():
-            for secret in scan_line(line):
-                found.append(
-                    _finding(
-                        FindingKind.SECRET,
-                        path,
-                        f"{secret.type}\0{secret.secret_hash}",
-                        number,
-                        f"{secret.type}: a credential must not go into memory",
-                        _redact(line, secret.secret_value),
-                    )
-                )
-    return _unique(found)
+    with transient_settings({"plugins_used": plugins}):
+        return {
+            line: tuple(
+                (secret.type, secret.secret_hash, _redact(line, secret.secret_value))
+                for secret in scan_line(line)
+            )
+            for line in lines
+        }
 
 
 def find_injections(path: str, text: str) -> list[Finding]:

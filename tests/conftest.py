@@ -237,4 +237,5 @@ def secret_scans(monkeypatch):
 
     monkeypatch.setattr(lint, "find_secrets", counting_scan)
     lint._LINT_CACHE.clear()
+    lint._SCANNED_LINES.clear()
     return scanned

@@ -457,6 +457,35 @@ def test_finding_ids_are_stable_across_unrelated_edits_and_distinct_per_occurren
     assert len({f.id for f in twice}) == 2
 
 
+def test_an_edited_memory_md_is_scanned_for_secrets_only_where_it_changed(monkeypatch):
+    """An agent's or a person's edit of a large MEMORY.md: the secret scan (the slow part
+    of the lint) goes over the lines the edit brought, and finds exactly what a scan of
+    the whole file in a new process finds, at the lines where they now are."""
+    lint._SCANNED_LINES.clear()
+    scanned: list[str] = []
+    real = lint._scan_lines
+
+    def counting(lines):
+        scanned.extend(lines)
+        return real(lines)
+
+    monkeypatch.setattr(lint, "_scan_lines", counting)
+    body = "".join(f"- tip {n}: run the suite for module {n} before a deploy\n" for n in range(300))
+    before = f"# Task Group: deploy\n- use aws_access_key_id={FAKE_AWS_KEY} for the bucket\n{body}"
+    assert [f.line for f in lint.find_secrets("memories/MEMORY.md", before)] == [2]
+    assert len(scanned) == 302
+
+    scanned.clear()
+    after = "# Task Group: deploy\n- a line the agent added\n- token ghp_" + "a1B2" * 9 + "\n"
+    after += body + f"- again: aws_access_key_id={FAKE_AWS_KEY} for the bucket\n"
+    edited = lint.find_secrets("memories/MEMORY.md", after)
+    assert sorted(scanned) == sorted(after.splitlines()[1:3] + after.splitlines()[-1:])
+    lint._SCANNED_LINES.clear()  # as in a new process: every line scanned
+    assert edited == lint.find_secrets("memories/MEMORY.md", after)
+    assert [(f.line, "GitHub" in f.message) for f in edited] == [(3, True), (304, False)]
+    assert all(FAKE_AWS_KEY not in f.excerpt for f in edited)
+
+
 def test_header_checksums_are_plain_byte_sums_for_every_field_size():
     rng = random.Random(7)
     samples = [bytes([255]) * 256, b"", bytes(100)]
