@@ -70,7 +70,18 @@ def reimport_workspace(workspace_id: int, user_id: int | None = None) -> None:
 @app.task(name="memoryui.tasks.import_new_workspace", acks_late=True)
 def import_new_workspace(job_id: int) -> None:
     """Create a workspace from an uploaded snapshot or a registered directory, or merge
-    a sandbox's upload to the remote snapshot store into its workspace."""
+    a sandbox's upload to the remote snapshot store into its workspace.
+
+    An upload with a later upload of the same sandbox queued behind it (a backlog) has
+    the newest merged first: the older then only fills in what the workspace lacks, and
+    the newest's task finds it done."""
+    newest = workspaces.newest_upload_queued_after(job_id)
+    if newest is not None:
+        _import_job(newest)
+    _import_job(job_id)
+
+
+def _import_job(job_id: int) -> None:
     try:
         job = workspaces.run_import_job(job_id)
     except workspaces.ImportAgain:

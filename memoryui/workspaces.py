@@ -255,6 +255,34 @@ def run_import_job(job_id: int) -> ImportJob | None:
     return job
 
 
+def newest_upload_queued_after(job_id: int) -> int | None:
+    """The newest upload of the same sandbox queued after ``job_id`` (a sandbox's
+    upload, itself still queued), if any. Its merge brings the sandbox's latest files;
+    merged first, it leaves ``job_id``'s merge only the files the workspace lacks (see
+    ``snapshot_store.import_upload``)."""
+    job = (
+        ImportJob.objects.filter(
+            pk=job_id, kind=ImportJob.Kind.SANDBOX, status=ImportJob.Status.QUEUED
+        )
+        .values_list("workspace_id", "original_name")
+        .first()
+    )
+    if job is None:
+        return None
+    return (
+        ImportJob.objects.filter(
+            workspace_id=job[0],
+            kind=ImportJob.Kind.SANDBOX,
+            original_name=job[1],
+            status=ImportJob.Status.QUEUED,
+            pk__gt=job_id,
+        )
+        .order_by("-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
 def _lease_passed(now: datetime) -> Q:
     """Running jobs whose worker's lease has run out (or that a version without leases
     started longer than a lease ago)."""

@@ -3,6 +3,8 @@ sits is kept (the member index the restores copy by). Its merge reads the member
 those offsets too, instead of parsing the archive's headers again: the same rows as
 parsing, and parsing again whenever the index does not fit the archive."""
 
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from generation import tree
 from generation.tree import directory as tree_directory
 from memoryui import tokens
 from memoryui.importer import import_workspace
+from memoryui.importer.reading import TreeReader
 from memoryui.models import ImportJob, ImportJobIndex, UploadedSnapshot, WorkspaceFile
 from memoryui.workspaces import run_import_job
 from tests.factories import make_user
@@ -153,3 +156,38 @@ def test_an_upload_replaced_before_its_merge_is_still_merged_by_its_own_index(
     files = files_of("w")
     assert files["README.md"][3] == len(b"second\n") and "new.txt" in files
     assert not ImportJobIndex.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_upload_merged_after_its_sandboxs_later_one_reads_only_what_the_workspace_lacks(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch
+):
+    """The later upload of a sandbox is merged first (a backlog is merged newest first):
+    the older one's merge reads only the members of files the workspace lacks, adds
+    them, and leaves every other file (bytes, mode and mtime) as the later upload left
+    it."""
+    _, secret = ops
+    older = sandbox("rx", {"README.md": b"first\n", "only-first.txt": b"f\n"})
+    first = put(secret, "x", older, django_capture_on_commit_callbacks)
+    later = sandbox("rx", {"README.md": b"second, longer\n"})
+    second = put(secret, "x", later, django_capture_on_commit_callbacks)
+    assert run_import_job(second).status == ImportJob.Status.DONE
+    after_later = files_of("w")
+    read: list[str] = []
+    real = TreeReader._member_bytes
+
+    def counting(self, fh, path, offset, size):
+        read.append(path)
+        return real(self, fh, path, offset, size)
+
+    monkeypatch.setattr(TreeReader, "_member_bytes", counting)
+
+    done = run_import_job(first)
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert read == ["only-first.txt"]
+    files = files_of("w")
+    assert files.pop("only-first.txt")[3] == 2
+    assert files == after_later
+    assert (done.run.added, done.run.changed) == (1, 0)
+    assert done.run.unchanged == len(tarfile.open(fileobj=io.BytesIO(older)).getnames()) - 1

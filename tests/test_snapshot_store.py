@@ -770,6 +770,55 @@ def test_a_persist_whose_merge_runs_after_the_sandboxes_next_persist_is_not_lost
 
 
 @pytest.mark.django_db
+def test_a_sandboxs_backlog_is_merged_newest_first_and_every_persist_once(
+    store, ops, django_capture_on_commit_callbacks, eager
+):
+    """Three persists of one sandbox queue up before any merge runs (the workers are
+    busy). The oldest's task merges the newest first, then only what the workspace
+    lacks of its own; the middle's does the same; the newest's finds its job done.
+    Every persist's rollout is in the workspace, where they overlap the newest bytes
+    win, the agent's newest MEMORY.md is the one to review, and one run is recorded
+    per persist."""
+    user, secret = ops
+    upload(secret, "base", sandbox("r0", {}), django_capture_on_commit_callbacks)
+    accept_all(user)
+    runs_before = ImportRun.objects.count()
+    middle_md = APPROVED_MD + b"\n## Task 2: an edit the sandbox made and replaced\n\nx\n"
+    first = put(
+        secret, "x", sandbox("r1", {"notes.md": b"one\n"}), django_capture_on_commit_callbacks
+    )
+    second = put(
+        secret, "x", sandbox("r2", {"notes.md": b"two\n"}, memory_md=middle_md),
+        django_capture_on_commit_callbacks,
+    )  # fmt: skip
+    third = put(
+        secret, "x", sandbox("r3", {"notes.md": b"three\n"}, memory_md=AGENTS_MD),
+        django_capture_on_commit_callbacks,
+    )  # fmt: skip
+    status = lambda: dict(ImportJob.objects.values_list("pk", "status"))  # noqa: E731
+
+    with django_capture_on_commit_callbacks(execute=True):  # as a worker, committed
+        tasks.import_new_workspace(first)
+    assert [status()[job] for job in (first, second, third)] == ["done", "queued", "done"]
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.import_new_workspace(second)
+        tasks.import_new_workspace(third)  # its message, still in the queue: nothing to do
+
+    assert [status()[job] for job in (first, second, third)] == ["done"] * 3
+    assert ImportRun.objects.count() == runs_before + 3
+    for rid in ("r1", "r2", "r3"):
+        assert present(f"{S}/{rid}.jsonl") == rollout(rid, f"task of {rid}")
+        assert present(f"{M}/raw_memories/{rid}.md") == raw_memory(rid)
+    assert present("notes.md") == b"three\n"
+    agents = MemoryVersion.objects.filter(layout=layout(), document=MEMORY_MD, needs_review=True)
+    assert [bytes(v.blob.data) for v in agents] == [AGENTS_MD]
+    assert download(secret, "x")["notes.md"] == b"three\n"
+    assert sorted(str(p) for p in store.rglob("*.tar")) == sorted(
+        UploadedSnapshot.objects.values_list("path", flat=True)
+    )  # every replaced upload's archive deleted once merged
+
+
+@pytest.mark.django_db
 def test_each_upload_is_kept_until_merged_and_replaced_then_deleted(
     store, ops, django_capture_on_commit_callbacks
 ):

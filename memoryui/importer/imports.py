@@ -134,7 +134,7 @@ def import_workspace(
             workspace.source_kind, workspace.source_path = kind, str(source)
             workspace.save(update_fields=["source_kind", "source_path"])
         sync = WorkspaceSync(workspace, limits, progress, started, merge)
-        sync.fill_only = bool(merge) and fill_only
+        sync.fill_only = sync.versions.fill_only = bool(merge) and fill_only
         if archive is None:
             sync.collect_directory(source)
         else:

@@ -188,6 +188,9 @@ class TreeReader:
         # bytes of files read and not yet stored.
         self.archive: Path | None = None
         self.held = 0
+        # A merge of an upload older than one of the same sandbox merged already: the
+        # files the workspace holds stay as they are (the later upload's), unread.
+        self.fill_only = False
 
     @cached_property
     def stored(self) -> dict[str, StoredFile]:
@@ -379,6 +382,8 @@ class TreeReader:
                     item = Item(entry.path, False, entry.size, entry.mode, entry.mtime_ns)
                     item.offset = entry.offset
                     self.items[entry.path] = item
+                    if self.fill_only and self._present(entry.path):
+                        continue  # stays as the later upload left it: not read
                     if entry.path not in self.stored and not self._room_for(entry.size, entry.path):
                         item.deferred = True  # new: nothing to compare, read when stored
                         continue
@@ -400,6 +405,10 @@ class TreeReader:
         finally:
             if fh is not None:
                 fh.close()
+
+    def _present(self, path: str) -> bool:
+        old = self.stored.get(path)
+        return old is not None and old.present
 
     def collect_paths(self, root: Path, paths: list[str]) -> None:
         """Stat and read only ``paths`` under ``root`` (no scan of the rest); a path gone

@@ -60,13 +60,13 @@ class WorkspaceSync(TreeReader):
         # The files found new or changed (their rows written).
         self.touched: list[Item] = []
         self.found_reads: list[usage.FoundReads] = []
-        # A merge of an upload older than one merged already: existing files stay.
-        self.fill_only = False
 
     # -- layouts -----------------------------------------------------------------
     def _layout_dirs(self) -> list[LayoutDirs]:
         if self.only is not None:
             return self._stored_layout_dirs()  # a write-back writes inside its layout
+        if self.fill_only and all(self._present(path) for path in self.items):
+            return self._stored_layout_dirs()  # a fill that adds nothing
         unchanged_tree = len(self.items) == sum(1 for old in self.stored.values() if old.present)
         if unchanged_tree and all(
             (item.trusted or item.is_dir) and path in self.stored
@@ -161,6 +161,14 @@ class WorkspaceSync(TreeReader):
         unchanged = 0
         for path, item in list(self.items.items()):
             old = self.stored.get(path)
+            if self.fill_only and old is not None and old.present:
+                # Kept as the later upload left it, placement and stat included.
+                unchanged += 1
+                item.file_id, item.kind, item.layout_id = old.file_id, old.kind, old.layout_id
+                if old.layout_id in dirs_by_id:
+                    item.memories_dir = dirs_by_id[old.layout_id]
+                    counts[item.memories_dir].count(old.kind)
+                continue
             if same_layouts and old is not None and old.present and self._as_stored(item, old):
                 # Trusted by its stat, or read with the stored bytes: with the same
                 # layouts, it keeps its stored placement (no classification again; an
@@ -174,10 +182,6 @@ class WorkspaceSync(TreeReader):
                     stat_only.append(item)
                 continue
             kind = self._place(path, item, dirs, layouts, counts)
-            if self.fill_only and old is not None and old.present:
-                unchanged += 1
-                item.file_id = old.file_id
-                continue
             same = old is not None and (old.blob_id, old.kind, old.layout_id, old.present) == (
                 item.digest,
                 kind,

@@ -28,6 +28,8 @@ class VersionRecorder:
         self.merge = merge
         # Agent versions awaiting review this import recorded, by layout (``propose``).
         self.agent_versions: dict[int, tuple[Layout, list[MemoryVersion]]] = {}
+        # A merge of an upload older than one of the same sandbox merged already.
+        self.fill_only = False
 
     def record_documents(self, items: list[Item], layouts: dict[str, Layout]) -> list[str]:
         """A version of each memory document in ``items`` whose text its layout's latest
@@ -71,8 +73,10 @@ class VersionRecorder:
         of the sandbox that wrote them (``agent_proposals``); its inputs are the
         rollouts of the upload (of an import: those it found new or changed, ``touched``).
         ``items``: every file the import found."""
-        forgotten = self._forgotten(items)
-        skill_changes = self._skill_changes(items)
+        # What an older upload forgets or changes of its skills is stale: the sandbox's
+        # later upload, merged already, told its current ones.
+        forgotten = {} if self.fill_only else self._forgotten(items)
+        skill_changes = {} if self.fill_only else self._skill_changes(items)
         clashes = self._record_own_files(touched)
         if not self.agent_versions and not forgotten and not skill_changes:
             return

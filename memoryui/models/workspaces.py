@@ -254,6 +254,13 @@ class ImportJob(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        indexes = [
+            # A sandbox's uploads by status: the later ones queued or merged, looked up
+            # by each merge (a workspace's sandboxes persist thousands of times a day).
+            models.Index(
+                fields=["workspace", "original_name", "status"], name="importjob_sandbox_status"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.name} ({self.status})"
