@@ -19,9 +19,18 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import lint, tree
 from generation.tree import directory as tree_directory
-from memoryui import curation, lint_allowances, served_memory, snapshot_store, tasks, tokens
+from memoryui import (
+    curation,
+    lint_allowances,
+    served_memory,
+    snapshot_store,
+    tasks,
+    tokens,
+    writeback,
+)
 from memoryui.models import (
     AuditEvent,
+    Blob,
     ImportJob,
     ImportRun,
     Layout,
@@ -610,6 +619,36 @@ def test_the_worker_lints_what_an_upload_brought_before_any_sandbox_restores_it(
     scanned.clear()
     served = download(secret, "x")
     assert served[f"{M}/MEMORY.md"] == APPROVED_MD and scanned == []
+
+
+@pytest.mark.django_db
+def test_the_lint_after_each_merge_reads_no_memory_it_linted_before(
+    store, ops, django_capture_on_commit_callbacks, eager, secret_scans
+):
+    """A merge queues the lint of the latest versions after every persist: contents
+    linted before (in any process) cost their key's look-up, never a read of the
+    versions' text (a large MEMORY.md each); a new version is read and linted."""
+    _, secret = ops
+    skill = {SKILL: b"---\nname: deploy\ndescription: d\n---\nrun it\n"}
+    job = put(secret, "x", sandbox("rx", {}, more=skill), django_capture_on_commit_callbacks)
+    tasks.import_new_workspace(job)
+    assert sorted(secret_scans) == [f"{M}/MEMORY.md", f"{M}/memory_summary.md", SKILL]
+    lint._LINT_CACHE.clear()  # another worker process
+    secret_scans.clear()
+    workspace = Workspace.objects.get(name="w")
+
+    with CaptureQueriesContext(connection) as queries:
+        writeback.lint_latest(workspace)
+
+    assert secret_scans == []
+    blob_table = Blob._meta.db_table
+    assert not [q["sql"] for q in queries if blob_table in q["sql"]]
+    assert len(queries) <= 8
+
+    job = put(secret, "x", sandbox("ry", {}, memory_md=AGENTS_MD, more=skill),
+              django_capture_on_commit_callbacks)  # fmt: skip
+    tasks.import_new_workspace(job)
+    assert secret_scans == [f"{M}/MEMORY.md"]  # the agent's new version only
 
 
 @pytest.mark.django_db

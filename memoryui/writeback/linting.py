@@ -17,7 +17,7 @@ from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import LayoutDirs
 
 from .. import skills
-from ..models import LintResult, MemoryVersion, SkillFileVersion, Workspace
+from ..models import Blob, LintResult, MemoryVersion, SkillFileVersion, Workspace
 from .files import DOCUMENT_FILES, PlannedFile, Refused, layout_dirs, skill_path_problem
 
 
@@ -94,21 +94,42 @@ def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
 
 def lint_latest(workspace: Workspace) -> None:
     """``lint_ahead`` for the latest version of each document and skill file of every
-    layout (what an import just recorded, say): content scanned before costs a lookup."""
-    for layout in workspace.layouts.present():
-        versions: list[MemoryVersion | SkillFileVersion] = []
-        for document in DOCUMENT_FILES:
-            latest = (
+    layout (what an import just recorded, say). A content linted before costs nothing
+    but its key: the versions' blobs (a large ``MEMORY.md`` each) are read only for
+    contents never linted, and the layouts once (a merge queues this after each
+    sandbox's persist)."""
+    dirs = layout_dirs(workspace)
+    latest: dict[str, tuple[str, str, FileKind]] = {}  # lint key -> (path, blob, kind)
+    for layout in workspace.layouts.present().order_by("memories_dir"):
+        for document, name in DOCUMENT_FILES.items():
+            blob_id = (
                 MemoryVersion.objects.filter(layout=layout, document=document)
-                .select_related("layout__workspace", "blob")
                 .order_by("-number")
+                .values_list("blob_id", flat=True)
                 .first()
             )
-            if latest is not None:
-                versions.append(latest)
-        versions.extend(skills.current_versions(layout).select_related("layout__workspace", "blob"))
-        for version in versions:
-            lint_ahead(version)
+            if blob_id is not None:
+                path = f"{layout.memories_dir}/{name}"
+                kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
+                latest[lint_key(path, blob_id, dirs)] = (path, blob_id, kind)
+        for rel, blob_id in skills.current_versions(layout).values_list("path", "blob_id"):
+            if blob_id is not None and not skill_path_problem(rel):
+                path = f"{layout.memories_dir}/{rel}"
+                latest[lint_key(path, blob_id, dirs)] = (path, blob_id, FileKind.SKILL)
+    known = set(LintResult.objects.filter(key__in=list(latest)).values_list("key", flat=True))
+    unlinted = {key: file for key, file in latest.items() if key not in known}
+    contents = dict(
+        Blob.objects.filter(pk__in={blob_id for _, blob_id, _ in unlinted.values()}).values_list(
+            "pk", "data"
+        )
+    )
+    planned = [
+        PlannedFile(path, bytes(contents[blob_id]), "", None, kind)
+        for path, blob_id, kind in unlinted.values()
+        if blob_id in contents
+    ]
+    if planned:
+        lint_planned(planned, dirs)
 
 
 def lint_key(path: str, sha256: str | None, dirs: list[LayoutDirs]) -> str:
