@@ -89,7 +89,9 @@ def read_once(archive: Path, changed: dict[str, bytes]) -> float:
     return time.perf_counter() - started
 
 
-def merge(archive: Path, sandbox: int, profiler: cProfile.Profile | None = None) -> float:
+def merge(
+    archive: Path, sandbox: int, profiler: cProfile.Profile | None = None, fill: bool = False
+) -> float:
     from generation import tree
     from memoryui.importer import import_workspace
     from memoryui.snapshot_store import _check_archive
@@ -100,7 +102,9 @@ def merge(archive: Path, sandbox: int, profiler: cProfile.Profile | None = None)
     if profiler is not None:
         profiler.enable()
     started = time.perf_counter()
-    result = import_workspace(archive, WORKSPACE, merge=f"sandbox-{sandbox}", index=rows)
+    result = import_workspace(
+        archive, WORKSPACE, merge=f"sandbox-{sandbox}", index=rows, fill_only=fill
+    )
     seconds = time.perf_counter() - started
     if profiler is not None:
         profiler.disable()
@@ -122,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --new: each new rollout comes with its raw memory and rollout summary, "
         "and every persist carries those of every sandbox (as their restores serve them)",
+    )
+    parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="time the merge of a persist whose sandbox persisted again before it was merged, "
+        "the later merged first (a backlog, merged newest first): with --served, the later "
+        "persist lacks the round's raw memories and summaries (its restore did not have "
+        "them yet), which the older one's merge adds",
     )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument(
@@ -171,11 +183,20 @@ def main(argv: list[str] | None = None) -> int:
             archive = workdir / f"persist-{round_}.tar"
             write_tar(root, archive, {**served, **files})
             baselines.append(read_once(archive, changed))
+            if args.fill:  # the sandbox's next persist, merged first
+                later = workdir / f"persist-{round_}-later.tar"
+                grown = {n: d + d.splitlines(keepends=True)[-1] for n, d in files.items()}
+                fresh = {p for name in picked for p in phase_one_files(name)} if args.new else set()
+                write_tar(
+                    root, later, {**{p: d for p, d in served.items() if p not in fresh}, **grown}
+                )
+                merge(later, sandbox)
+                later.unlink()
             if args.profile and round_ == args.rounds - 1:
                 profiler = cProfile.Profile()  # the merge only, not the upload's check
-                merges.append(merge(archive, sandbox, profiler))
+                merges.append(merge(archive, sandbox, profiler, fill=args.fill))
             else:
-                merges.append(merge(archive, sandbox))
+                merges.append(merge(archive, sandbox, fill=args.fill))
             archive.unlink()
         base, took = statistics.median(baselines), statistics.median(merges)
         print(

@@ -87,8 +87,13 @@ def _import_job(job_id: int) -> None:
     except workspaces.ImportAgain:
         import_new_workspace.apply_async((job_id,), countdown=1)
         return
-    if job is not None and job.run is not None:
-        _lint_what_came(job.run)
+    if job is None or job.workspace_id is None:
+        return
+    if (job.run is not None and (job.run.added or job.run.changed)) or not (
+        workspaces.imports_pending(job.workspace_id)
+    ):
+        # What it brought, or the last of a backlog (whose lints were left to it).
+        lint_workspace.delay(job.workspace_id)
 
 
 @app.task(name="memoryui.tasks.sync_workspaces", acks_late=True)
@@ -116,7 +121,12 @@ def _lint_what_came(run: ImportRun) -> None:
 def lint_workspace(workspace_id: int) -> None:
     """Lint the latest version of each document and skill file of the workspace's
     layouts, ahead of their review and of the sandboxes' restores (a sandbox would
-    otherwise wait on the scan of a large imported ``MEMORY.md``)."""
+    otherwise wait on the scan of a large imported ``MEMORY.md``). Left while imports of
+    the workspace are queued or running (sandboxes' persists, merged in a backlog): the
+    last of them to finish queues it again, so the versions a backlog recorded are
+    linted once, after it, rather than each superseded one in turn."""
+    if workspaces.imports_pending(workspace_id):
+        return  # a backlog of merges: its last one queues the lint again
     workspace = Workspace.objects.filter(pk=workspace_id).first()
     if workspace is not None:
         writeback.lint_latest(workspace)

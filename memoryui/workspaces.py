@@ -255,6 +255,14 @@ def run_import_job(job_id: int) -> ImportJob | None:
     return job
 
 
+def imports_pending(workspace_id: int) -> bool:
+    """Whether an import job of the workspace is queued or running."""
+    return ImportJob.objects.filter(
+        workspace_id=workspace_id,
+        status__in=[ImportJob.Status.QUEUED, ImportJob.Status.RUNNING],
+    ).exists()
+
+
 def newest_upload_queued_after(job_id: int) -> int | None:
     """The newest upload of the same sandbox queued after ``job_id`` (a sandbox's
     upload, itself still queued), if any. Its merge brings the sandbox's latest files;

@@ -652,6 +652,33 @@ def test_the_lint_after_each_merge_reads_no_memory_it_linted_before(
 
 
 @pytest.mark.django_db
+def test_merges_queued_together_are_linted_once_after_the_last(
+    store, ops, django_capture_on_commit_callbacks, eager, secret_scans
+):
+    """Two sandboxes persist with MEMORY.md edits of their own before either merge runs
+    (a backlog): the version the first merge records is superseded by the second's
+    before anything is served, so the lint waits for the last merge, and then lints
+    the latest versions once."""
+    _, secret = ops
+    first = put(secret, "x", sandbox("rx", {}), django_capture_on_commit_callbacks)
+    second = put(
+        secret, "y", sandbox("ry", {}, memory_md=AGENTS_MD), django_capture_on_commit_callbacks
+    )
+    secret_scans.clear()
+
+    tasks.import_new_workspace(first)
+    assert secret_scans == []  # another merge of the workspace is queued
+    tasks.import_new_workspace(second)
+
+    assert sorted(secret_scans) == [f"{M}/MEMORY.md", f"{M}/memory_summary.md"]
+    latest = MemoryVersion.objects.filter(layout=layout(), document=MEMORY_MD).latest("number")
+    assert bytes(latest.blob.data) == AGENTS_MD
+    lint._LINT_CACHE.clear()  # another process: the result kept in the database
+    writeback.lint_latest(Workspace.objects.get(name="w"))
+    assert sorted(secret_scans) == [f"{M}/MEMORY.md", f"{M}/memory_summary.md"]
+
+
+@pytest.mark.django_db
 def test_an_upload_under_a_global_pax_header_is_parsed_not_copied(
     store, ops, django_capture_on_commit_callbacks
 ):

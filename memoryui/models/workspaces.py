@@ -260,6 +260,12 @@ class ImportJob(models.Model):
             models.Index(
                 fields=["workspace", "original_name", "status"], name="importjob_sandbox_status"
             ),
+            # The few queued or running, among them (``workspaces.imports_pending``).
+            models.Index(
+                fields=["workspace"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="importjob_pending",
+            ),
         ]
 
     def __str__(self) -> str:
