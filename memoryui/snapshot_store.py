@@ -40,7 +40,13 @@ from generation.export import ExportError
 from generation.tree import Entry
 
 from . import download_cache, object_storage, pipeline, snapshot_members, task_queue
-from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
+from .importer import (
+    ArchiveNeeded,
+    ImportResult,
+    default_limits,
+    import_workspace,
+    valid_workspace_name,
+)
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -220,20 +226,69 @@ def import_upload(
 ) -> ImportRun:
     """The import a sandbox's upload queued (``run_import_job`` calls it in a worker, in
     the transaction that marks the job done, with the job's scratch ``folder``): merged
-    into its workspace, then the workspace's generate-on-upload policy."""
-    with object_storage.local_copy(job.source_path, folder) as archive, transaction.atomic():
+    into its workspace, then the workspace's generate-on-upload policy.
+
+    An upload whose sandbox's later upload was merged first (a backlog is merged newest
+    first) only fills in what the workspace lacks; when its index shows the workspace
+    holds every file of it, its archive is neither copied from storage nor opened."""
+    index = _job_index(job)
+    result = None
+    filled = job.workspace_id is not None and index is not None and _later_merged(job)
+    if filled and index is not None and _holds_all(job, index):
+        try:
+            result = _merge(job, progress, Path(job.source_path), index, index_only=True)
+        except ArchiveNeeded:  # a file of it gone from the workspace meanwhile
+            log.info("merge.fill_reads job=%s: a file went missing, its archive is read", job.pk)
+    if result is None:
+        with object_storage.local_copy(job.source_path, folder) as archive:
+            result = _merge(job, progress, archive, index)
+    UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
+    ImportJobIndex.objects.filter(job=job).delete()  # merged: no one reads it again
+    if SnapshotStorePolicy.objects.filter(
+        workspace=result.workspace, generate_on_upload=True
+    ).exists():
+        _generate(result, job.created_by)
+    return result.run
+
+
+def _later_merged(job: ImportJob) -> bool:
+    """Whether a later upload of the job's sandbox was merged already (final: a done
+    job stays done)."""
+    return ImportJob.objects.filter(
+        workspace=job.workspace,
+        kind=ImportJob.Kind.SANDBOX,
+        original_name=job.original_name,
+        pk__gt=job.pk,
+        status=ImportJob.Status.DONE,
+    ).exists()
+
+
+def _holds_all(job: ImportJob, index: list[tuple[Any, ...]]) -> bool:
+    """Whether the workspace holds a file at every path of the upload's ``index``."""
+    paths = [row[0] for row in index if row[1] != "l"]
+    present = WorkspaceFile.objects.present().filter(workspace=job.workspace)
+    for start in range(0, len(paths), 900):
+        chunk = paths[start : start + 900]
+        if present.filter(path__in=chunk).count() != len(chunk):
+            return False
+    return True
+
+
+def _merge(
+    job: ImportJob,
+    progress: Callable[[str, int, int], None],
+    archive: Path,
+    index: list[tuple[Any, ...]] | None,
+    *,
+    index_only: bool = False,
+) -> ImportResult:
+    with transaction.atomic():
         # The workspace's row first: merges of one workspace go one at a time, and
         # whether a later upload of this sandbox was merged already is settled under it.
         later_merged = False
         if job.workspace_id is not None:
             Workspace.objects.select_for_update(no_key=True).filter(pk=job.workspace_id).first()
-            later_merged = ImportJob.objects.filter(
-                workspace_id=job.workspace_id,
-                kind=ImportJob.Kind.SANDBOX,
-                original_name=job.original_name,
-                pk__gt=job.pk,
-                status=ImportJob.Status.DONE,
-            ).exists()
+            later_merged = index_only or _later_merged(job)
         result = import_workspace(
             archive,
             job.name,
@@ -241,7 +296,8 @@ def import_upload(
             progress=progress,
             merge=job.original_name,
             fill_only=later_merged,
-            index=_job_index(job),
+            index=index,
+            index_only=index_only,
         )
         # Replaced by a later upload: no restore reads it. Read without a lock (a lock
         # here took part in deadlocks with the same sandbox's uploads and restores): an upload that
@@ -256,13 +312,7 @@ def import_upload(
         )
         if current != job.source_path:
             transaction.on_commit(lambda: object_storage.delete(job.source_path))
-    UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
-    ImportJobIndex.objects.filter(job=job).delete()  # merged: no one reads it again
-    if SnapshotStorePolicy.objects.filter(
-        workspace=result.workspace, generate_on_upload=True
-    ).exists():
-        _generate(result, job.created_by)
-    return result.run
+    return result
 
 
 def _generate(result: ImportResult, user: Any) -> list[GenerationRun]:

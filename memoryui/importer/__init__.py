@@ -27,11 +27,12 @@ from .imports import (
     sync_paths,
     valid_workspace_name,
 )
-from .reading import Progress
+from .reading import ArchiveNeeded, Progress
 from .reports import ImportResult, LayoutCounts
 
 __all__ = [
     "WORKSPACE_NAME_RE",
+    "ArchiveNeeded",
     "ImportResult",
     "LayoutCounts",
     "Progress",

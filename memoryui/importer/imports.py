@@ -97,6 +97,7 @@ def import_workspace(
     merge: str = "",
     fill_only: bool = False,
     index: Sequence[Sequence[Any]] | None = None,
+    index_only: bool = False,
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
@@ -108,7 +109,9 @@ def import_workspace(
     upload merged after a later upload of the same sandbox was), it only adds the files
     the workspace lacks: what it holds already came from the later upload, and stays.
     ``index``: the upload's member index, made when it came in (its members are then
-    read by their offsets, not parsed again).
+    read by their offsets, not parsed again). ``index_only`` (a fill whose every file the
+    workspace holds): the archive is not opened, its index alone is read; a file found
+    missing after all raises ``ArchiveNeeded``, the transaction's work undone.
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
     has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
@@ -116,10 +119,13 @@ def import_workspace(
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
-    if source.is_symlink():
+    index_only = index_only and fill_only and bool(merge) and index is not None
+    if not index_only and source.is_symlink():
         raise tree.TreeError(f"{source} is a symbolic link; give the real path.")
-    is_dir = source.is_dir()
-    archive = None if is_dir else read_entries(source, limits, bool(merge), index)  # TreeError
+    is_dir = not index_only and source.is_dir()
+    archive = (
+        None if is_dir else read_entries(source, limits, bool(merge), index, index_only)
+    )  # TreeError
     started = timezone.now()
     kind = Workspace.SourceKind.DIRECTORY if is_dir else Workspace.SourceKind.SNAPSHOT
     with _gc_paused(), transaction.atomic():
@@ -138,7 +144,7 @@ def import_workspace(
         if archive is None:
             sync.collect_directory(source)
         else:
-            sync.collect_entries(archive, source)
+            sync.collect_entries(archive, None if index_only else source)
         result = sync.finish(user, scheduled)
         if created and not result.imported_anything:  # rolls the new workspace back
             raise tree.TreeError(

@@ -117,18 +117,27 @@ def file_name(path: str) -> str:
 Entries = Iterator[tree.Entry | tree.Member | Problem]
 
 
+class ArchiveNeeded(Exception):
+    """An import told to read its archive's index alone (``index_only``) met a member
+    it must read: a file the workspace no longer holds."""
+
+
 def read_entries(
     source: Path,
     limits: tree.Limits,
     links: bool,
     index: Sequence[Sequence[Any]] | None = None,
+    index_only: bool = False,
 ) -> Entries:
     """The archive's entries, each regular file of a plain tar as a ``Member`` (its
     bytes read when needed); with ``links``, in-tree symbolic links are passed over
     (the remote store serves them from the stored archive) and hostile ones refused.
     With the member ``index`` made when the archive came in (a sandbox's upload, read
     whole and found safe then), its members are taken from the index instead of the
-    archive being parsed again, once the index is found to fit the archive."""
+    archive being parsed again, once the index is found to fit the archive. With
+    ``index_only``, the archive is neither checked nor opened (no member is to be read)."""
+    if index is not None and index_only:
+        return _without_links(tree.indexed_members(index))
     if not links:
         if not source.is_file():
             raise tree.TreeError(f"{source} does not exist.")
@@ -367,7 +376,7 @@ class TreeReader:
 
     def collect_entries(self, entries: Entries, archive: Path | None = None) -> None:
         """Collect an archive's entries; its Members' bytes are read from ``archive``,
-        now or when stored."""
+        now or when stored (None: no member may be read; ArchiveNeeded)."""
         self.archive = archive
         fh = None
         try:
@@ -384,11 +393,14 @@ class TreeReader:
                     self.items[entry.path] = item
                     if self.fill_only and self._present(entry.path):
                         continue  # stays as the later upload left it: not read
+                    if archive is None:
+                        raise ArchiveNeeded(entry.path)
                     if entry.path not in self.stored and not self._room_for(entry.size, entry.path):
                         item.deferred = True  # new: nothing to compare, read when stored
                         continue
+                    if archive is None:
+                        raise ArchiveNeeded(entry.path)
                     if fh is None:
-                        assert archive is not None
                         fh = open(archive, "rb")  # noqa: SIM115 (closed below)
                     data = self._member_bytes(fh, entry.path, entry.offset, entry.size)
                     if data is None:
