@@ -201,6 +201,40 @@ def open_stored(locator: str) -> tuple[IO[bytes], int]:
     return obj.get()["Body"], int(obj.content_length)
 
 
+class _Ranged:
+    """A stored object read by ranged requests: ``seek``, then ``read`` a member's
+    bytes, without fetching the rest of the object."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        self.position = 0
+
+    def seek(self, offset: int) -> None:
+        self.position = offset
+
+    def read(self, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        last = self.position + size - 1
+        data = bytes(self.obj.get(Range=f"bytes={self.position}-{last}")["Body"].read())
+        self.position += len(data)
+        return data
+
+    def close(self) -> None:
+        pass
+
+
+def open_ranged(locator: str) -> Any:
+    """A recorded file opened to read a few parts of it (``seek`` and ``read``): the
+    file itself on this machine; from S3, each read a ranged request."""
+    if not is_stored(locator):
+        return Path(locator).open("rb")
+    alias, name = parse(locator)
+    stored = storage(alias).open(name, "rb")
+    obj = getattr(stored, "obj", None)  # S3Storage's file: its boto3 object
+    return stored if obj is None else _Ranged(obj)
+
+
 # --- scratch folders ------------------------------------------------------------------
 #
 # Temporary copies live under MEMORYUI_VAR_DIR/scratch, never in the system's temporary

@@ -40,13 +40,7 @@ from generation.export import ExportError
 from generation.tree import Entry
 
 from . import download_cache, object_storage, pipeline, snapshot_members, task_queue
-from .importer import (
-    ArchiveNeeded,
-    ImportResult,
-    default_limits,
-    import_workspace,
-    valid_workspace_name,
-)
+from .importer import ImportResult, default_limits, import_workspace, valid_workspace_name
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -229,17 +223,13 @@ def import_upload(
     into its workspace, then the workspace's generate-on-upload policy.
 
     An upload whose sandbox's later upload was merged first (a backlog is merged newest
-    first) only fills in what the workspace lacks; when its index shows the workspace
-    holds every file of it, its archive is neither copied from storage nor opened."""
+    first) only fills in what the workspace lacks: with its member index, its archive
+    is not copied from storage; the few members read are read by ranged requests."""
     index = _job_index(job)
-    result = None
-    filled = job.workspace_id is not None and index is not None and _later_merged(job)
-    if filled and index is not None and _holds_all(job, index):
-        try:
-            result = _merge(job, progress, Path(job.source_path), index, index_only=True)
-        except ArchiveNeeded:  # a file of it gone from the workspace meanwhile
-            log.info("merge.fill_reads job=%s: a file went missing, its archive is read", job.pk)
-    if result is None:
+    if job.workspace_id is not None and index is not None and _later_merged(job):
+        upload = functools.partial(object_storage.open_ranged, job.source_path)
+        result = _merge(job, progress, Path(job.source_path), index, upload)
+    else:
         with object_storage.local_copy(job.source_path, folder) as archive:
             result = _merge(job, progress, archive, index)
     UploadedSnapshot.objects.filter(import_job=job).update(import_run=result.run)
@@ -263,24 +253,12 @@ def _later_merged(job: ImportJob) -> bool:
     ).exists()
 
 
-def _holds_all(job: ImportJob, index: list[tuple[Any, ...]]) -> bool:
-    """Whether the workspace holds a file at every path of the upload's ``index``."""
-    paths = [row[0] for row in index if row[1] != "l"]
-    present = WorkspaceFile.objects.present().filter(workspace=job.workspace)
-    for start in range(0, len(paths), 900):
-        chunk = paths[start : start + 900]
-        if present.filter(path__in=chunk).count() != len(chunk):
-            return False
-    return True
-
-
 def _merge(
     job: ImportJob,
     progress: Callable[[str, int, int], None],
     archive: Path,
     index: list[tuple[Any, ...]] | None,
-    *,
-    index_only: bool = False,
+    open_upload: Callable[[], Any] | None = None,
 ) -> ImportResult:
     with transaction.atomic():
         # The workspace's row first: merges of one workspace go one at a time, and
@@ -288,7 +266,7 @@ def _merge(
         later_merged = False
         if job.workspace_id is not None:
             Workspace.objects.select_for_update(no_key=True).filter(pk=job.workspace_id).first()
-            later_merged = index_only or _later_merged(job)
+            later_merged = open_upload is not None or _later_merged(job)
         result = import_workspace(
             archive,
             job.name,
@@ -297,7 +275,8 @@ def _merge(
             merge=job.original_name,
             fill_only=later_merged,
             index=index,
-            index_only=index_only,
+            index_only=open_upload is not None,
+            open_upload=open_upload,
         )
         # Replaced by a later upload: no restore reads it. Read without a lock (a lock
         # here took part in deadlocks with the same sandbox's uploads and restores): an upload that

@@ -12,7 +12,7 @@ from django.test import Client
 
 from generation import tree
 from generation.tree import directory as tree_directory
-from memoryui import snapshot_store, tokens
+from memoryui import tokens
 from memoryui.importer import import_workspace
 from memoryui.importer.reading import TreeReader
 from memoryui.models import ImportJob, ImportJobIndex, UploadedSnapshot, WorkspaceFile
@@ -198,9 +198,8 @@ def test_an_older_upload_whose_files_the_workspace_holds_is_merged_from_its_inde
     store, ops, django_capture_on_commit_callbacks
 ):
     """An older upload of a sandbox merged after its later one, when the workspace holds
-    every file it has (the usual backlog): its archive is neither copied nor opened (here
-    it is gone), and its run records its files as unchanged. If a file of it is found
-    missing under the lock after all, the archive is read and the file added."""
+    every file it has: its archive is neither copied nor opened (here it is gone), and
+    its run records its files as unchanged."""
     _, secret = ops
     first = put(
         secret, "x", sandbox("rx", {"README.md": b"first\n"}), django_capture_on_commit_callbacks
@@ -220,23 +219,3 @@ def test_an_older_upload_whose_files_the_workspace_holds_is_merged_from_its_inde
     assert done.run.report["errors"] == ImportJob.objects.get(pk=second).run.report["errors"]
     assert files_of("w") == before
     assert not ImportJobIndex.objects.exists()
-
-
-@pytest.mark.django_db
-def test_a_fill_that_finds_a_file_missing_under_the_lock_reads_its_archive(
-    store, ops, django_capture_on_commit_callbacks, monkeypatch
-):
-    _, secret = ops
-    older = sandbox("rx", {"README.md": b"first\n", "only-first.txt": b"f\n"})
-    first = put(secret, "x", older, django_capture_on_commit_callbacks)
-    second = put(
-        secret, "x", sandbox("rx", {"README.md": b"2\n"}), django_capture_on_commit_callbacks
-    )
-    assert run_import_job(second).status == ImportJob.Status.DONE
-    # As if only-first.txt had been there when it was looked for, and gone by the lock.
-    monkeypatch.setattr(snapshot_store, "_holds_all", lambda job, index: True)
-
-    done = run_import_job(first)
-
-    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
-    assert files_of("w")["only-first.txt"][3] == 2 and done.run.added == 1

@@ -32,7 +32,15 @@ from moto.server import ThreadedMotoServer
 from generation.export import ExportError
 from memoryui import object_storage, snapshots, tokens, workspaces
 from memoryui.importer import import_workspace
-from memoryui.models import AuditEvent, ImportJob, ImportRun, Membership, Role, Workspace
+from memoryui.models import (
+    AuditEvent,
+    ImportJob,
+    ImportRun,
+    Membership,
+    Role,
+    Workspace,
+    WorkspaceFile,
+)
 from memoryui_client import SnapshotClient
 from tests.factories import make_user
 from tests.test_import import snapshot_path
@@ -205,6 +213,55 @@ def test_with_object_storage_an_upload_leaves_no_file_on_the_web_machine(
     assert workspace.source_path == f"storage://uploads/dash-{job.pk}.tar"
     assert workspace.files.filter(path__endswith="MEMORY.md").exists()
     assert object_storage.read_small("uploads", workspaces.progress_name(job.pk)) is None
+
+
+def test_an_older_sandbox_upload_merged_after_its_later_one_fetches_only_what_it_adds(
+    s3, db, settings, monkeypatch
+):
+    """A sandbox persisted twice before its merges ran; the later is merged first (newest
+    first). The older one's merge adds the raw memory its sandbox's restore lacked, and
+    fetches that member alone from object storage (a ranged request), never the archive."""
+    settings.STORAGES = s3_storages(s3)
+    user = make_user("ops", staff=True)
+    secret = tokens.create_token(user, "t", ["fleet"]).secret
+    older = small_archive("fleet-1")
+    later = io.BytesIO()
+    with tarfile.open(fileobj=later, mode="w") as archive:  # the older, less fleet-1's raw memory
+        for name, data in members(older).items():
+            if name != f"{M}/raw_memories/fleet-1.md":
+                info = tarfile.TarInfo(f"./{name}")
+                info.size, info.mtime, info.mode = len(data), 1_790_000_000, 0o644
+                archive.addfile(info, io.BytesIO(data))
+    jobs = []
+    for data in (older, later.getvalue()):
+        answer = Client().put(
+            "/api/workspaces/fleet/snapshots/sandbox-1",
+            data,
+            content_type="application/x-tar",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        )
+        assert answer.status_code == 202, answer.content
+        jobs.append(answer.json()["import_job"])
+    assert workspaces.run_import_job(jobs[1]).status == ImportJob.Status.DONE
+    read: list[int] = []
+    real_read = object_storage._Ranged.read
+    monkeypatch.setattr(
+        object_storage._Ranged,
+        "read",
+        lambda self, size: read.append(size) or real_read(self, size),
+    )
+
+    def no_copy(*args, **kwargs):
+        raise AssertionError("the older upload's archive was copied whole")
+
+    monkeypatch.setattr(object_storage, "local_copy", no_copy)
+
+    done = workspaces.run_import_job(jobs[0])
+
+    assert done is not None and done.status == ImportJob.Status.DONE, done and done.error
+    assert read == [len(raw_memory("fleet-1"))]
+    added = WorkspaceFile.objects.get(path=f"{M}/raw_memories/fleet-1.md")
+    assert bytes(added.blob.data) == raw_memory("fleet-1") and done.run.added == 1
 
 
 def uploaded_workspace(client, data: bytes, name: str = "dash") -> Workspace:

@@ -27,12 +27,11 @@ from .imports import (
     sync_paths,
     valid_workspace_name,
 )
-from .reading import ArchiveNeeded, Progress
+from .reading import Progress
 from .reports import ImportResult, LayoutCounts
 
 __all__ = [
     "WORKSPACE_NAME_RE",
-    "ArchiveNeeded",
     "ImportResult",
     "LayoutCounts",
     "Progress",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ def import_workspace(
     fill_only: bool = False,
     index: Sequence[Sequence[Any]] | None = None,
     index_only: bool = False,
+    open_upload: Callable[[], Any] | None = None,
 ) -> ImportResult:
     """Import ``source`` into the workspace called ``name`` (created if new).
 
@@ -109,9 +110,9 @@ def import_workspace(
     upload merged after a later upload of the same sandbox was), it only adds the files
     the workspace lacks: what it holds already came from the later upload, and stays.
     ``index``: the upload's member index, made when it came in (its members are then
-    read by their offsets, not parsed again). ``index_only`` (a fill whose every file the
-    workspace holds): the archive is not opened, its index alone is read; a file found
-    missing after all raises ``ArchiveNeeded``, the transaction's work undone.
+    read by their offsets, not parsed again). ``index_only`` (with ``fill_only``): the
+    archive is neither checked nor copied; the few members read (files the workspace
+    lacks) are read through ``open_upload`` (the stored upload, by ranged requests).
 
     Imports of one workspace run one at a time (its row is locked on PostgreSQL; SQLite
     has one writer). Raises ``tree.TreeError`` when the source cannot be read at all, or
@@ -119,7 +120,9 @@ def import_workspace(
     """
     limits = limits or default_limits()
     source = Path(os.path.normpath(Path(source).absolute()))
-    index_only = index_only and fill_only and bool(merge) and index is not None
+    index_only = (
+        index_only and fill_only and bool(merge) and index is not None and open_upload is not None
+    )
     if not index_only and source.is_symlink():
         raise tree.TreeError(f"{source} is a symbolic link; give the real path.")
     is_dir = not index_only and source.is_dir()
@@ -144,6 +147,8 @@ def import_workspace(
         if archive is None:
             sync.collect_directory(source)
         else:
+            if index_only:
+                sync.open_upload = open_upload
             sync.collect_entries(archive, None if index_only else source)
         result = sync.finish(user, scheduled)
         if created and not result.imported_anything:  # rolls the new workspace back

@@ -117,11 +117,6 @@ def file_name(path: str) -> str:
 Entries = Iterator[tree.Entry | tree.Member | Problem]
 
 
-class ArchiveNeeded(Exception):
-    """An import told to read its archive's index alone (``index_only``) met a member
-    it must read: a file the workspace no longer holds."""
-
-
 def read_entries(
     source: Path,
     limits: tree.Limits,
@@ -196,6 +191,9 @@ class TreeReader:
         # The archive read (its Members' bytes are read from it by offset), and the
         # bytes of files read and not yet stored.
         self.archive: Path | None = None
+        # Or, for a merge read from its index alone: opens the stored upload, whose
+        # members are then read by ranged requests (``object_storage.open_ranged``).
+        self.open_upload: Callable[[], Any] | None = None
         self.held = 0
         # A merge of an upload older than one of the same sandbox merged already: the
         # files the workspace holds stay as they are (the later upload's), unread.
@@ -302,8 +300,7 @@ class TreeReader:
                 if item.deferred:
                     if item.offset >= 0:
                         if fh is None:
-                            assert self.archive is not None
-                            fh = open(self.archive, "rb")  # noqa: SIM115 (closed below)
+                            fh = self._open_archive()
                         ok = self._load_member(fh, item)
                     else:
                         ok = self._load_file(item)
@@ -374,9 +371,15 @@ class TreeReader:
         self._took(item, data)
         return True
 
+    def _open_archive(self) -> Any:
+        if self.archive is not None:
+            return open(self.archive, "rb")  # noqa: SIM115 (the caller closes it)
+        assert self.open_upload is not None
+        return self.open_upload()
+
     def collect_entries(self, entries: Entries, archive: Path | None = None) -> None:
-        """Collect an archive's entries; its Members' bytes are read from ``archive``,
-        now or when stored (None: no member may be read; ArchiveNeeded)."""
+        """Collect an archive's entries; its Members' bytes are read from ``archive``
+        (or through ``open_upload``), now or when stored."""
         self.archive = archive
         fh = None
         try:
@@ -393,15 +396,11 @@ class TreeReader:
                     self.items[entry.path] = item
                     if self.fill_only and self._present(entry.path):
                         continue  # stays as the later upload left it: not read
-                    if archive is None:
-                        raise ArchiveNeeded(entry.path)
                     if entry.path not in self.stored and not self._room_for(entry.size, entry.path):
                         item.deferred = True  # new: nothing to compare, read when stored
                         continue
-                    if archive is None:
-                        raise ArchiveNeeded(entry.path)
                     if fh is None:
-                        fh = open(archive, "rb")  # noqa: SIM115 (closed below)
+                        fh = self._open_archive()
                     data = self._member_bytes(fh, entry.path, entry.offset, entry.size)
                     if data is None:
                         del self.items[entry.path]
