@@ -2,7 +2,7 @@
 has changed.
 
 A restore of ``<id>`` is the archive of that id's upload and the memory the workspace
-serves (``snapshot_store.sandbox_archive``): rebuilding it costs as much as ``tar -cf`` of
+serves (``snapshot_restores.sandbox_archive``): rebuilding it costs as much as ``tar -cf`` of
 the workspace, every time a sandbox resumes. So each archive is kept on this host's disk
 under a key, the sha256 of everything the archive is made of: the upload's digest, the
 memory folders served, the bytes of every served document and skill file (after review

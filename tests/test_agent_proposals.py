@@ -23,7 +23,7 @@ from memoryui.models import (
     Webhook,
 )
 from memoryui.served_memory import served_layouts
-from memoryui.snapshot_store import sandbox_archive
+from memoryui.snapshot_restores import sandbox_archive
 
 MD = MemoryVersion.Document.MEMORY_MD
 SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY

@@ -21,7 +21,7 @@ from memoryui.models import (
     SkillFileVersion,
     UploadedSnapshot,
 )
-from memoryui.snapshot_store import sandbox_archive
+from memoryui.snapshot_restores import sandbox_archive
 from tests.test_agent_proposals import agent_edit, text, upload
 
 MD = MemoryVersion.Document.MEMORY_MD

@@ -11,7 +11,13 @@ from django.test import Client
 from django.urls import reverse
 
 from generation import export
-from memoryui import curation, download_cache, snapshot_members, snapshot_store, snapshots
+from memoryui import (
+    curation,
+    download_cache,
+    snapshot_members,
+    snapshot_restores,
+    snapshots,
+)
 from memoryui.models import AuditEvent, MemoryVersion, Workspace, WorkspaceFile
 from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
 from tests.test_snapshot_store import (
@@ -232,7 +238,7 @@ def test_a_cache_folder_that_cannot_be_written_still_restores(
 def frozen(monkeypatch):
     """One clock for every build: archives of the same state are then byte for byte
     the same, however they were built."""
-    monkeypatch.setattr(snapshot_store.time, "time_ns", lambda: 1_790_000_000 * 10**9)
+    monkeypatch.setattr(snapshot_restores.time, "time_ns", lambda: 1_790_000_000 * 10**9)
 
 
 @pytest.fixture
@@ -269,9 +275,9 @@ def test_a_restore_after_a_change_copies_the_unchanged_memory_from_the_previous_
     assert fetched == []  # nothing kept yet: built from nothing
     upload(secret, "y", sandbox("ry", {}), django_capture_on_commit_callbacks)
     offsets: list[str] = []
-    real = snapshot_store._indexed_members
+    real = snapshot_restores._indexed_members
     monkeypatch.setattr(
-        snapshot_store,
+        snapshot_restores,
         "_indexed_members",
         lambda *args: offsets.append("read") or real(*args),  # type: ignore[func-returns-value]
     )
@@ -339,13 +345,13 @@ def test_an_archive_built_while_the_workspace_changed_is_sent_but_not_kept(
     with their contents. If they differ (an import landed between the two), the
     archive is not what the key says: it is sent, and not kept under that key."""
     secret = accepted(ops, django_capture_on_commit_callbacks)
-    real = snapshot_store.file_rows
+    real = snapshot_restores.file_rows
 
     def moved(files):
         for path, kind, mode, mtime_ns, blob, data in real(files):
             yield (path, kind, mode, mtime_ns + 10**9, blob, data)  # touched meanwhile
 
-    monkeypatch.setattr(snapshot_store, "file_rows", moved)
+    monkeypatch.setattr(snapshot_restores, "file_rows", moved)
 
     served = restore(secret, "x")
 

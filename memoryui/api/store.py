@@ -8,7 +8,7 @@ from ninja.errors import HttpError
 
 from generation.export import ExportError
 
-from .. import object_storage, observability, snapshot_store, tokens
+from .. import object_storage, observability, snapshot_restores, snapshot_store, tokens
 from ..models import Role, Workspace
 from ..snapshots import stored_export
 from .core import ERRORS, SNAPSHOT_ID_PATTERN, Detail, api, conflict, workspace
@@ -121,7 +121,7 @@ def download(request: HttpRequest, params: Path[SnapshotIn]):
     the body."""
     ws = workspace(request, params.name, Role.ADMIN)
     try:
-        archive = snapshot_store.sandbox_archive(ws, params.snapshot_id, user=request.user)
+        archive = snapshot_restores.sandbox_archive(ws, params.snapshot_id, user=request.user)
     except ExportError as exc:
         raise conflict(str(exc)) from exc
     response = FileResponse(
@@ -147,7 +147,7 @@ def exists(request: HttpRequest, params: Path[SnapshotIn]):
     ):
         return {"exists": False}
     ws = workspace(request, params.name, Role.VIEWER)
-    return {"exists": snapshot_store.uploaded(ws, params.snapshot_id) is not None}
+    return {"exists": snapshot_restores.uploaded(ws, params.snapshot_id) is not None}
 
 
 @api.get(
