@@ -201,8 +201,15 @@ class _Context:
     # Relative to the workspace root ("" the root itself); None: outside it or unknown
     # (``cd /tmp``, ``cd $DIR``), where a relative path names no memory file.
     cwd: str | None
-    output: str
-    reads: list[Read] = field(default_factory=list)
+    reads: list[_Step] = field(default_factory=list)
+
+
+# What a command reads, kept by its text: agents run the same few commands run after run
+# (the SDK's memory prompt has each run search MEMORY.md and open a summary), and parsing
+# and walking one costs more than the rest of a rollout's reading. A search is kept as
+# what it searched; the lines it read come from what it printed, each time.
+_PLANS_KEPT = 4096
+_plans: dict[tuple[str, str, str], tuple[_Step, ...]] = {}
 
 
 def command_reads(
@@ -212,11 +219,24 @@ def command_reads(
     root, or absolute; ``output`` what it printed, for the lines a search found)."""
     if not _mentions_memory(cmd, workdir, memories_dir):
         return []
-    tree = _parser().parse(cmd.encode("utf-8", "replace"))
-    cwd = _resolve("", workdir or ".", memories_dir)
-    context = _Context(memories_dir, cwd, output)
-    _statements(tree.root_node, context)
-    return context.reads
+    key = (cmd, workdir, memories_dir)
+    plan = _plans.get(key)
+    if plan is None:
+        tree = _parser().parse(cmd.encode("utf-8", "replace"))
+        cwd = _resolve("", workdir or ".", memories_dir)
+        context = _Context(memories_dir, cwd)
+        _statements(tree.root_node, context)
+        plan = tuple(context.reads)
+        if len(_plans) >= _PLANS_KEPT:
+            del _plans[next(iter(_plans))]  # the oldest kept
+        _plans[key] = plan
+    reads: list[Read] = []
+    for step in plan:
+        if isinstance(step, Read):
+            reads.append(step)
+        else:
+            reads.extend(step.reads(output))
+    return reads
 
 
 def _mentions_memory(cmd: str, workdir: str, memories_dir: str) -> bool:
@@ -260,7 +280,7 @@ def _statement(node: tree_sitter.Node, context: _Context) -> None:
     elif kind in ("list", "program", "compound_statement", "redirected_statement"):
         _statements(node, context)
     elif kind == "subshell":
-        inner = _Context(context.memories_dir, context.cwd, context.output)
+        inner = _Context(context.memories_dir, context.cwd)
         _statements(node, inner)
         context.reads.extend(inner.reads)
     elif kind in ("if_statement", "while_statement", "for_statement", "elif_clause"):
@@ -327,13 +347,13 @@ def _operands(args: Sequence[str | None], value_options: frozenset[str] = frozen
     return out
 
 
-def _pipeline(commands: list[_Command], context: _Context) -> list[Read]:
+def _pipeline(commands: list[_Command], context: _Context) -> list[_Step]:
     """Reads of a pipeline: its first command reads files; a ``head``, ``tail``,
     ``sed -n`` or search after a whole-file print narrows what was printed."""
     first, rest = commands[0], commands[1:]
     reads = _source(first, context)
     for command in rest:
-        reads = [_narrowed(read, command, context) for read in reads]
+        reads = [_narrowed(read, command) for read in reads]
     return reads
 
 
@@ -350,7 +370,7 @@ def _files(args: list[str], context: _Context) -> list[tuple[str, str]]:
     return found
 
 
-def _source(command: _Command, context: _Context) -> list[Read]:
+def _source(command: _Command, context: _Context) -> list[_Step]:
     name, args = command.name, command.args
     if name in PRINTERS:
         return [Read(kind, path, WHOLE) for path, kind in _files(_operands(args), context)]
@@ -422,7 +442,7 @@ def _sed_lines(script: str) -> tuple[tuple[int, int], ...] | None:
     return tuple(ranges)
 
 
-def _sed(args: Sequence[str | None], context: _Context) -> list[Read]:
+def _sed(args: Sequence[str | None], context: _Context) -> list[_Step]:
     words = [a for a in args if a is not None]
     quiet = any(w in ("-n", "--quiet", "--silent") for w in words)
     scripts = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "-e"]
@@ -437,14 +457,13 @@ def _sed(args: Sequence[str | None], context: _Context) -> list[Read]:
     return [Read(kind, path, RANGE, lines) for path, kind in _files(operands, context)]
 
 
-def _search(command: _Command, context: _Context) -> list[Read]:
+def _search(command: _Command, context: _Context) -> list[_Step]:
     words = [a for a in command.args if a is not None]
     explicit_pattern = any(w in ("-e", "-f", "--regexp", "--file") for w in words) or any(
         w.startswith(("--regexp=", "--file=")) for w in words
     )
     operands = _operands(words, _SEARCH_VALUE_OPTIONS)
     targets = operands if explicit_pattern else operands[1:]
-    numbered = _numbers_lines(command.name, words)
     files: list[tuple[str, str]] = []
     folders: list[str] = []
     for target in targets:
@@ -457,7 +476,10 @@ def _search(command: _Command, context: _Context) -> list[Read]:
             folders.append(path)
     if not targets and _memory_path(context.cwd, ".", context.memories_dir) is not None:
         folders.append(_memory_path(context.cwd, ".", context.memories_dir) or "")
-    return _search_hits(files, folders, numbered, targets, context)
+    if not files and not folders:
+        return []
+    numbered = _numbers_lines(command.name, words)
+    return [_Search(tuple(files), tuple(folders), numbered, context.cwd, context.memories_dir)]
 
 
 def _numbers_lines(name: str, words: list[str]) -> bool:
@@ -471,76 +493,95 @@ def _numbers_lines(name: str, words: list[str]) -> bool:
     return name in ("ag", "ack")  # these number lines by default
 
 
-def _search_hits(
-    files: list[tuple[str, str]],
-    folders: list[str],
-    numbered: bool,
-    targets: list[str],
-    context: _Context,
-) -> list[Read]:
-    """One read per memory file searched: with what it printed of that file. A search
-    of one file prints its lines bare; of several, or a folder, each line after its
-    file's name as written (``name:line`` or ``name:number:line``)."""
-    prefixed = len(files) + len(folders) > 1 or bool(folders)
-    printed: dict[str, list[str]] = {path: [] for path, _ in files}
-    names = {path: path for path, _ in files}
-    for target in targets:
-        path = _memory_path(context.cwd, target, context.memories_dir)
-        if path is not None and path in names:
-            names[path] = target
-    kinds = dict(files)
-    for line in context.output.splitlines():
-        if prefixed:
-            name, sep, rest = line.partition(":")
-            if not sep:
-                continue
-            path = _memory_path(context.cwd, name, context.memories_dir)
-            if path is None or kind_of(path) is None:
-                continue
-            if not (path in kinds or any(path.startswith(f + "/") or f == "" for f in folders)):
-                continue
-            kinds.setdefault(path, kind_of(path) or "")
-            printed.setdefault(path, []).append(rest)
-        elif files:
-            printed[files[0][0]].append(line)
-    reads = []
-    for path, lines in printed.items():
-        if numbered:
-            numbers = []
-            for line in lines:
-                head, sep, _ = line.partition(":")
-                if sep and head.isdigit():
-                    numbers.append(int(head))
-            reads.append(Read(kinds[path], path, SEARCH, numbered=tuple(numbers)))
-        else:
-            reads.append(Read(kinds[path], path, SEARCH, printed=tuple(lines)))
-    return reads
+@dataclass(frozen=True)
+class _Search:
+    """A search of memory files: which lines it read is what it printed."""
+
+    files: tuple[tuple[str, str], ...]  # (memory path, kind)
+    folders: tuple[str, ...]
+    numbered: bool
+    cwd: str | None
+    memories_dir: str
+    how: str = SEARCH
+
+    def reads(self, output: str) -> list[Read]:
+        """One read per memory file searched: with what it printed of that file. A
+        search of one file prints its lines bare; of several, or a folder, each line
+        after its file's name as written (``name:line`` or ``name:number:line``)."""
+        files, folders = self.files, self.folders
+        prefixed = len(files) + len(folders) > 1 or bool(folders)
+        printed: dict[str, list[str]] = {path: [] for path, _ in files}
+        kinds = dict(files)
+        for line in output.splitlines():
+            if prefixed:
+                name, sep, rest = line.partition(":")
+                if not sep:
+                    continue
+                path = _memory_path(self.cwd, name, self.memories_dir)
+                if path is None or kind_of(path) is None:
+                    continue
+                if not (
+                    path in kinds or any(path.startswith(f + "/") or f == "" for f in folders)
+                ):
+                    continue
+                kinds.setdefault(path, kind_of(path) or "")
+                printed.setdefault(path, []).append(rest)
+            elif files:
+                printed[files[0][0]].append(line)
+        reads = []
+        for path, lines in printed.items():
+            if self.numbered:
+                reads.append(Read(kinds[path], path, SEARCH, numbered=_numbers(lines)))
+            else:
+                reads.append(Read(kinds[path], path, SEARCH, printed=tuple(lines)))
+        return reads
 
 
-def _narrowed(read: Read, command: _Command, context: _Context) -> Read:
+@dataclass(frozen=True)
+class _Filtered:
+    """A whole file piped into a search: the lines it read are the ones printed."""
+
+    kind: str
+    path: str
+    numbered: bool
+    how: str = SEARCH
+
+    def reads(self, output: str) -> list[Read]:
+        shown = output.splitlines()
+        if self.numbered:
+            return [Read(self.kind, self.path, SEARCH, numbered=_numbers(shown))]
+        return [Read(self.kind, self.path, SEARCH, printed=tuple(shown))]
+
+
+def _numbers(lines: list[str]) -> tuple[int, ...]:
+    """The line numbers a numbered search printed (``number:line``)."""
+    parts = [line.partition(":") for line in lines]
+    return tuple(int(head) for head, sep, _ in parts if sep and head.isdigit())
+
+
+# A step of what a command reads: a read, or a search whose lines its output gives.
+_Step = Read | _Search | _Filtered
+
+
+def _narrowed(step: _Step, command: _Command) -> _Step:
     """A whole-file read piped into ``head``/``tail``/``sed -n``/a search prints
     only part of the file."""
-    if read.how != WHOLE:
-        return read
+    if not isinstance(step, Read) or step.how != WHOLE:
+        return step
     name = command.name
     words = [a for a in command.args if a is not None]
     if name in ("head", "tail"):
         count, _ = _count(words)
-        return Read(read.kind, read.path, RANGE, _head_tail(name, count))
+        return Read(step.kind, step.path, RANGE, _head_tail(name, count))
     if name == "sed" and any(w in ("-n", "--quiet", "--silent") for w in words):
         operands = _operands(words, frozenset({"-e", "-f"}))
         script = operands[0] if operands else ""
         lines = _sed_lines(script)
         if lines is not None:
-            return Read(read.kind, read.path, RANGE, lines)
+            return Read(step.kind, step.path, RANGE, lines)
     if name in SEARCHERS:
-        shown = context.output.splitlines()
-        if _numbers_lines(name, words):
-            parts = [line.partition(":") for line in shown]
-            numbers = tuple(int(h) for h, sep, _ in parts if sep and h.isdigit())
-            return Read(read.kind, read.path, SEARCH, numbered=numbers)
-        return Read(read.kind, read.path, SEARCH, printed=tuple(shown))
-    return read
+        return _Filtered(step.kind, step.path, _numbers_lines(name, words))
+    return step
 
 
 # --- items of a rollout -------------------------------------------------------------
