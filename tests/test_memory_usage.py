@@ -22,6 +22,7 @@ from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
 from agents.sandbox.entries import LocalDir
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -262,6 +263,25 @@ def test_reads_follow_the_shell_quoting_cd_pipelines_and_lists():
     assert reads("(cd memories; cat MEMORY.md) && cat MEMORY.md", "memories") == [
         memory_reads.Read("memory_md", "MEMORY.md", "whole")
     ]
+
+
+def test_the_same_search_run_again_reads_the_lines_its_own_output_printed():
+    """A command's parse is kept by its text; the lines a search read are never kept
+    with it: the same ``rg`` over another MEMORY.md hits what that run printed."""
+    reads = memory_reads.command_reads
+    for output, numbered in (("3:deploy\n", (3,)), ("7:deploy\n9:deploy\n", (7, 9)), ("", ())):
+        searched = reads("rg -n deploy memories/MEMORY.md", "memories", output=output)
+        assert searched == [
+            memory_reads.Read("memory_md", "MEMORY.md", "search", numbered=numbered)
+        ]
+    for output, printed in (("- deploy first\n", ("- deploy first",)), ("x\n", ("x",))):
+        piped = reads("cat memories/MEMORY.md | grep deploy", "memories", output=output)
+        assert piped == [memory_reads.Read("memory_md", "MEMORY.md", "search", printed=printed)]
+    # The same text from another directory is another command.
+    assert reads("cat MEMORY.md", "memories", workdir="memories") == [
+        memory_reads.Read("memory_md", "MEMORY.md", "whole")
+    ]
+    assert reads("cat MEMORY.md", "memories", workdir="elsewhere") == []
 
 
 def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
@@ -597,6 +617,23 @@ def test_selection_by_usage_ranks_by_reads_then_last_use_and_leaves_out_the_unus
         "b",
         "a",
     ]
+
+
+def test_reads_go_with_the_rollout_layout_or_workspace_an_admin_deletes(used_layout):
+    """A read's entries are found through their read, not by rollout or version of
+    their own: deleting a rollout, then the whole workspace, leaves no read behind and
+    no reference the database refuses."""
+    bad = used_layout.rollouts.get(rollout_id="r-bad")
+    assert EntryRead.objects.filter(rollout=bad).exists()
+    bad.delete()
+    connection.check_constraints()
+    assert not MemoryRead.objects.filter(rollout_id=bad.pk).exists()
+    assert not EntryRead.objects.filter(rollout_id=bad.pk).exists()
+    assert EntryRead.objects.filter(layout=used_layout).count() == 2  # r-ok's reads stay
+    used_layout.workspace.delete()
+    connection.check_constraints()
+    assert not MemoryRead.objects.exists()
+    assert not EntryRead.objects.exists()
 
 
 def test_a_rollouts_usage_is_the_reads_of_the_entries_that_cite_it(used_layout):
