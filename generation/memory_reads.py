@@ -520,9 +520,7 @@ class _Search:
                 path = _memory_path(self.cwd, name, self.memories_dir)
                 if path is None or kind_of(path) is None:
                     continue
-                if not (
-                    path in kinds or any(path.startswith(f + "/") or f == "" for f in folders)
-                ):
+                if not (path in kinds or any(path.startswith(f + "/") or f == "" for f in folders)):
                     continue
                 kinds.setdefault(path, kind_of(path) or "")
                 printed.setdefault(path, []).append(rest)
