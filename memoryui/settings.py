@@ -326,6 +326,39 @@ MEMORYUI_LIVE_FAST_POLLS = env_bool("MEMORYUI_LIVE_FAST_POLLS", bool(CACHE_URL))
 
 # Celery: a file-system broker needs no server; production points this at Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+_BROKER_SCHEMES = (
+    "filesystem",
+    "redis",
+    "rediss",
+    "redis+socket",
+    "sentinel",
+    "amqp",
+    "amqps",
+    "pyamqp",
+)
+
+
+def broker_problem(url: str) -> str | None:
+    """What is wrong with a broker URL, naming the scheme only (the URL may hold a
+    password); None when Celery can use it. Celery itself takes a word without a scheme
+    for a RabbitMQ host and retries it for ever, and a Redis database that is no number
+    ends the worker in a traceback."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in _BROKER_SCHEMES:
+        shown = f"a {scheme}:// URL" if sep else "no URL"
+        return (
+            "CELERY_BROKER_URL must be a redis://HOST:PORT/DB, rediss://, amqp://, amqps:// "
+            f"or filesystem:// URL, got {shown}"
+        )
+    if scheme in ("redis", "rediss"):
+        database = rest.partition("?")[0].partition("/")[2].strip("/")
+        if database and not database.isdigit():
+            return "CELERY_BROKER_URL names a Redis database that is no number (its path: e.g. /0)"
+    return None
+
+
+if (_problem := broker_problem(CELERY_BROKER_URL)) is not None:
+    raise ImproperlyConfigured(_problem)
 if CELERY_BROKER_URL.startswith("filesystem://"):
     if CELERY_BROKER_URL == "filesystem://":
         # The transport ignores the host; naming one keeps kombu from warning that none was.

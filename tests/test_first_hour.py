@@ -172,6 +172,9 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
         ("LOG_LEVEL", "loud"),
         ("MEMORYUI_NOTIFICATION_RETRY_BASE_SECONDS", "a minute"),
         ("MEMORYUI_DIGEST_HOUR", "24"),  # else Celery's crontab refuses it in the worker
+        ("CELERY_BROKER_URL", "bogus"),  # else a RabbitMQ host named "bogus", tried for ever
+        ("CELERY_BROKER_URL", "redis://:s3cret@redis:6379/x"),  # else a worker's traceback
+        ("CELERY_BROKER_URL", "http://redis:6379/0"),
     ],
 )
 def test_a_configuration_error_is_one_line_naming_the_setting(name, value):
@@ -198,7 +201,11 @@ GUNICORN_LOG_LINE = re.compile(r"^\[[^]]+\] \[\d+\] \[[A-Z]+\] ")
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("DATABASE_URL", "mysql://memoryui:s3cret@db/memoryui"), ("MEMORYUI_MODEL_TIMEOUT", "soon")],
+    [
+        ("DATABASE_URL", "mysql://memoryui:s3cret@db/memoryui"),
+        ("MEMORYUI_MODEL_TIMEOUT", "soon"),
+        ("CELERY_BROKER_URL", "bogus"),
+    ],
 )
 def test_a_configuration_error_is_one_line_also_for_the_worker_beat_and_the_web_server(
     entry_point, name, value, tmp_path
