@@ -219,3 +219,37 @@ def test_an_older_upload_whose_files_the_workspace_holds_is_merged_from_its_inde
     assert done.run.report["errors"] == ImportJob.objects.get(pk=second).run.report["errors"]
     assert files_of("w") == before
     assert not ImportJobIndex.objects.exists()
+
+
+def test_the_index_check_finds_every_header_across_windows_and_any_that_differs(tmp_path):
+    """``check_indexed`` reads the headers a window of the file at a time: an archive of
+    several windows (small members, then one larger than a window) fits its own index,
+    and a member grown by one byte, or the file cut inside a header, does not."""
+
+    def archive(path: Path, sizes: list[int]) -> list[tuple]:
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+            for n, size in enumerate(sizes):
+                info = tarfile.TarInfo(f"f/{n:05d}.bin")
+                info.size = size
+                tar.addfile(info, io.BytesIO(bytes([n % 251]) * size))
+        index = tree.ArchiveIndex()
+        for _ in tree.read_archive(path, tree.Limits(), links=True, index=index):
+            pass
+        return tree.unpack_index(tree.pack_index(index))
+
+    sizes = [700] * 3000 + [3 * 1024 * 1024] + [10] * 50  # ~6 MiB: several 1 MiB windows
+    good = tmp_path / "good.tar"
+    rows = archive(good, sizes)
+    with good.open("rb") as fh:
+        tree.check_indexed(fh, rows)  # fits
+
+    other = tmp_path / "other.tar"
+    archive(other, [*sizes[:2500], 701, *sizes[2501:]])
+    with other.open("rb") as fh, pytest.raises(tree.IndexMismatch, match="02500"):
+        tree.check_indexed(fh, rows)
+
+    cut = tmp_path / "cut.tar"
+    last_header = rows[-1][5] - 512
+    cut.write_bytes(good.read_bytes()[: last_header + 100])
+    with cut.open("rb") as fh, pytest.raises(tree.IndexMismatch, match=rows[-1][0]):
+        tree.check_indexed(fh, rows)

@@ -4,6 +4,7 @@ storage, and copying members by those offsets without parsing the archive again.
 from __future__ import annotations
 
 import array
+import os
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -113,8 +114,12 @@ def unpack_index(data: bytes) -> list[tuple[Any, ...]]:
     return list(rows)
 
 
-def _header_tag(header: bytes) -> str:
-    return (header[124:136] + header[148:156]).hex()
+# A header's tag is its size field and its checksum field, which end at this byte.
+_TAGGED = 156
+
+
+def _header_tag(header: bytes | bytearray) -> str:
+    return (header[124:136] + header[148:_TAGGED]).hex()
 
 
 def copy_indexed(
@@ -163,15 +168,32 @@ def copy_indexed(
 
 def check_indexed(fh: IO[bytes], index: Sequence[Sequence[Any]]) -> None:
     """Raise IndexMismatch unless every member ``index`` lists has its recorded header
-    (size and checksum) where the index says: ``fh`` is the archive indexed."""
+    (size and checksum) where the index says: ``fh`` is the archive indexed. The headers
+    are read a window of the file at a time into one buffer (members lie in order, most
+    of them small): a seek and a buffered read per member copied 8 KiB each, twice the
+    time for thousands of members."""
     block = tarfile.BLOCKSIZE
+    fd = fh.fileno()
+    window = bytearray(_CHECK_WINDOW)
+    view = memoryview(window)
+    start, end = 0, 0  # the part of the file in the window
     for path, kind, _mode, _mtime_ns, _start, offset, _size, _target, tag in index:
         if kind == "l":
             continue
-        fh.seek(offset - block)
-        header = fh.read(block)
-        if len(header) != block or _header_tag(header) != tag:
-            raise IndexMismatch(path)
+        header = offset - block
+        if header < start or offset > end:
+            if header < 0:
+                raise IndexMismatch(path)
+            start = header
+            end = start + os.preadv(fd, [view], start)
+            if offset > end:  # the file ends inside this header
+                raise IndexMismatch(path)
+        at = header - start
+        if (window[at + 124 : at + 136] + window[at + 148 : at + _TAGGED]).hex() != tag:
+            raise IndexMismatch(path)  # its size and checksum, as _header_tag reads them
+
+
+_CHECK_WINDOW = 1 << 20
 
 
 def indexed_entries(fh: IO[bytes], index: Sequence[Sequence[Any]]) -> Iterator[Entry | Link]:
