@@ -22,6 +22,7 @@ import json
 import posixpath
 import re
 import shlex
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -210,6 +211,7 @@ class _Context:
 # what it searched; the lines it read come from what it printed, each time.
 _PLANS_KEPT = 4096
 _plans: dict[tuple[str, str, str], tuple[_Step, ...]] = {}
+_plans_lock = threading.Lock()
 
 
 def command_reads(
@@ -227,9 +229,10 @@ def command_reads(
         context = _Context(memories_dir, cwd)
         _statements(tree.root_node, context)
         plan = tuple(context.reads)
-        if len(_plans) >= _PLANS_KEPT:
-            del _plans[next(iter(_plans))]  # the oldest kept
-        _plans[key] = plan
+        with _plans_lock:  # web threads may import at once
+            if len(_plans) >= _PLANS_KEPT:
+                del _plans[next(iter(_plans))]  # the oldest kept
+            _plans[key] = plan
     reads: list[Read] = []
     for step in plan:
         if isinstance(step, Read):
