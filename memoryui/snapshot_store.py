@@ -233,13 +233,12 @@ def import_upload(
 def _later_merged(job: ImportJob) -> bool:
     """Whether a later upload of the job's sandbox was merged already (final: a done
     job stays done)."""
-    return ImportJob.objects.filter(
-        workspace=job.workspace,
-        kind=ImportJob.Kind.SANDBOX,
-        original_name=job.original_name,
-        pk__gt=job.pk,
-        status=ImportJob.Status.DONE,
-    ).exists()
+    assert job.workspace_id is not None
+    return (
+        ImportJob.objects.later_uploads(job.workspace_id, job.original_name, job.pk)
+        .filter(status=ImportJob.Status.DONE)
+        .exists()
+    )
 
 
 def _merge(

@@ -89,10 +89,9 @@ def _import_job(job_id: int) -> None:
         return
     if job is None or job.workspace_id is None:
         return
-    if (job.run is not None and (job.run.added or job.run.changed)) or not (
-        workspaces.imports_pending(job.workspace_id)
-    ):
-        # What it brought, or the last of a backlog (whose lints were left to it).
+    if not workspaces.imports_pending(job.workspace_id):
+        # The last of a backlog lints what all of it recorded (``lint_workspace`` leaves
+        # it while imports of the workspace are pending).
         lint_workspace.delay(job.workspace_id)
 
 

@@ -278,13 +278,8 @@ def newest_upload_queued_after(job_id: int) -> int | None:
     if job is None:
         return None
     return (
-        ImportJob.objects.filter(
-            workspace_id=job[0],
-            kind=ImportJob.Kind.SANDBOX,
-            original_name=job[1],
-            status=ImportJob.Status.QUEUED,
-            pk__gt=job_id,
-        )
+        ImportJob.objects.later_uploads(job[0], job[1], job_id)
+        .filter(status=ImportJob.Status.QUEUED)
         .order_by("-pk")
         .values_list("pk", flat=True)
         .first()

@@ -210,6 +210,16 @@ class ImportRun(models.Model):
         return list(self.report.get("new_versions", []))
 
 
+class ImportJobQuerySet(models.QuerySet["ImportJob"]):
+    def later_uploads(self, workspace_id: int, sandbox: str, after: int) -> ImportJobQuerySet:
+        """The uploads of one sandbox (its snapshot id) to a workspace queued after the
+        job ``after``: a backlog is merged newest first, and an older upload merged after
+        a later one only fills in what the workspace lacks."""
+        return self.filter(
+            workspace_id=workspace_id, kind=ImportJob.Kind.SANDBOX, original_name=sandbox
+        ).filter(pk__gt=after)
+
+
 class ImportJob(models.Model):
     """A workspace being created from the dashboard, from an uploaded snapshot or a
     registered directory, and imported by a Celery task."""
@@ -251,6 +261,8 @@ class ImportJob(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     taken_over_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImportJobQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-pk"]

@@ -82,7 +82,7 @@ def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
         return  # a deleted skill file: nothing to lint
     if isinstance(version, MemoryVersion):
         name = DOCUMENT_FILES[MemoryVersion.Document(version.document)]
-        kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
+        kind = _document_kind(name)
     elif skill_path_problem(version.path):
         return  # never written back, so never linted for it
     else:
@@ -90,6 +90,10 @@ def lint_ahead(version: MemoryVersion | SkillFileVersion) -> None:
     data = bytes(version.blob.data)
     planned = PlannedFile(f"{layout.memories_dir}/{name}", data, "", None, kind)
     lint_planned([planned], layout_dirs(layout.workspace))
+
+
+def _document_kind(name: str) -> FileKind:
+    return FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
 
 
 def lint_latest(workspace: Workspace) -> None:
@@ -110,8 +114,7 @@ def lint_latest(workspace: Workspace) -> None:
             )
             if blob_id is not None:
                 path = f"{layout.memories_dir}/{name}"
-                kind = FileKind.MEMORY_INDEX if name == "MEMORY.md" else FileKind.MEMORY_SUMMARY
-                latest[lint_key(path, blob_id, dirs)] = (path, blob_id, kind)
+                latest[lint_key(path, blob_id, dirs)] = (path, blob_id, _document_kind(name))
         for rel, blob_id in skills.current_versions(layout).values_list("path", "blob_id"):
             if blob_id is not None and not skill_path_problem(rel):
                 path = f"{layout.memories_dir}/{rel}"
