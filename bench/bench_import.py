@@ -41,7 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +63,8 @@ IMPORT_TARGET = 3.0
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = time.process_time
 REIMPORT_TARGET = 0.3
+# Finding and recording the agents' memory reads adds at most this share to an import.
+USAGE_SHARE_TARGET = 0.15
 WORKSPACE_NAME = "bench"
 
 
@@ -300,6 +303,19 @@ def run_import(root: Path, *, gc_off: bool = False) -> ImportNumbers:
     )
 
 
+@contextmanager
+def reads_not_looked_for() -> Iterator[None]:
+    """Imports inside find no memory reads (every rollout as if it read none)."""
+    from memoryui import usage
+
+    real = usage.find_reads
+    usage.find_reads = lambda *args: ([], [])
+    try:
+        yield
+    finally:
+        usage.find_reads = real
+
+
 def profile(label: str, func: Callable[[], object], out: Path, top: int) -> str:
     """Run ``func`` under cProfile, save the stats, and return the top entries."""
     profiler = cProfile.Profile()
@@ -448,6 +464,17 @@ class Report:
     reimport_runs: list[ImportNumbers] = field(default_factory=list)
     database_bytes: int | None = None
     breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
+    # --usage-share: imports into an empty database with the memory reads not looked for.
+    no_usage_runs: list[ImportNumbers] = field(default_factory=list)
+
+    @property
+    def usage_share(self) -> float | None:
+        """What finding and recording the agents' memory reads adds to the import
+        (issue 35's bound: 15 %), from the medians with and without it."""
+        if not self.no_usage_runs:
+            return None
+        without = statistics.median(r.seconds for r in self.no_usage_runs)
+        return self.import_seconds / without - 1
 
     @property
     def baseline(self) -> float:
@@ -481,6 +508,9 @@ class Report:
             "import_ok": self.import_seconds / self.baseline <= IMPORT_TARGET,
             "reimport_ok": self.reimport_seconds / self.baseline <= REIMPORT_TARGET,
         }
+        if self.usage_share is not None:
+            data["summary"]["usage_share"] = round(self.usage_share, 3)
+            data["summary"]["usage_share_ok"] = self.usage_share <= USAGE_SHARE_TARGET
         return data
 
     def table(self) -> str:
@@ -512,6 +542,17 @@ class Report:
             lines.append(
                 f"PostgreSQL server CPU: import {server:.2f} s, re-import {again:.2f} s "
                 f"(in the wall time above, not in this process's CPU)"
+            )
+        if self.usage_share is not None:
+            without = statistics.median(r.seconds for r in self.no_usage_runs)
+            verdict = "ok" if self.usage_share <= USAGE_SHARE_TARGET else "OVER"
+            lines.append(
+                f"{'import, memory reads not looked for':<34} {without:>8.2f} "
+                f"{without / base:>11.3f}"
+            )
+            lines.append(
+                f"memory usage adds {self.usage_share:.1%} to the import "
+                f"(<= {USAGE_SHARE_TARGET:.0%} {verdict})"
             )
         size = ""
         if self.database_bytes is not None:
@@ -597,6 +638,12 @@ def main(argv: list[str] | None = None) -> int:
         "(importer phases, parsers, bulk_create per model)",
     )
     parser.add_argument(
+        "--usage-share",
+        action="store_true",
+        help="each round also imports into an empty database without looking for the "
+        "agents' memory reads, and the table gives what usage adds (bound: 15 %%)",
+    )
+    parser.add_argument(
         "--gc-off",
         action="store_true",
         help="diagnostic: disable Python's cyclic garbage collector during "
@@ -676,6 +723,12 @@ def main(argv: list[str] | None = None) -> int:
                 log("warning: the re-import found changes in an unchanged tree")
             report.import_runs.append(first)
             report.reimport_runs.append(again)
+            if args.usage_share:
+                reset_database(db)
+                with reads_not_looked_for():
+                    bare = run_import(root, gc_off=args.gc_off)
+                log(f"import without usage {run + 1}: {bare.seconds:.2f}s")
+                report.no_usage_runs.append(bare)
         report.machine["loadavg_1min"].append(os.getloadavg()[0])
         report.database = describe_database(db)
         report.database_bytes = database_bytes(db)

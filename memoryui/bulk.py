@@ -160,9 +160,11 @@ def insert_with_ids(
 ) -> list[int]:
     """Insert rows and return their new ids, in the rows' order. On PostgreSQL the ids
     are taken from the table's sequence first (one query) and the rows, ids included,
-    go in with ``COPY``; elsewhere a multi-row ``INSERT ... RETURNING`` per chunk (both
-    databases return a multi-row insert's ids in the rows' order, which Django's
-    ``bulk_create`` relies on too)."""
+    go in with ``COPY``. On SQLite the rows go in with one prepared statement
+    (``executemany``, a third of the time of multi-row ``INSERT ... RETURNING``), inside
+    a transaction: it holds the database's only write lock, so nothing else inserts
+    between them and an ``AUTOINCREMENT`` key gives them consecutive ids, the last of
+    which ``last_insert_rowid()`` names."""
     if not rows:
         return []
     qn = connection.ops.quote_name
@@ -178,15 +180,14 @@ def insert_with_ids(
             model, ["id", *columns], [(i, *row) for i, row in zip(ids, rows, strict=True)], ""
         )
         return ids
-    head = f"INSERT INTO {qn(table)} ({', '.join(qn(c) for c in columns)}) VALUES "
-    one = f"({', '.join(['%s'] * len(columns))})"
-    ids = []
-    with connection.cursor() as cursor:
-        # At most 500 rows a statement: SQLite's limit on a statement's parameters.
-        for chunk in chunks(rows, 500):
-            cursor.execute(
-                f"{head}{', '.join([one] * len(chunk))} RETURNING {qn('id')}",
-                [value for row in chunk for value in row],
-            )
-            ids.extend(row[0] for row in cursor.fetchall())
-    return ids
+    if connection.vendor != "sqlite":
+        raise NotImplementedError(f"insert_with_ids on {connection.vendor}")
+    sql = (
+        f"INSERT INTO {qn(table)} ({', '.join(qn(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))})"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+        cursor.execute("SELECT last_insert_rowid()")
+        last = cursor.fetchone()[0]
+    return list(range(last - len(rows) + 1, last + 1))

@@ -30,6 +30,7 @@ from memoryui.models import (
     Workspace,
     WorkspaceFile,
 )
+from tests.factories import copy_workspace
 
 FROZEN = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 PARSED = (Rollout, RawMemory, RolloutSummary, SearchDocument)
@@ -311,3 +312,26 @@ def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
         ("MEMORY.md", "range", 6),  # lines 1-30: the first group's entries and the next task
     ]
     assert hits[0][2][0].startswith(rotate)
+
+
+def test_rows_inserted_with_ids_are_found_by_the_ids_returned(db, fixtures_dir, tmp_path):
+    """The ids ``insert_with_ids`` hands back name the rows it inserted, in their order,
+    also after the table's newest row was deleted (its id is not given out again)."""
+    import_workspace(copy_workspace(fixtures_dir, "small-a", tmp_path / "w"), "ids")
+    layout = Layout.objects.get(workspace__name="ids", memories_dir="memories")
+    rollout = Rollout.objects.filter(layout=layout).first()
+    columns = ["layout_id", "rollout_id", "segment", "item", "kind", "path", "how", "command"]
+    columns += ["terminal_state", "entry_count"]
+
+    def row(item: int) -> tuple[Any, ...]:
+        read = ("memory_md", "MEMORY.md", "whole", f"cat {item}", "completed", 0)
+        return (layout.pk, rollout.pk, 1, item, *read)
+
+    first = bulk.insert_with_ids(MemoryRead, columns, [row(1), row(2)])
+    MemoryRead.objects.filter(pk=first[-1]).delete()
+    ids = bulk.insert_with_ids(MemoryRead, columns, [row(n) for n in range(3, 8)])
+
+    assert first[-1] not in ids and min(ids) > first[-1]
+    commands = dict(MemoryRead.objects.filter(pk__in=ids).values_list("pk", "command"))
+    assert [commands[pk] for pk in ids] == [f"cat {n}" for n in range(3, 8)]
+    assert bulk.insert_with_ids(MemoryRead, columns, []) == []
