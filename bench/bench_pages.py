@@ -94,6 +94,8 @@ def pages() -> list[tuple[str, str]]:
         ("MEMORY.md", reverse("memoryui:memory_md", args=args)),
         ("MEMORY.md, page 50", reverse("memoryui:memory_md", args=args) + "?page=50"),
         ("MEMORY.md, find", reverse("memoryui:memory_md", args=args) + "?q=retry"),
+        ("MEMORY.md, never read", reverse("memoryui:memory_md", args=args) + "?usage=never"),
+        ("usage", reverse("memoryui:layout_usage", args=args)),
         ("memory_summary.md", reverse("memoryui:memory_summary", args=args)),
         ("proposal review", reverse("memoryui:proposal_review", args=[*args, proposal_pk(layout)])),
         (
@@ -221,6 +223,15 @@ def run(argv: list[str] | None, workdir: Path) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, help="reuse (or generate) the tree here")
     parser.add_argument("--rollouts", type=int, default=10_000)
+    parser.add_argument(
+        "--memory-reads",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="for a tree generated here: the share of rollouts that begin by reading "
+        "memory (default 1.0: every run, as the SDK's memory prompt asks; the usage "
+        "figures of the MEMORY.md, usage and review pages count them)",
+    )
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--database-url")
     parser.add_argument(
@@ -237,7 +248,9 @@ def run(argv: list[str] | None, workdir: Path) -> int:
     tree = args.tree or workdir / "tree"
     if not (tree / "README.md").exists():
         print(f"generating {args.rollouts:,} rollouts in {tree} ...", file=sys.stderr)
-        generate_tree.main([str(tree), "--rollouts", str(args.rollouts)])
+        generate_tree.main(
+            [str(tree), "--rollouts", str(args.rollouts), "--memory-reads", str(args.memory_reads)]
+        )
     if args.database_url and not args.keep_database:
         reset_postgres(args.database_url)
     setup(args.database_url, workdir)

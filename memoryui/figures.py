@@ -10,8 +10,10 @@ production). A workspace never imported (no stamp) is computed on every view.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
 
@@ -29,16 +31,43 @@ def key(workspace: Workspace, name: str) -> str | None:
     return f"memoryui:figures:{name}:{workspace.pk}:{stamp.timestamp():.6f}"
 
 
-def cached(workspace: Workspace, name: str, compute: Callable[[], T]) -> T:
-    """``compute()``, or what it gave since the workspace's last import."""
+# Figures kept in this process as objects too (``cached(..., shared=True)``), newest
+# last: a large one (a MEMORY.md's usage per entry) costs milliseconds to unpickle from
+# the cache on every request. Their keys hold the import stamp, so they are never stale.
+_SHARED_KEPT = 8
+_shared: OrderedDict[str, Any] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def cached(workspace: Workspace, name: str, compute: Callable[[], T], *, shared: bool = False) -> T:
+    """``compute()``, or what it gave since the workspace's last import. ``shared``:
+    also kept as the object itself in this process, handed to every caller, which must
+    not change it."""
     cache_key = key(workspace, name)
     if cache_key is None:
         return compute()
+    if shared:
+        with _shared_lock:
+            if cache_key in _shared:
+                _shared.move_to_end(cache_key)
+                return cast(T, _shared[cache_key])
     found = cache.get(cache_key)
     if found is None:
         found = compute()
         cache.set(cache_key, found, TIMEOUT)
+    if shared:
+        with _shared_lock:
+            _shared[cache_key] = found
+            while len(_shared) > _SHARED_KEPT:
+                _shared.popitem(last=False)
     return found
+
+
+def forget_shared() -> None:
+    """Drop what this process keeps as objects (tests: a new database gives the same
+    keys again)."""
+    with _shared_lock:
+        _shared.clear()
 
 
 def cached_many(

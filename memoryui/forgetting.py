@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
 from generation import review
 
-from . import curation, documents, usage
+from . import curation, documents, figures, usage
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -78,7 +79,16 @@ def forgettable(layout: Layout, days: int, now: datetime | None = None) -> list[
 
 def _first_seen(layout: Layout, version: MemoryVersion) -> dict[str, datetime]:
     """Each entry's first appearance: the earliest version holding it or an earlier
-    form of it."""
+    form of it. A version and those before it never change: kept by its pk."""
+    key = f"memoryui:first-seen:{version.pk}"
+    found = cache.get(key)
+    if found is None:
+        found = _first_seen_of(layout, version)
+        cache.set(key, found, figures.TIMEOUT)
+    return found
+
+
+def _first_seen_of(layout: Layout, version: MemoryVersion) -> dict[str, datetime]:
     created = dict(
         MemoryVersion.objects.filter(layout=layout, document=MD).values_list("pk", "created_at")
     )

@@ -88,8 +88,11 @@ class Marks:
     stale: set[Entry] = field(default_factory=set)
     checks: entry_checks.Checks = field(default_factory=dict)
     poisoned: set[Entry] = field(default_factory=set)
-    # How often agents read each entry of the base MEMORY.md (memoryui.usage), by key.
+    # How often agents read each entry of the base MEMORY.md (memoryui.usage), by key,
+    # read for the entries cards show as they need them (``need_usage``): a layout's
+    # usage counts every read of every run.
     usage: dict[str, EntryUsage] = field(default_factory=dict)
+    usage_read: set[str] = field(default_factory=set)
 
     def check(self, document: str, change: review.Change) -> entry_checks.CheckRow | None:
         """The check of the text approval would apply: a reviewer's edit, else the
@@ -162,9 +165,7 @@ class Marks:
         rejected = only(
             RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
         )
-        base = proposal.base_memory_md
         return cls(
-            usage=entry_usage(proposal.layout, base) if base is not None and base.blob_id else {},
             decisions=decisions,
             viewed=set(viewed.values_list("document", "key")),
             pinned=set(pins.values_list("document", "key")),
@@ -192,6 +193,17 @@ class Marks:
                 .values_list("key", "text", "proposal_id")
             )
             self.approved.update(((document, k), (text, pk)) for k, text, pk in rows)
+
+    def need_usage(self, document: str, changes: Iterable[review.Change]) -> None:
+        """Read the usage of the base ``MEMORY.md`` entries that ``changes`` change or
+        remove, those not read yet (three queries, and the text of a version not read before)."""
+        if document != Document.MEMORY_MD or self.proposal is None:
+            return
+        keys = {k for c in changes for k in (c.previous or (c.key,))} - self.usage_read
+        self.usage_read |= keys
+        base = self.proposal.base_memory_md
+        if keys and base is not None and base.blob_id:
+            self.usage.update(entry_usage(self.proposal.layout, base, keys))
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,7 @@ def card(document: str, change: review.Change, marks: Marks, *, unsupported: boo
 def _read(document: str, change: review.Change, marks: Marks) -> EntryUsage | None:
     if document != Document.MEMORY_MD or (change.status == "added" and not change.previous):
         return None
+    marks.need_usage(document, [change])  # read already for a page's cards
     total = EntryUsage()
     for key in change.previous or (change.key,):
         if key in marks.usage:

@@ -10,17 +10,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 from urllib.parse import quote
 
 from django.db import connection
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Exists, Max, Min, OuterRef
 from django.urls import reverse
 from django.utils import timezone
 
 from generation import memory_md, memory_reads, phase_two, review, tree
 
-from . import bulk, documents
+from . import bulk, documents, figures
 from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
 
 # Kept per read: the command that read (what the rollout page shows beside it).
@@ -210,6 +210,8 @@ class EntryUsage:
 
     def add(self, other: EntryUsage) -> None:
         """Count ``other``'s reads in too (a run that read both counts once)."""
+        if other.runs and not other.run_states:
+            raise ValueError("usage kept without its runs cannot be added up")
         self.reads += other.reads
         for when in (other.first_read, other.last_read):
             if when is None:
@@ -255,9 +257,12 @@ def _earlier_keys(before: str, after: str) -> dict[str, tuple[str, ...]]:
     return result
 
 
-def lineage(layout: Layout, version: MemoryVersion, since: int = 1) -> dict[tuple[int, str], str]:
-    """(version pk, key) of every earlier form of each entry of ``version``, back to
-    version number ``since`` -> the entry's key in ``version``."""
+def lineage(
+    layout: Layout, version: MemoryVersion, since: int = 1, keys: set[str] | None = None
+) -> dict[tuple[int, str], str]:
+    """(version pk, key) of every earlier form of each entry of ``version`` (or of the
+    entries ``keys`` only), back to version number ``since`` -> the entry's key in
+    ``version``."""
     rows = list(
         MemoryVersion.objects.filter(
             layout=layout,
@@ -271,79 +276,184 @@ def lineage(layout: Layout, version: MemoryVersion, since: int = 1) -> dict[tupl
     if not rows:
         return {}
     current = documents.text(rows[0][1])
-    forms = {key: {key} for key in (e.key for e in review.entries(current))}
+    if keys is None:
+        keys = {e.key for e in review.entries(current)}
+    forms = {key: {key} for key in keys}
     result = {(rows[0][0], key): key for key in forms}
     later = current
     for pk, blob in rows[1:]:
         earlier = documents.text(blob)
         back = _earlier_keys(documents.same_text(earlier), documents.same_text(later))
-        for key, keys in forms.items():
-            forms[key] = {old for k in keys for old in back.get(k, ())}
+        for key, olds in forms.items():
+            forms[key] = {old for k in olds for old in back.get(k, ())}
             for old in forms[key]:
                 result[(pk, old)] = key
         later = earlier
     return result
 
 
-def entry_usage(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]:
+# Keys asked for in one query at most (SQLite's limit on a statement's parameters is
+# 32,766; a page of cards or blocks asks for a few hundred).
+_KEYS_PER_QUERY = 2000
+
+
+def entry_usage(
+    layout: Layout, version: MemoryVersion, keys: Iterable[str] | None = None
+) -> dict[str, EntryUsage]:
     """Usage of each entry of ``version`` (a MEMORY.md version), its earlier forms'
-    reads included. Two queries, whatever the number of entries."""
-    read_versions = (
+    reads included.
+
+    With ``keys``, of those entries alone: their rows are found by the index on
+    (layout, version, key), in time in proportion to their reads, not to the layout's
+    (what a page of cards or blocks needs); these can be added up (``add``). Without,
+    of every entry: all the layout's entry reads are read once per import and kept with
+    the workspace's figures (``memoryui.figures``), summed up already: those cannot be
+    added to each other."""
+    if keys is not None:
+        return _entry_usage(layout, version, set(keys))
+    return _totals(layout, version).entries
+
+
+def _entry_usage(
+    layout: Layout, version: MemoryVersion, keys: set[str] | None
+) -> dict[str, EntryUsage]:
+    usage: dict[str, EntryUsage] = {}
+    if keys is not None and not keys:
+        return usage
+    oldest = (
         MemoryVersion.objects.filter(
             layout=layout,
             document=MemoryVersion.Document.MEMORY_MD,
             number__lte=version.number,
         )
-        .filter(pk__in=EntryRead.objects.filter(layout=layout).values("version_id"))
+        .filter(Exists(EntryRead.objects.filter(layout=layout, version_id=OuterRef("pk"))))
         .aggregate(oldest=Min("number"))["oldest"]
     )
-    usage: dict[str, EntryUsage] = {}
-    if read_versions is None:
+    if oldest is None:
         return usage
-    forms = lineage(layout, version, since=read_versions)
-    rows = (
-        EntryRead.objects.filter(layout=layout, version_id__in={pk for pk, _ in forms})
-        .values("version_id", "key", "rollout_id", "segment", "terminal_state")
-        .annotate(n=Count("id"), first=Min("read_at"), last=Max("read_at"))
-        .order_by()
-    )
-    for row in rows:
-        key = forms.get((row["version_id"], row["key"]))
-        if key is None:
-            continue
-        entry = usage.setdefault(key, EntryUsage())
-        entry.reads += row["n"]
-        run = (row["rollout_id"], row["segment"])
-        if run not in entry.run_states:
-            state = row["terminal_state"] or "unknown"
-            entry.run_states[run] = state
-            entry.states[state] = entry.states.get(state, 0) + 1
-        if row["first"] is not None and (
-            entry.first_read is None or row["first"] < entry.first_read
-        ):
-            entry.first_read = row["first"]
-        if row["last"] is not None and (entry.last_read is None or row["last"] > entry.last_read):
-            entry.last_read = row["last"]
+    forms = lineage(layout, version, since=oldest, keys=keys)
+    rows = EntryRead.objects.filter(layout=layout, version_id__in={pk for pk, _ in forms})
+    if keys is None:
+        chunks: list[Any] = [rows]
+    else:
+        olds = sorted({key for _, key in forms})
+        chunks = [
+            rows.filter(key__in=olds[start : start + _KEYS_PER_QUERY])
+            for start in range(0, len(olds), _KEYS_PER_QUERY)
+        ]
+    for chunk in chunks:
+        grouped = (
+            chunk.values("version_id", "key", "rollout_id", "segment", "terminal_state")
+            .annotate(n=Count("id"), first=Min("read_at"), last=Max("read_at"))
+            .order_by()
+            .values_list(
+                "version_id", "key", "rollout_id", "segment", "terminal_state", "n", "first", "last"
+            )
+        )
+        for version_id, old, rollout_id, segment, state, n, first, last in grouped:
+            key = forms.get((version_id, old))
+            if key is None:
+                continue
+            entry = usage.get(key)
+            if entry is None:
+                entry = usage[key] = EntryUsage()
+            entry.reads += n
+            run = (rollout_id, segment)
+            if run not in entry.run_states:
+                state = state or "unknown"
+                entry.run_states[run] = state
+                entry.states[state] = entry.states.get(state, 0) + 1
+            if first is not None and (entry.first_read is None or first < entry.first_read):
+                entry.first_read = first
+            if last is not None and (entry.last_read is None or last > entry.last_read):
+                entry.last_read = last
     for entry in usage.values():
         entry.runs = len(entry.run_states)
     return usage
 
 
-def entries_by_reads(
-    layout: Layout, version: MemoryVersion | None
-) -> list[tuple[review.Entry, EntryUsage]]:
+@dataclass
+class _Totals:
+    """Every entry's usage and every top-level block's, of one version, as kept per
+    import: their runs are dropped (a kept value stays small at 100,000 reads)."""
+
+    entries: dict[str, EntryUsage]
+    blocks: list[EntryUsage]
+    # The non-blank entries (their places in the version's entries), most read first.
+    ranked: list[int]
+
+
+def _totals(layout: Layout, version: MemoryVersion) -> _Totals:
+    def compute() -> _Totals:
+        per_key = _entry_usage(layout, version, None)
+        blocks = []
+        unread = EntryUsage()
+        for keys in _keys_per_block(version.blob_id) if version.blob_id else ():
+            found = [per_key[key] for key in keys if key in per_key]
+            if not found:
+                blocks.append(unread)
+                continue
+            total = EntryUsage()
+            for one in found:
+                total.add(one)
+            blocks.append(total)
+        for usage in [*per_key.values(), *blocks]:
+            usage.run_states = {}
+        entries = review.entries(documents.text(version.blob_id)) if version.blob_id else []
+
+        def rank(i: int) -> tuple[int, int]:
+            used = per_key.get(entries[i].key)
+            return (-used.reads, -used.runs) if used else (0, 0)
+
+        ranked = sorted((i for i, entry in enumerate(entries) if entry.text.strip()), key=rank)
+        return _Totals(per_key, blocks, ranked)
+
+    name = f"entry-usage:{layout.pk}:{version.pk}"
+    return figures.cached(layout.workspace, name, compute, shared=True)
+
+
+def entries_by_reads(layout: Layout, version: MemoryVersion | None) -> Ranked:
     """The non-blank entries of ``version`` with their usage, most read first (what the
-    Usage page and the API list)."""
+    Usage page and the API list, a page at a time)."""
     if version is None or version.blob_id is None:
-        return []
-    used = entry_usage(layout, version)
-    rows = [
-        (entry, used.get(entry.key) or EntryUsage())
-        for entry in review.entries(documents.text(version.blob_id))
-        if entry.text.strip()
-    ]
-    rows.sort(key=lambda row: (-row[1].reads, -row[1].runs))
-    return rows
+        return Ranked((), (), {})
+    totals = _totals(layout, version)
+    return Ranked(review.entries(documents.text(version.blob_id)), totals.ranked, totals.entries)
+
+
+class Ranked(Sequence[tuple[review.Entry, EntryUsage]]):
+    """(entry, usage) pairs in the kept order, made only for the items asked for (a page
+    of a MEMORY.md of thousands of entries)."""
+
+    def __init__(
+        self,
+        entries: Sequence[review.Entry],
+        order: Sequence[int],
+        used: dict[str, EntryUsage],
+    ) -> None:
+        self._entries = entries
+        self._order = order
+        self._used = used
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def _pair(self, index: int) -> tuple[review.Entry, EntryUsage]:
+        entry = self._entries[index]
+        return entry, self._used.get(entry.key) or EntryUsage()
+
+    @overload
+    def __getitem__(self, item: int) -> tuple[review.Entry, EntryUsage]: ...
+
+    @overload
+    def __getitem__(self, item: slice) -> list[tuple[review.Entry, EntryUsage]]: ...
+
+    def __getitem__(
+        self, item: int | slice
+    ) -> tuple[review.Entry, EntryUsage] | list[tuple[review.Entry, EntryUsage]]:
+        if isinstance(item, slice):
+            return [self._pair(i) for i in self._order[item]]
+        return self._pair(self._order[item])
 
 
 @lru_cache(maxsize=16)
@@ -369,14 +479,17 @@ def block_usage(
     layout: Layout, version: MemoryVersion, indexes: Iterable[int] | None = None
 ) -> dict[int, EntryUsage]:
     """Usage of each top-level block of ``version`` (what the MEMORY.md page lists), by
-    index, or of the blocks at ``indexes`` only (a page of them): its own entries'
-    usage added up. Blocks nobody read share one empty ``EntryUsage``: not to be
-    changed."""
-    per_key = entry_usage(layout, version)
+    index, or of the blocks at ``indexes`` only (a page of them, whose entries' reads
+    alone are read): its own entries' usage added up. Blocks nobody read share one
+    empty ``EntryUsage``: not to be changed."""
+    if indexes is None:
+        return dict(enumerate(_totals(layout, version).blocks))
     blocks = _keys_per_block(version.blob_id)
+    wanted = [i for i in indexes if 0 <= i < len(blocks)]
+    per_key = entry_usage(layout, version, {key for i in wanted for key in blocks[i]})
     unread = EntryUsage()
     result = {}
-    for index in range(len(blocks)) if indexes is None else indexes:
+    for index in wanted:
         found = [per_key[key] for key in blocks[index] if key in per_key]
         if not found:
             result[index] = unread

@@ -7,11 +7,12 @@ import pytest
 import redis
 from django.conf import global_settings
 from django.conf import settings as django_settings
+from django.core.cache import cache
 from django.test.utils import override_settings
 
 from generation import lint
 from generation.local_model import LlamaServerError, run_llama_server
-from memoryui import download_cache
+from memoryui import download_cache, figures
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import GenerationSettings, Layout
@@ -71,6 +72,16 @@ def live_server_answered_everything(request):
     tracker.start_test()
     yield
     tracker.wait_until_quiet()
+
+
+@pytest.fixture(autouse=True)
+def own_figures():
+    """Each test starts with nothing kept in Django's cache (the figures and usage kept
+    per import, ``memoryui.figures``): test databases give the same primary keys again,
+    and a test that freezes the clock the same import stamps."""
+    cache.clear()
+    figures.forget_shared()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -405,6 +405,77 @@ def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_a
     assert key_of(LATER, ORDERS) not in usage  # never read
 
 
+def test_the_usage_of_some_entries_reads_theirs_alone_and_agrees_with_every_entrys(
+    used_layout, django_assert_max_num_queries
+):
+    """A page of cards or blocks asks for its entries' usage: their reads alone are
+    read, earlier forms included, and they count as in the usage of every entry."""
+    layout = used_layout
+    curate(layout, "memory_md", LATER)
+    latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
+    billing, revert = (
+        key_of(LATER, BILLING),
+        key_of(LATER, "Task 2: Revert the search deploy, failed"),
+    )
+    orders = key_of(LATER, ORDERS)
+
+    with django_assert_max_num_queries(4):  # 3, and a version's text not read before
+        some = entry_usage(layout, latest, {billing, orders})
+    every = entry_usage(layout, latest)
+
+    assert set(some) == {billing}  # orders was never read; revert was not asked for
+    assert revert in every
+    assert (
+        (some[billing].reads, some[billing].runs, some[billing].states)
+        == (
+            every[billing].reads,
+            every[billing].runs,
+            every[billing].states,
+        )
+        == (2, 2, {"completed": 2})
+    )
+    assert (some[billing].first_read, some[billing].last_read) == (
+        every[billing].first_read,
+        every[billing].last_read,
+    )
+    # Asked for alone, entries can be added up (a run that read both counts once);
+    # the usage of every entry is kept summed up, without its runs.
+    total = entry_usage(layout, latest, {billing, revert})
+    both = total[billing]
+    both.add(total[revert])
+    assert (both.reads, both.runs) == (3, 3)
+    with pytest.raises(ValueError):
+        both.add(every[billing])
+
+
+def test_usage_kept_between_imports_counts_the_reads_the_next_import_brings(used_layout, tmp_path):
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])
+    memory_url = reverse("memoryui:memory_md", args=["agents", used_layout.pk])
+
+    def billing_row() -> str:
+        table = client.get(url).content.decode().split('id="entry-usage"')[1]
+        return table.split(BILLING)[1].split("</tr>")[0]
+
+    assert '<td class="num">2</td><td class="num">2</td>' in billing_row()
+    assert "Read 3 times by 3 runs" in client.get(memory_url).content.decode()
+    write_rollout(
+        tmp_path / "ws",
+        "r-new",
+        rollout_line(
+            "r-new",
+            "2026-11-05T10:00:00+00:00",
+            "failed",
+            ("rg -n runbook memories/MEMORY.md", "10:- billing, runbook"),
+        ),
+    )
+    import_workspace(tmp_path / "ws", "agents")
+
+    assert '<td class="num">3</td><td class="num">3</td>' in billing_row()
+    never = client.get(memory_url, {"usage": "failing"}).content.decode()
+    assert "Read 4 times by 4 runs" in never and "2 of them failing" in never
+
+
 # --- where people see it ---------------------------------------------------------------
 
 

@@ -136,6 +136,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         )
         citations = review_marks.citation_status(proposal, list(page.object_list), new_files)
         marks.need_approvals(doc.document, page.object_list)
+        marks.need_usage(doc.document, page.object_list)
         rows = [
             review_cards.page_card(
                 review_cards.card(

@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import charts, curation, forgetting, usage
+from .. import charts, curation, figures, forgetting, usage
 from ..forms import PageForm
 from ..models import GenerationSettings, Layout, MemoryRead, MemoryVersion, Role
 from ..roles import has_role, workspace_view
@@ -62,7 +62,23 @@ def layout_usage(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
 
 def _reads_per_day(layout: Layout) -> tuple[charts.Chart, list[tuple[date | None, list[int]]]]:
     """Reads per day and kind over the last ``charts.MAX_DAYS`` days that have reads: a
-    stacked chart, and the same figures as rows (newest first) for the table under it."""
+    stacked chart, and the same figures as rows (newest first) for the table under it.
+    Only imports write reads: the counts are kept until the next one."""
+    counts = figures.cached(layout.workspace, f"reads-per-day:{layout.pk}", lambda: _counts(layout))
+    kinds = [kind for kind, _ in MemoryRead.Kind.choices]
+    chart = charts.stacked_per_day(
+        counts,
+        kinds,
+        title="Memory reads per day by kind of file",
+        noun="read",
+        css="kind",
+        labels=dict(MemoryRead.Kind.choices),
+    )
+    rows = [(bar.day, [counts[bar.day].get(k, 0) for k in kinds]) for bar in reversed(chart.bars)]
+    return chart, rows
+
+
+def _counts(layout: Layout) -> dict[date | None, dict[str, int]]:
     reads = MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
     latest = reads.aggregate(latest=Max("read_at"))["latest"]
     counts: dict[date | None, dict[str, int]] = {}
@@ -76,17 +92,7 @@ def _reads_per_day(layout: Layout) -> tuple[charts.Chart, list[tuple[date | None
         )
         for row in per_day:
             counts.setdefault(row["day"], {})[row["kind"]] = row["n"]
-    kinds = [kind for kind, _ in MemoryRead.Kind.choices]
-    chart = charts.stacked_per_day(
-        counts,
-        kinds,
-        title="Memory reads per day by kind of file",
-        noun="read",
-        css="kind",
-        labels=dict(MemoryRead.Kind.choices),
-    )
-    rows = [(bar.day, [counts[bar.day].get(k, 0) for k in kinds]) for bar in reversed(chart.bars)]
-    return chart, rows
+    return counts
 
 
 @workspace_view(Role.ADMIN)

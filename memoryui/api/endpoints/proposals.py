@@ -221,6 +221,7 @@ def get_proposal(
             applied[(doc.document, c.key)] = (decision and decision.edited_text) or c.proposed
         listed = [c for c in doc.changes if all or c.status != "unchanged"]
         marks.need_approvals(doc.document, listed)
+        marks.need_usage(doc.document, listed)
         changes.extend(
             review_cards.card_json(review_cards.card(doc.document, c, marks)) for c in listed
         )
