@@ -34,7 +34,7 @@ def key(workspace: Workspace, name: str) -> str | None:
 # Figures kept in this process as objects too (``cached(..., shared=True)``), newest
 # last: a large one (a MEMORY.md's usage per entry) costs milliseconds to unpickle from
 # the cache on every request. Their keys hold the import stamp, so they are never stale.
-_SHARED_KEPT = 8
+_SHARED_KEPT = 4
 _shared: OrderedDict[str, Any] = OrderedDict()
 _shared_lock = threading.Lock()
 

@@ -195,7 +195,7 @@ class EntryRow(NamedTuple):
 # --- usage per entry ------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class EntryUsage:
     """How often agents read one entry (and the entries it was before)."""
 
