@@ -29,7 +29,7 @@ from .models import (
     Proposal,
     RejectedEntry,
 )
-from .usage import EntryUsage, entry_usage
+from .usage import EntryUsage, usage_of
 
 Document = MemoryVersion.Document
 Entry = tuple[str, str]  # (document, key)
@@ -88,9 +88,9 @@ class Marks:
     stale: set[Entry] = field(default_factory=set)
     checks: entry_checks.Checks = field(default_factory=dict)
     poisoned: set[Entry] = field(default_factory=set)
-    # How often agents read each entry of the base MEMORY.md (memoryui.usage), by key,
-    # read for the entries cards show as they need them (``need_usage``): a layout's
-    # usage counts every read of every run.
+    # How often agents read the base MEMORY.md entries each card changes or removes
+    # (memoryui.usage), by the card's key, read for the cards shown as they need them
+    # (``need_usage``): a layout's usage counts every read of every run.
     usage: dict[str, EntryUsage] = field(default_factory=dict)
     usage_read: set[str] = field(default_factory=set)
 
@@ -195,15 +195,20 @@ class Marks:
             self.approved.update(((document, k), (text, pk)) for k, text, pk in rows)
 
     def need_usage(self, document: str, changes: Iterable[review.Change]) -> None:
-        """Read the usage of the base ``MEMORY.md`` entries that ``changes`` change or
-        remove, those not read yet (three queries, and the text of a version not read before)."""
+        """Read the usage of the base ``MEMORY.md`` entries each of ``changes`` changes
+        or removes, for the changes not read yet (three queries, and the text of a
+        version not read before)."""
         if document != Document.MEMORY_MD or self.proposal is None:
             return
-        keys = {k for c in changes for k in (c.previous or (c.key,))} - self.usage_read
-        self.usage_read |= keys
+        groups = {
+            c.key: c.previous or (c.key,)
+            for c in changes
+            if c.key not in self.usage_read and (c.status != "added" or c.previous)
+        }
+        self.usage_read |= set(groups)
         base = self.proposal.base_memory_md
-        if keys and base is not None and base.blob_id:
-            self.usage.update(entry_usage(self.proposal.layout, base, keys))
+        if groups and base is not None and base.blob_id:
+            self.usage.update(usage_of(self.proposal.layout, base, groups))
 
 
 @dataclass(frozen=True)
@@ -266,11 +271,7 @@ def _read(document: str, change: review.Change, marks: Marks) -> EntryUsage | No
     if document != Document.MEMORY_MD or (change.status == "added" and not change.previous):
         return None
     marks.need_usage(document, [change])  # read already for a page's cards
-    total = EntryUsage()
-    for key in change.previous or (change.key,):
-        if key in marks.usage:
-            total.add(marks.usage[key])
-    return total
+    return marks.usage.get(change.key) or EntryUsage()
 
 
 def approval_state(document: str, change: review.Change, marks: Marks) -> tuple[str, int | None]:

@@ -6,7 +6,7 @@ counted across versions, through unchanged entries and the pairs of changed ones
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -14,9 +14,10 @@ from typing import Any, NamedTuple, overload
 from urllib.parse import quote
 
 from django.db import connection
-from django.db.models import Count, Exists, Max, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from generation import memory_md, memory_reads, phase_two, review, tree
 
@@ -197,7 +198,9 @@ class EntryRow(NamedTuple):
 
 @dataclass(slots=True)
 class EntryUsage:
-    """How often agents read one entry (and the entries it was before)."""
+    """How often agents read one entry (and the entries it was before), or a group of
+    entries (a block, a review card's earlier entries): a run that read several of
+    them counts once."""
 
     reads: int = 0
     runs: int = 0
@@ -205,26 +208,6 @@ class EntryUsage:
     last_read: datetime | None = None
     # Runs that read it, per terminal state (completed, failed, interrupted ...).
     states: dict[str, int] = field(default_factory=dict)
-    # The runs themselves, (rollout pk, segment) -> terminal state, to add entries up.
-    run_states: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
-
-    def add(self, other: EntryUsage) -> None:
-        """Count ``other``'s reads in too (a run that read both counts once)."""
-        if other.runs and not other.run_states:
-            raise ValueError("usage kept without its runs cannot be added up")
-        self.reads += other.reads
-        for when in (other.first_read, other.last_read):
-            if when is None:
-                continue
-            if self.first_read is None or when < self.first_read:
-                self.first_read = when
-            if self.last_read is None or when > self.last_read:
-                self.last_read = when
-        self.run_states.update(other.run_states)
-        self.runs = len(self.run_states)
-        self.states = {}
-        for state in self.run_states.values():
-            self.states[state] = self.states.get(state, 0) + 1
 
     @property
     def read_by_failing_runs(self) -> int:
@@ -292,33 +275,34 @@ def lineage(
     return result
 
 
-# Keys asked for in one query at most (SQLite's limit on a statement's parameters is
-# 32,766; a page of cards or blocks asks for a few hundred).
-_KEYS_PER_QUERY = 2000
+# Forms (an entry's key in one version) joined in one query at most: three parameters
+# each, under SQLite's limit of 32,766 a statement.
+_FORMS_PER_QUERY = 9000
 
 
 def entry_usage(
     layout: Layout, version: MemoryVersion, keys: Iterable[str] | None = None
 ) -> dict[str, EntryUsage]:
     """Usage of each entry of ``version`` (a MEMORY.md version), its earlier forms'
-    reads included.
-
-    With ``keys``, of those entries alone: their rows are found by the index on
-    (layout, version, key), in time in proportion to their reads, not to the layout's
-    (what a page of cards or blocks needs); these can be added up (``add``). Without,
-    of every entry: all the layout's entry reads are read once per import and kept with
-    the workspace's figures (``memoryui.figures``), summed up already: those cannot be
-    added to each other."""
-    if keys is not None:
-        return _entry_usage(layout, version, set(keys))
-    return _totals(layout, version).entries
+    reads included: of the entries ``keys`` alone (their rows found by the index on
+    (layout, version, key), in time in proportion to their reads, as a page of cards or
+    blocks needs), or of every entry (kept per import with the workspace's figures,
+    ``memoryui.figures``)."""
+    if keys is None:
+        return _totals(layout, version).entries
+    return usage_of(layout, version, {key: (key,) for key in keys})
 
 
-def _entry_usage(
-    layout: Layout, version: MemoryVersion, keys: set[str] | None
+def usage_of(
+    layout: Layout, version: MemoryVersion, groups: Mapping[str, Collection[str]]
 ) -> dict[str, EntryUsage]:
+    """The usage of groups of entries of ``version``, by the group's name: each group's
+    entries' reads (and their earlier forms'), a run that read several counted once.
+    The database adds the rows up: a few rows per group come back, whatever the reads.
+    Groups nobody read are left out."""
     usage: dict[str, EntryUsage] = {}
-    if keys is not None and not keys:
+    keys = {key for members in groups.values() for key in members}
+    if not keys:
         return usage
     oldest = (
         MemoryVersion.objects.filter(
@@ -331,51 +315,74 @@ def _entry_usage(
     )
     if oldest is None:
         return usage
-    forms = lineage(layout, version, since=oldest, keys=keys)
-    rows = EntryRead.objects.filter(layout=layout, version_id__in={pk for pk, _ in forms})
-    if keys is None:
-        chunks: list[Any] = [rows]
-    else:
-        olds = sorted({key for _, key in forms})
-        chunks = [
-            rows.filter(key__in=olds[start : start + _KEYS_PER_QUERY])
-            for start in range(0, len(olds), _KEYS_PER_QUERY)
-        ]
-    for chunk in chunks:
-        grouped = (
-            chunk.values("version_id", "key", "rollout_id", "segment", "terminal_state")
-            .annotate(n=Count("id"), first=Min("read_at"), last=Max("read_at"))
-            .order_by()
-            .values_list(
-                "version_id", "key", "rollout_id", "segment", "terminal_state", "n", "first", "last"
-            )
-        )
-        for version_id, old, rollout_id, segment, state, n, first, last in grouped:
-            key = forms.get((version_id, old))
-            if key is None:
-                continue
-            entry = usage.get(key)
-            if entry is None:
-                entry = usage[key] = EntryUsage()
-            entry.reads += n
-            run = (rollout_id, segment)
-            if run not in entry.run_states:
-                state = state or "unknown"
-                entry.run_states[run] = state
-                entry.states[state] = entry.states.get(state, 0) + 1
-            if first is not None and (entry.first_read is None or first < entry.first_read):
-                entry.first_read = first
-            if last is not None and (entry.last_read is None or last > entry.last_read):
-                entry.last_read = last
-    for entry in usage.values():
-        entry.runs = len(entry.run_states)
+    forms: dict[str, list[tuple[int, str]]] = {}
+    for (pk, old), key in lineage(layout, version, since=oldest, keys=keys).items():
+        forms.setdefault(key, []).append((pk, old))
+    chunk: list[tuple[int, str, str]] = []
+    for name, members in groups.items():
+        rows = [(pk, old, name) for key in set(members) for pk, old in forms.get(key, ())]
+        if chunk and len(chunk) + len(rows) > _FORMS_PER_QUERY:
+            _add_usage(layout, chunk, usage)
+            chunk = []
+        chunk.extend(rows)
+    if chunk:
+        _add_usage(layout, chunk, usage)
     return usage
+
+
+def _add_usage(
+    layout: Layout, forms: list[tuple[int, str, str]], usage: dict[str, EntryUsage]
+) -> None:
+    """Count the reads of ``forms`` ((version pk, key, group)) into ``usage``, a group
+    at a time: every form of a group is in ``forms``. A run ends in one state, so its
+    distinct runs per state add up to the group's."""
+    qn = connection.ops.quote_name
+    table = qn(EntryRead._meta.db_table)
+    values = ", ".join(["(%s, %s, %s)"] * len(forms))
+    # A run is (rollout, segment): one number, for a count of distinct runs that both
+    # databases take (segments are far fewer than 2**20 a rollout).
+    sql = (
+        f"WITH f (version_id, old_key, grp) AS (VALUES {values}) "
+        "SELECT f.grp, e.terminal_state, COUNT(*), "
+        "COUNT(DISTINCT e.rollout_id * 1048576 + e.segment), MIN(e.read_at), MAX(e.read_at) "
+        f"FROM {table} e JOIN f ON e.version_id = f.version_id AND e.{qn('key')} = f.old_key "
+        "WHERE e.layout_id = %s GROUP BY f.grp, e.terminal_state"
+    )
+    params: list[Any] = [value for form in forms for value in form]
+    params.append(layout.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    for name, state, reads, runs, first, last in rows:
+        entry = usage.get(name)
+        if entry is None:
+            entry = usage[name] = EntryUsage()
+        entry.reads += reads
+        entry.runs += runs
+        state = state or "unknown"
+        entry.states[state] = entry.states.get(state, 0) + runs
+        first, last = _when(first), _when(last)
+        if first is not None and (entry.first_read is None or first < entry.first_read):
+            entry.first_read = first
+        if last is not None and (entry.last_read is None or last > entry.last_read):
+            entry.last_read = last
+
+
+def _when(value: Any) -> datetime | None:
+    """A ``read_at`` as a raw query gives it: a datetime (PostgreSQL) or SQLite's text
+    of one in UTC."""
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
 
 
 @dataclass
 class _Totals:
-    """Every entry's usage and every top-level block's, of one version, as kept per
-    import: their runs are dropped (a kept value stays small at 100,000 reads)."""
+    """Every entry's usage and every top-level block's, of one version, kept per
+    import."""
 
     entries: dict[str, EntryUsage]
     blocks: list[EntryUsage]
@@ -385,28 +392,20 @@ class _Totals:
 
 def _totals(layout: Layout, version: MemoryVersion) -> _Totals:
     def compute() -> _Totals:
-        per_key = _entry_usage(layout, version, None)
-        blocks = []
+        if not version.blob_id:
+            return _Totals({}, [], [])
+        entries = review.entries(documents.text(version.blob_id))
+        per_key = entry_usage(layout, version, [e.key for e in entries])
+        blocks = _keys_per_block(version.blob_id)
+        per_block = usage_of(layout, version, {str(i): keys for i, keys in enumerate(blocks)})
         unread = EntryUsage()
-        for keys in _keys_per_block(version.blob_id) if version.blob_id else ():
-            found = [per_key[key] for key in keys if key in per_key]
-            if not found:
-                blocks.append(unread)
-                continue
-            total = EntryUsage()
-            for one in found:
-                total.add(one)
-            blocks.append(total)
-        for usage in [*per_key.values(), *blocks]:
-            usage.run_states = {}
-        entries = review.entries(documents.text(version.blob_id)) if version.blob_id else []
 
         def rank(i: int) -> tuple[int, int]:
             used = per_key.get(entries[i].key)
             return (-used.reads, -used.runs) if used else (0, 0)
 
         ranked = sorted((i for i, entry in enumerate(entries) if entry.text.strip()), key=rank)
-        return _Totals(per_key, blocks, ranked)
+        return _Totals(per_key, [per_block.get(str(i), unread) for i in range(len(blocks))], ranked)
 
     name = f"entry-usage:{layout.pk}:{version.pk}"
     return figures.cached(layout.workspace, name, compute, shared=True)
@@ -480,24 +479,15 @@ def block_usage(
 ) -> dict[int, EntryUsage]:
     """Usage of each top-level block of ``version`` (what the MEMORY.md page lists), by
     index, or of the blocks at ``indexes`` only (a page of them, whose entries' reads
-    alone are read): its own entries' usage added up. Blocks nobody read share one
-    empty ``EntryUsage``: not to be changed."""
+    alone are read): a run that read several of its entries counted once. Blocks nobody
+    read share one empty ``EntryUsage``: not to be changed."""
     if indexes is None:
         return dict(enumerate(_totals(layout, version).blocks))
     blocks = _keys_per_block(version.blob_id)
     wanted = [i for i in indexes if 0 <= i < len(blocks)]
-    per_key = entry_usage(layout, version, {key for i in wanted for key in blocks[i]})
+    found = usage_of(layout, version, {str(i): blocks[i] for i in wanted})
     unread = EntryUsage()
-    result = {}
-    for index in wanted:
-        found = [per_key[key] for key in blocks[index] if key in per_key]
-        if not found:
-            result[index] = unread
-            continue
-        total = result[index] = EntryUsage()
-        for one in found:
-            total.add(one)
-    return result
+    return {i: found.get(str(i), unread) for i in wanted}
 
 
 # --- phase two's selection by usage ----------------------------------------------------

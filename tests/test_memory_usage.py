@@ -41,7 +41,7 @@ from memoryui.models import (
     Proposal,
     Role,
 )
-from memoryui.usage import entry_usage, usage_ranking
+from memoryui.usage import entry_usage, usage_of, usage_ranking
 from tests.factories import curate, make_user
 from tests.scripted_model import Reply
 from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
@@ -438,14 +438,22 @@ def test_the_usage_of_some_entries_reads_theirs_alone_and_agrees_with_every_entr
         every[billing].first_read,
         every[billing].last_read,
     )
-    # Asked for alone, entries can be added up (a run that read both counts once);
-    # the usage of every entry is kept summed up, without its runs.
-    total = entry_usage(layout, latest, {billing, revert})
-    both = total[billing]
-    both.add(total[revert])
-    assert (both.reads, both.runs) == (3, 3)
-    with pytest.raises(ValueError):
-        both.add(every[billing])
+    # A group of entries (a block, a card's earlier entries): a run that read several
+    # of them counts once.
+    r_ok = MemoryRead.objects.filter(rollout__rollout_id="r-ok", segment=1).get()
+    EntryRead.objects.create(
+        read=r_ok,
+        layout=layout,
+        version_id=r_ok.version_id,
+        key=key_of(MEMORY_MD, ROLLBACK),
+        rollout_id=r_ok.rollout_id,
+        segment=1,
+        read_at=r_ok.read_at,
+        terminal_state="completed",
+    )
+    both = usage_of(layout, latest, {"both": [billing, revert]})["both"]
+    assert (both.reads, both.runs, both.states) == (4, 3, {"completed": 2, "failed": 1})
+    assert both.read_by_failing_runs == 1
 
 
 def test_usage_kept_between_imports_counts_the_reads_the_next_import_brings(used_layout, tmp_path):
