@@ -16,6 +16,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from memoryui import bulk
+from memoryui.importer import bulk as importer_bulk
 from memoryui.importer import import_workspace
 from memoryui.models import (
     Blob,
@@ -335,3 +336,47 @@ def test_rows_inserted_with_ids_are_found_by_the_ids_returned(db, fixtures_dir, 
     commands = dict(MemoryRead.objects.filter(pk__in=ids).values_list("pk", "command"))
     assert [commands[pk] for pk in ids] == [f"cat {n}" for n in range(3, 8)]
     assert bulk.insert_with_ids(MemoryRead, columns, []) == []
+
+
+@pytest.mark.postgresql
+def test_a_large_import_leaves_the_planner_statistics_of_the_tables_it_filled(
+    db, fixtures_dir, tmp_path, monkeypatch
+):
+    """Without fresh statistics the planner takes a table's new rows as absent and picks
+    plans that scan (the usage of a page of entries read every read of the layout)."""
+    monkeypatch.setattr(importer_bulk, "ANALYZE_AFTER", 0)
+
+    def analyzed() -> dict[str, float]:
+        tables = [m._meta.db_table for m in (Rollout, WorkspaceFile, MemoryRead, EntryRead)]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%s)", [tables]
+            )
+            return dict(cursor.fetchall())
+
+    tree = copy_workspace(fixtures_dir, "small-a", tmp_path / "w")
+    cmd = "rg -n rotate-keys memories/MEMORY.md"
+    segment = {
+        "updated_at": "2026-11-30T10:00:00+00:00",
+        "rollout_id": "reader",
+        "input": [{"role": "user", "content": "rotate the keys"}],
+        "generated_items": [
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "call_id": "c1",
+                "arguments": json.dumps({"cmd": cmd}),
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": ""},
+        ],
+        "terminal_metadata": {"terminal_state": "completed"},
+    }
+    (tree / "sessions" / "reader.jsonl").write_text(json.dumps(segment) + "\n")
+    import_workspace(tree, "stats")
+
+    # The counts the planner now has are those of the rows the import wrote (autovacuum
+    # would only see them once committed, and later).
+    after = analyzed()
+    assert after["memoryui_rollout"] == Rollout.objects.count() > 0
+    assert after["memoryui_workspacefile"] == WorkspaceFile.objects.count()
+    assert after["memoryui_memoryread"] == MemoryRead.objects.count() == 1

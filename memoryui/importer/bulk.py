@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from django.db import connection
 
-from ..models import RawMemory, Rollout, RolloutSummary, SearchDocument, WorkspaceFile
+from ..models import (
+    EntryRead,
+    MemoryRead,
+    RawMemory,
+    Rollout,
+    RolloutSummary,
+    SearchDocument,
+    WorkspaceFile,
+)
 
 ANALYZE_AFTER = 1000
 
@@ -18,5 +26,6 @@ def analyze_after(written: int) -> None:
     if connection.vendor != "postgresql" or written <= ANALYZE_AFTER:
         return
     with connection.cursor() as cursor:
-        for model in (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument):
+        tables = (WorkspaceFile, Rollout, RawMemory, RolloutSummary, SearchDocument)
+        for model in (*tables, MemoryRead, EntryRead):
             cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
