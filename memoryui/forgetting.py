@@ -7,8 +7,11 @@ proposed as it is now."""
 
 from __future__ import annotations
 
+import array
+import bisect
+import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -47,34 +50,90 @@ def forgettable(layout: Layout, days: int, now: datetime | None = None) -> list[
     if version is None or version.blob_id is None:
         return []
     now = now or timezone.now()
-    cutoff = now - timedelta(days=days)
-    text = documents.text(version.blob_id)
-    used = usage.entry_usage(layout, version)
-    born = _first_seen(layout, version)
+    cutoff = (now - timedelta(days=days)).timestamp()
+    plan = _plan(layout, version)
+    entries = review.entries(documents.text(version.blob_id))
     pinned = set(Pin.objects.filter(layout=layout, document=MD).values_list("key", flat=True))
-    entries = review.entries(text)
-    out: dict[str, Forgettable] = {}
-    for entry in entries:
-        if entry.key in pinned or entry.kind == "task_group" or not entry.text.strip():
-            continue
-        last = used[entry.key].last_read if entry.key in used else None
-        first = born.get(entry.key, version.created_at)
-        if (last is None or last < cutoff) and first <= cutoff:
-            out[entry.key] = Forgettable(entry.key, entry.title, last, first)
-    members: dict[str, list[str]] = {}
-    for entry in entries:
-        if entry.group:
-            members.setdefault(entry.group, []).append(entry.key)
-    for entry in entries:
-        if entry.kind != "task_group" or entry.key in pinned:
-            continue
-        inside = members.get(entry.key, [])
-        if all(key in out for key in inside):
-            first = born.get(entry.key, version.created_at)
-            last = used[entry.key].last_read if entry.key in used else None
-            if (last is None or last < cutoff) and first <= cutoff:
-                out[entry.key] = Forgettable(entry.key, entry.title, last, first)
-    return [out[e.key] for e in entries if e.key in out]
+
+    def gone(i: int) -> bool:
+        return entries[i].key not in pinned and plan.last[i] < cutoff and plan.born[i] <= cutoff
+
+    # Only the entries whose last read and first version are both by the cutoff can go:
+    # found by bisection in the kept order, whatever the size of MEMORY.md.
+    by_cutoff = plan.indexes[: bisect.bisect_right(plan.thresholds, cutoff)]
+    out = sorted(
+        i for i in by_cutoff if gone(i) and all(gone(member) for member in plan.members.get(i, ()))
+    )
+    return [
+        Forgettable(
+            entries[i].key,
+            entries[i].title,
+            None if plan.last[i] == NEVER else datetime.fromtimestamp(plan.last[i], UTC),
+            datetime.fromtimestamp(plan.born[i], UTC),
+        )
+        for i in out
+    ]
+
+
+# The last read of an entry never read, as a timestamp.
+NEVER = -math.inf
+
+
+@dataclass
+class _Plan:
+    """What forgetting needs of one version's entries, kept per import: each one that
+    can go at all (a task or section with text, or a task group's head), its last read
+    and first version as timestamps (by its place among the version's entries), a
+    head's members, and the entries by the later of those two times."""
+
+    last: array.array[float]
+    born: array.array[float]
+    members: dict[int, tuple[int, ...]]
+    thresholds: array.array[float]
+    indexes: array.array[int]
+
+
+def _plan(layout: Layout, version: MemoryVersion) -> _Plan:
+    def compute() -> _Plan:
+        assert version.blob_id is not None
+        entries = review.entries(documents.text(version.blob_id))
+        used = usage.entry_usage(layout, version)
+        born = _first_seen(layout, version)
+        made = version.created_at.timestamp()
+        last = array.array("d", [NEVER] * len(entries))
+        first = array.array("d", [made] * len(entries))
+        place = {entry.key: i for i, entry in enumerate(entries)}
+        members: dict[int, list[int]] = {}
+        for i, entry in enumerate(entries):
+            found = used.get(entry.key)
+            if found is not None and found.last_read is not None:
+                last[i] = found.last_read.timestamp()
+            if entry.key in born:
+                first[i] = born[entry.key].timestamp()
+            if entry.group and entry.group in place:
+                members.setdefault(place[entry.group], []).append(i)
+        candidates = []
+        for i, entry in enumerate(entries):
+            if entry.kind == "task_group":
+                inside = members.get(i, [])
+                # A member that can never go (without text) keeps its head.
+                if any(not entries[m].text.strip() for m in inside):
+                    continue
+                later = max((max(last[m], first[m]) for m in inside), default=NEVER)
+                candidates.append((max(last[i], first[i], later), i))
+            elif entry.text.strip():
+                candidates.append((max(last[i], first[i]), i))
+        candidates.sort()
+        return _Plan(
+            last,
+            first,
+            {head: tuple(inside) for head, inside in members.items()},
+            array.array("d", [t for t, _ in candidates]),
+            array.array("q", [i for _, i in candidates]),
+        )
+
+    name = f"forget-plan:{layout.pk}:{version.pk}"
+    return figures.cached(layout.workspace, name, compute, shared=True)
 
 
 def _first_seen(layout: Layout, version: MemoryVersion) -> dict[str, datetime]:
