@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple, overload
 from urllib.parse import quote
 
 from django.db import connection
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Count, Exists, F, Max, Min, OuterRef
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -319,15 +320,7 @@ def _usage_of(
     keys = {key for members in groups.values() for key in members}
     if not keys:
         return usage
-    oldest = (
-        MemoryVersion.objects.filter(
-            layout=layout,
-            document=MemoryVersion.Document.MEMORY_MD,
-            number__lte=version.number,
-        )
-        .filter(Exists(EntryRead.objects.filter(layout=layout, version_id=OuterRef("pk"))))
-        .aggregate(oldest=Min("number"))["oldest"]
-    )
+    oldest = _oldest_read(layout, version)
     if oldest is None:
         return usage
     forms: dict[str, list[tuple[int, str]]] = {}
@@ -343,6 +336,20 @@ def _usage_of(
     if chunk:
         _add_usage(layout, chunk, usage)
     return usage
+
+
+def _oldest_read(layout: Layout, version: MemoryVersion) -> int | None:
+    """The number of the oldest version up to ``version`` that agents read."""
+    oldest: int | None = (
+        MemoryVersion.objects.filter(
+            layout=layout,
+            document=MemoryVersion.Document.MEMORY_MD,
+            number__lte=version.number,
+        )
+        .filter(Exists(EntryRead.objects.filter(layout=layout, version_id=OuterRef("pk"))))
+        .aggregate(oldest=Min("number"))["oldest"]
+    )
+    return oldest
 
 
 def _add_usage(
@@ -379,15 +386,26 @@ def _add_usage(
         entry = usage.get(name)
         if entry is None:
             entry = usage[name] = EntryUsage()
-        entry.reads += reads
-        entry.runs += runs
-        state = state or "unknown"
-        entry.states[state] = entry.states.get(state, 0) + runs
-        first, last = _when(first), _when(last)
-        if first is not None and (entry.first_read is None or first < entry.first_read):
-            entry.first_read = first
-        if last is not None and (entry.last_read is None or last > entry.last_read):
-            entry.last_read = last
+        _count(entry, state, reads, runs, _when(first), _when(last))
+
+
+def _count(
+    entry: EntryUsage,
+    state: str,
+    reads: int,
+    runs: int,
+    first: datetime | None,
+    last: datetime | None,
+) -> None:
+    """Add the reads and runs of one state to ``entry``."""
+    entry.reads += reads
+    entry.runs += runs
+    state = state or "unknown"
+    entry.states[state] = entry.states.get(state, 0) + runs
+    if first is not None and (entry.first_read is None or first < entry.first_read):
+        entry.first_read = first
+    if last is not None and (entry.last_read is None or last > entry.last_read):
+        entry.last_read = last
 
 
 def _when(value: Any) -> datetime | None:
@@ -403,11 +421,9 @@ def _when(value: Any) -> datetime | None:
 
 @dataclass
 class _Totals:
-    """Every entry's usage and every top-level block's, of one version, kept per
-    import."""
+    """Every entry's usage of one version, kept per import."""
 
     entries: dict[str, EntryUsage]
-    blocks: list[EntryUsage]
     # The non-blank entries (their places in the version's entries), most read first.
     ranked: list[int]
 
@@ -415,22 +431,77 @@ class _Totals:
 def _totals(layout: Layout, version: MemoryVersion) -> _Totals:
     def compute() -> _Totals:
         if not version.blob_id:
-            return _Totals({}, [], [])
+            return _Totals({}, [])
         entries = review.entries(documents.text(version.blob_id))
-        per_key = _usage_of(layout, version, {e.key: (e.key,) for e in entries})
-        blocks = _keys_per_block(version.blob_id)
-        per_block = _usage_of(layout, version, {str(i): keys for i, keys in enumerate(blocks)})
-        unread = EntryUsage()
+        per_key = _every_entry(layout, version)
 
         def rank(i: int) -> tuple[int, int]:
             used = per_key.get(entries[i].key)
             return (-used.reads, -used.runs) if used else (0, 0)
 
         ranked = sorted((i for i, entry in enumerate(entries) if entry.text.strip()), key=rank)
-        return _Totals(per_key, [per_block.get(str(i), unread) for i in range(len(blocks))], ranked)
+        return _Totals(per_key, ranked)
 
     name = f"entry-usage:{layout.pk}:{version.pk}"
     return figures.cached(layout.workspace, name, compute, shared=True)
+
+
+def _every_entry(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage]:
+    """The usage of every entry of ``version``: the database counts each form's reads
+    and distinct runs per state (one pass over the layout's reads, no list of forms
+    sent), and the forms are added up here. A run reads one version, so its forms in
+    different versions never share a run; an entry that two forms of one version
+    became (a merge) is counted by its group, its runs distinct."""
+    usage: dict[str, EntryUsage] = {}
+    oldest = _oldest_read(layout, version)
+    if oldest is None:
+        return usage
+    forms = lineage(layout, version, since=oldest)
+    per_version = Counter((pk, key) for (pk, _), key in forms.items())
+    merged = {key for (_, key), n in per_version.items() if n > 1}
+    rows = (
+        EntryRead.objects.filter(layout=layout, version_id__in={pk for pk, _ in forms})
+        .values("version_id", "key", "terminal_state")
+        .annotate(
+            n=Count("id"),
+            runs=Count(F("rollout_id") * 1048576 + F("segment"), distinct=True),
+            first=Min("read_at"),
+            last=Max("read_at"),
+        )
+        .order_by()
+        .values_list("version_id", "key", "terminal_state", "n", "runs", "first", "last")
+    )
+    for version_id, old, state, reads, runs, first, last in rows:
+        key = forms.get((version_id, old))
+        if key is None or key in merged:
+            continue
+        entry = usage.get(key)
+        if entry is None:
+            entry = usage[key] = EntryUsage()
+        _count(entry, state, reads, runs, first, last)
+    if merged:
+        usage.update(_usage_of(layout, version, {key: (key,) for key in merged}))
+    return usage
+
+
+def blocks_read(layout: Layout, version: MemoryVersion, which: str) -> frozenset[int]:
+    """The top-level blocks of ``version`` (by index) that no agent read (``never``),
+    or that a failing run read (``failing``): what the MEMORY.md page filters by,
+    decided from its entries' usage (a block was read when one of its entries was, by
+    a failing run when one of them was). Kept per import."""
+
+    def compute() -> frozenset[int]:
+        per_key = _totals(layout, version).entries
+        found = set()
+        for index, keys in enumerate(_keys_per_block(version.blob_id)):
+            used = [per_key[key] for key in keys if key in per_key]
+            if which == "never" and not any(u.reads for u in used):
+                found.add(index)
+            elif which == "failing" and any(u.read_by_failing_runs for u in used):
+                found.add(index)
+        return frozenset(found)
+
+    return figures.cached(layout.workspace, f"blocks-{which}:{layout.pk}:{version.pk}", compute)
 
 
 def entries_by_reads(layout: Layout, version: MemoryVersion | None) -> Ranked:
@@ -497,14 +568,12 @@ def _keys_per_block(sha256: str) -> tuple[tuple[str, ...], ...]:
 
 
 def block_usage(
-    layout: Layout, version: MemoryVersion, indexes: Iterable[int] | None = None
+    layout: Layout, version: MemoryVersion, indexes: Iterable[int]
 ) -> dict[int, EntryUsage]:
-    """Usage of each top-level block of ``version`` (what the MEMORY.md page lists), by
-    index, or of the blocks at ``indexes`` only (a page of them, whose entries' reads
-    alone are read): a run that read several of its entries counted once. Blocks nobody
-    read share one empty ``EntryUsage``: not to be changed."""
-    if indexes is None:
-        return dict(enumerate(_totals(layout, version).blocks))
+    """Usage of the top-level blocks of ``version`` at ``indexes`` (a page of what the
+    MEMORY.md page lists), by index: each block's entries' reads, a run that read
+    several of them counted once. Blocks nobody read share one empty ``EntryUsage``:
+    not to be changed."""
     blocks = _keys_per_block(version.blob_id)
     wanted = [i for i in indexes if 0 <= i < len(blocks)]
     found = usage_of(layout, version, {str(i): blocks[i] for i in wanted})

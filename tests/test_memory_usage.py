@@ -456,6 +456,42 @@ def test_the_usage_of_some_entries_reads_theirs_alone_and_agrees_with_every_entr
     assert both.read_by_failing_runs == 1
 
 
+MERGED = MEMORY_MD.replace(
+    MEMORY_MD[
+        MEMORY_MD.index("## Task 1: Deploy billing") : MEMORY_MD.index("# Task Group: databases")
+    ],
+    "## Task 1: Deploy billing and roll back search, partial\n\n"
+    "### rollout_summary_files\n"
+    "- rollout_summaries/r1_deploy-billing.md (rollout_id=r1)\n"
+    "- rollout_summaries/r2_rollback.md (rollout_id=r2)\n\n"
+    "### keywords\n- billing, runbook\n- rollback, search\n\n",
+)
+
+
+def test_an_entry_merged_from_two_counts_a_run_that_read_both_once(used_layout):
+    layout = used_layout
+    read = MemoryRead.objects.get(rollout__rollout_id="r-ok", segment=1)
+    EntryRead.objects.create(  # the run that read the billing task read the rollback too
+        read=read,
+        layout=layout,
+        version_id=read.version_id,
+        key=key_of(MEMORY_MD, ROLLBACK),
+        rollout_id=read.rollout_id,
+        segment=1,
+        read_at=read.read_at,
+        terminal_state="completed",
+    )
+    curate(layout, "memory_md", MERGED)
+    latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
+    merged = key_of(MERGED, "Task 1: Deploy billing and roll back search, partial")
+
+    every = entry_usage(layout, latest)[merged]
+    alone = entry_usage(layout, latest, [merged])[merged]
+
+    for used in (every, alone):
+        assert (used.reads, used.runs, used.states) == (4, 3, {"completed": 2, "failed": 1})
+
+
 def test_usage_kept_between_imports_counts_the_reads_the_next_import_brings(used_layout, tmp_path):
     client = viewer_client(used_layout)
     url = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])

@@ -149,15 +149,12 @@ def memory_md(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRespon
         texts = documents.entry_search_texts(version.blob_id)
         top = [(i, block) for i, block in top if needle in texts[i]]
     shown = form.cleaned_data["usage"]
-    # Every block's usage only to filter by it; else the page's blocks' alone.
-    used = usage.block_usage(layout, version) if version and shown else {}
-    if shown == "never":
-        top = [(i, block) for i, block in top if not used[i].reads]
-    elif shown == "failing":
-        top = [(i, block) for i, block in top if used[i].read_by_failing_runs]
+    if shown and version:  # "never" or "failing"
+        matching = usage.blocks_read(layout, version, shown)
+        top = [(i, block) for i, block in top if i in matching]
     page = Paginator(top, ENTRIES_PER_PAGE).get_page(paging.cleaned_data["page"])
-    if version and not shown:
-        used = usage.block_usage(layout, version, [i for i, _ in page.object_list])
+    # The page's blocks' usage alone.
+    used = usage.block_usage(layout, version, [i for i, _ in page.object_list]) if version else {}
     cited = (
         {c for i, _ in page.object_list for c in documents.outline(version.blob_id, i).citations}
         if version
