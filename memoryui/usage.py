@@ -641,6 +641,13 @@ class ItemRead:
     entries: list[tuple[str, str]]  # (title, url of the entry on the MEMORY.md page)
 
 
+@lru_cache(maxsize=4)
+def _titles(sha256: str) -> dict[str, str]:
+    """Each entry's title by its key, of a stored document (a 100,000-rollout MEMORY.md
+    has tens of thousands: made once, not per page)."""
+    return {e.key: e.title for e in review.entries(documents.text(sha256))}
+
+
 def reads_by_item(rollout: Rollout) -> dict[tuple[int, int], list[ItemRead]]:
     """The reads of a rollout by (segment, item), each entry with a link to it on the
     MEMORY.md page (of the version read). Two queries."""
@@ -655,7 +662,6 @@ def reads_by_item(rollout: Rollout) -> dict[tuple[int, int], list[ItemRead]]:
     layout = rollout.layout
     args = [layout.workspace.name, layout.pk]
     memory_url = reverse("memoryui:memory_md", args=args)
-    titles: dict[str, dict[str, str]] = {}
     result: dict[tuple[int, int], list[ItemRead]] = {}
     for read in reads:
         url = ""
@@ -663,11 +669,9 @@ def reads_by_item(rollout: Rollout) -> dict[tuple[int, int], list[ItemRead]]:
         if read.kind == MemoryRead.Kind.MEMORY_MD:
             url = memory_url
             if read.version is not None:
-                blob = read.version.blob_id
-                if blob not in titles:
-                    titles[blob] = {e.key: e.title for e in review.entries(documents.text(blob))}
+                titled = _titles(read.version.blob_id)
                 for entry in read.entries.all():
-                    title = titles[blob].get(entry.key, entry.key)
+                    title = titled.get(entry.key, entry.key)
                     link = f"{memory_url}?version={read.version.number}&q={quote(title)}"
                     entries.append((title, link))
         result.setdefault((read.segment, read.item), []).append(
