@@ -51,10 +51,7 @@ def cached(workspace: Workspace, name: str, compute: Callable[[], T], *, shared:
             if cache_key in _shared:
                 _shared.move_to_end(cache_key)
                 return cast(T, _shared[cache_key])
-    found = cache.get(cache_key)
-    if found is None:
-        found = compute()
-        cache.set(cache_key, found, TIMEOUT)
+    found = cast(T, cache.get_or_set(cache_key, compute, TIMEOUT))
     if shared:
         with _shared_lock:
             _shared[cache_key] = found

@@ -12,7 +12,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.core.cache import cache
 from django.db import transaction
@@ -139,12 +139,12 @@ def _plan(layout: Layout, version: MemoryVersion) -> _Plan:
 def _first_seen(layout: Layout, version: MemoryVersion) -> dict[str, datetime]:
     """Each entry's first appearance: the earliest version holding it or an earlier
     form of it. A version and those before it never change: kept by its pk."""
-    key = f"memoryui:first-seen:{version.pk}"
-    found = cache.get(key)
-    if found is None:
-        found = _first_seen_of(layout, version)
-        cache.set(key, found, figures.TIMEOUT)
-    return found
+    found = cache.get_or_set(
+        f"memoryui:first-seen:{version.pk}",
+        lambda: _first_seen_of(layout, version),
+        figures.TIMEOUT,
+    )
+    return cast(dict[str, datetime], found)
 
 
 def _first_seen_of(layout: Layout, version: MemoryVersion) -> dict[str, datetime]:

@@ -405,6 +405,21 @@ def test_usage_is_carried_to_changed_and_paired_entries_and_a_new_entry_starts_a
     assert key_of(LATER, ORDERS) not in usage  # never read
 
 
+def the_billing_run_also_read_the_rollback(layout: Layout) -> None:
+    """r-ok's first run (its rg printed the billing task) printed the rollback task too."""
+    read = MemoryRead.objects.get(rollout__rollout_id="r-ok", segment=1)
+    EntryRead.objects.create(
+        read=read,
+        layout=layout,
+        version_id=read.version_id,
+        key=key_of(MEMORY_MD, ROLLBACK),
+        rollout_id=read.rollout_id,
+        segment=1,
+        read_at=read.read_at,
+        terminal_state="completed",
+    )
+
+
 def test_the_usage_of_some_entries_reads_theirs_alone_and_agrees_with_every_entrys(
     used_layout, django_assert_max_num_queries
 ):
@@ -440,17 +455,7 @@ def test_the_usage_of_some_entries_reads_theirs_alone_and_agrees_with_every_entr
     )
     # A group of entries (a block, a card's earlier entries): a run that read several
     # of them counts once.
-    r_ok = MemoryRead.objects.filter(rollout__rollout_id="r-ok", segment=1).get()
-    EntryRead.objects.create(
-        read=r_ok,
-        layout=layout,
-        version_id=r_ok.version_id,
-        key=key_of(MEMORY_MD, ROLLBACK),
-        rollout_id=r_ok.rollout_id,
-        segment=1,
-        read_at=r_ok.read_at,
-        terminal_state="completed",
-    )
+    the_billing_run_also_read_the_rollback(layout)
     both = usage_of(layout, latest, {"both": [billing, revert]})["both"]
     assert (both.reads, both.runs, both.states) == (4, 3, {"completed": 2, "failed": 1})
     assert both.read_by_failing_runs == 1
@@ -470,17 +475,7 @@ MERGED = MEMORY_MD.replace(
 
 def test_an_entry_merged_from_two_counts_a_run_that_read_both_once(used_layout):
     layout = used_layout
-    read = MemoryRead.objects.get(rollout__rollout_id="r-ok", segment=1)
-    EntryRead.objects.create(  # the run that read the billing task read the rollback too
-        read=read,
-        layout=layout,
-        version_id=read.version_id,
-        key=key_of(MEMORY_MD, ROLLBACK),
-        rollout_id=read.rollout_id,
-        segment=1,
-        read_at=read.read_at,
-        terminal_state="completed",
-    )
+    the_billing_run_also_read_the_rollback(layout)
     curate(layout, "memory_md", MERGED)
     latest = MemoryVersion.objects.filter(layout=layout, document="memory_md").first()
     merged = key_of(MERGED, "Task 1: Deploy billing and roll back search, partial")
