@@ -15,8 +15,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from django.conf import settings
 from django.core.cache import cache
 
+from .celery import app
 from .models import Workspace
 
 T = TypeVar("T")
@@ -58,6 +60,16 @@ def cached(workspace: Workspace, name: str, compute: Callable[[], T], *, shared:
             while len(_shared) > _SHARED_KEPT:
                 _shared.popitem(last=False)
     return found
+
+
+def seen_by_other_processes() -> bool:
+    """Whether a figure kept here by one process (a worker) is found by another (the
+    web's): the cache is shared between processes, as Redis is in production, or tasks
+    run in the web's own process. Django's per-process memory cache, the embedded
+    default with a worker of its own, is not."""
+    backend = str(settings.CACHES["default"]["BACKEND"])
+    local = backend.endswith(("LocMemCache", "DummyCache"))
+    return not local or bool(app.conf.task_always_eager)
 
 
 def forget_shared() -> None:

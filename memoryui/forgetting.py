@@ -28,6 +28,7 @@ from .models import (
     MemoryVersion,
     Pin,
     Proposal,
+    Workspace,
     WorkspaceFile,
 )
 
@@ -73,6 +74,28 @@ def forgettable(layout: Layout, days: int, now: datetime | None = None) -> list[
         )
         for i in out
     ]
+
+
+def keep_ahead(workspace: Workspace) -> None:
+    """Compute the figures of usage that pages keep per import, for the current
+    ``MEMORY.md`` of each of the workspace's layouts: every entry's usage, the blocks
+    never read and read by failing runs, forgetting's candidates, reads per day. The
+    worker does it after a backlog of imports (with the lint), so the first reviewer to
+    open the Usage page or a filter of the MEMORY.md page does not wait on it (seconds
+    at 100,000 rollouts). Nothing is computed where the web's processes would not see
+    it (``figures.seen_by_other_processes``)."""
+    if workspace.last_imported_at is None or not figures.seen_by_other_processes():
+        return
+    for layout in workspace.layouts.all():
+        layout.workspace = workspace  # the kept figures' key reads its import stamp
+        version = curation.latest(layout, MD)
+        if version is None or version.blob_id is None:
+            continue
+        usage.entry_usage(layout, version)
+        for which in ("never", "failing"):
+            usage.blocks_read(layout, version, which)
+        _plan(layout, version)
+        usage.reads_per_day(layout)
 
 
 # The last read of an entry never read, as a timestamp.

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from generation import llm
 from memoryui import (
+    forgetting,
     judging,
     live_review,
     notifications,
@@ -123,12 +124,14 @@ def lint_workspace(workspace_id: int) -> None:
     otherwise wait on the scan of a large imported ``MEMORY.md``). Left while imports of
     the workspace are queued or running (sandboxes' persists, merged in a backlog): the
     last of them to finish queues it again, so the versions a backlog recorded are
-    linted once, after it, rather than each superseded one in turn."""
+    linted once, after it, rather than each superseded one in turn. Then the figures
+    of usage the pages keep per import are computed ahead (``forgetting.keep_ahead``)."""
     if workspaces.imports_pending(workspace_id):
         return  # a backlog of merges: its last one queues the lint again
     workspace = Workspace.objects.filter(pk=workspace_id).first()
     if workspace is not None:
         writeback.lint_latest(workspace)
+        forgetting.keep_ahead(workspace)
 
 
 @app.task(

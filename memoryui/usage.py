@@ -10,20 +10,21 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, overload
 from urllib.parse import quote
 
 from django.db import connection
 from django.db.models import Count, Exists, F, Max, Min, OuterRef
+from django.db.models.functions import TruncDate
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from generation import memory_md, memory_reads, phase_two, review, tree
 
-from . import bulk, documents, figures
+from . import bulk, charts, documents, figures
 from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
 
 # Kept per read: the command that read (what the rollout page shows beside it).
@@ -482,6 +483,30 @@ def _every_entry(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage
     if merged:
         usage.update(_usage_of(layout, version, {key: (key,) for key in merged}))
     return usage
+
+
+def reads_per_day(layout: Layout) -> dict[date | None, dict[str, int]]:
+    """The layout's reads per day and kind (``MemoryRead.Kind``) over the last
+    ``charts.MAX_DAYS`` days up to its latest read: what the Usage page charts. Only
+    imports write reads: kept until the next one."""
+
+    def compute() -> dict[date | None, dict[str, int]]:
+        reads = MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
+        latest = reads.aggregate(latest=Max("read_at"))["latest"]
+        counts: dict[date | None, dict[str, int]] = {}
+        if latest is not None:
+            since = latest - timedelta(days=charts.MAX_DAYS)
+            per_day = (
+                reads.filter(read_at__gte=since)
+                .annotate(day=TruncDate("read_at"))
+                .values("day", "kind")
+                .annotate(n=Count("id"))
+            )
+            for row in per_day:
+                counts.setdefault(row["day"], {})[row["kind"]] = row["n"]
+        return counts
+
+    return figures.cached(layout.workspace, f"reads-per-day:{layout.pk}", compute)
 
 
 def blocks_read(layout: Layout, version: MemoryVersion, which: str) -> frozenset[int]:

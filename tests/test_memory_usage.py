@@ -24,11 +24,12 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from generation import memory_reads, phase_two, review
-from memoryui import curation, forgetting, tokens
+from memoryui import curation, forgetting, tasks, tokens, usage
 from memoryui.importer import import_workspace
 from memoryui.models import (
     EntryRead,
@@ -647,6 +648,55 @@ def test_the_usage_page_lists_entries_by_reads_and_reads_per_day_by_kind(
     assert 'class="kind-memory_md"' in chart and "MEMORY.md (" in chart
     assert "3 days, 2 Nov to 4 Nov" in chart
     assert "Propose forgetting</button>" not in page  # a viewer cannot
+
+
+def test_the_worker_computes_usage_ahead_so_the_first_view_after_an_import_waits_on_none(
+    used_layout, eager, monkeypatch
+):
+    """After a backlog of imports the worker's lint also computes what the Usage page
+    and the MEMORY.md page's filters keep per import: the first reviewer to open them
+    after an import finds it done (at 100,000 rollouts it takes seconds)."""
+    client = viewer_client(used_layout)
+    usage_page = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])
+    never_read = reverse("memoryui:memory_md", args=["agents", used_layout.pk]) + "?usage=never"
+    every_entry = usage._every_entry
+    computed: list[int] = []
+
+    def counted(*args):
+        computed.append(1)
+        return every_entry(*args)
+
+    monkeypatch.setattr(usage, "_every_entry", counted)
+
+    def first_view(url: str) -> tuple[int, set[str]]:
+        computed.clear()
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(url)
+        assert page.status_code == 200
+        return len(computed), {t for q in queries for t in READ_TABLES if t in q["sql"]}
+
+    assert first_view(usage_page) == (1, set(READ_TABLES))
+    import_workspace(Path(used_layout.workspace.source_path), "agents")  # a new stamp
+    assert first_view(usage_page) == (1, set(READ_TABLES))  # computed again
+
+    import_workspace(Path(used_layout.workspace.source_path), "agents")
+    tasks.lint_workspace(used_layout.workspace.pk)
+    assert first_view(usage_page) == (0, set())
+    assert first_view(never_read)[0] == 0
+    assert "Task Group: databases" in client.get(never_read).content.decode()
+
+
+def test_nothing_is_computed_ahead_that_the_web_would_not_see(used_layout, settings):
+    """A worker of its own with Django's per-process memory cache (the embedded
+    default): what it kept would stay in its own memory, so it computes nothing."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    workspace = used_layout.workspace
+    with CaptureQueriesContext(connection) as queries:
+        forgetting.keep_ahead(workspace)
+    assert len(queries) == 0
+
+
+READ_TABLES = ("memoryui_entryread", "memoryui_memoryread")
 
 
 # --- the API ---------------------------------------------------------------------------

@@ -3,26 +3,23 @@ per day of each kind of memory file, and "propose forgetting"."""
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date
 
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Max
-from django.db.models.functions import TruncDate
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import charts, curation, figures, forgetting, usage
+from .. import charts, curation, forgetting, usage
 from ..forms import PageForm
 from ..models import GenerationSettings, Layout, MemoryRead, MemoryVersion, Role
 from ..roles import has_role, workspace_view
 from .common import HtmxHttpRequest, bad_request
 
 ENTRIES_PER_PAGE = 50
-DAYS_SHOWN = charts.MAX_DAYS
 
 
 class ForgetForm(forms.Form):
@@ -62,9 +59,8 @@ def layout_usage(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
 
 def _reads_per_day(layout: Layout) -> tuple[charts.Chart, list[tuple[date | None, list[int]]]]:
     """Reads per day and kind over the last ``charts.MAX_DAYS`` days that have reads: a
-    stacked chart, and the same figures as rows (newest first) for the table under it.
-    Only imports write reads: the counts are kept until the next one."""
-    counts = figures.cached(layout.workspace, f"reads-per-day:{layout.pk}", lambda: _counts(layout))
+    stacked chart, and the same figures as rows (newest first) for the table under it."""
+    counts = usage.reads_per_day(layout)
     kinds = [kind for kind, _ in MemoryRead.Kind.choices]
     chart = charts.stacked_per_day(
         counts,
@@ -76,23 +72,6 @@ def _reads_per_day(layout: Layout) -> tuple[charts.Chart, list[tuple[date | None
     )
     rows = [(bar.day, [counts[bar.day].get(k, 0) for k in kinds]) for bar in reversed(chart.bars)]
     return chart, rows
-
-
-def _counts(layout: Layout) -> dict[date | None, dict[str, int]]:
-    reads = MemoryRead.objects.filter(layout=layout, read_at__isnull=False)
-    latest = reads.aggregate(latest=Max("read_at"))["latest"]
-    counts: dict[date | None, dict[str, int]] = {}
-    if latest is not None:
-        since = latest - timedelta(days=DAYS_SHOWN)
-        per_day = (
-            reads.filter(read_at__gte=since)
-            .annotate(day=TruncDate("read_at"))
-            .values("day", "kind")
-            .annotate(n=Count("id"))
-        )
-        for row in per_day:
-            counts.setdefault(row["day"], {})[row["kind"]] = row["n"]
-    return counts
 
 
 @workspace_view(Role.ADMIN)
