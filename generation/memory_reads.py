@@ -13,6 +13,8 @@ memory path (``echo``, ``ls``, ``printf``, a redirect target) reads nothing.
 ``entry_hits`` maps a read to the entries (``generation.review``'s keys) of the
 ``MEMORY.md`` text the agent had: the lines a range printed, the lines a search printed
 (numbered with ``-n``, else matched by their text), or every entry for a whole file.
+An output the shell tool cut (``max_output_tokens``) shows a whole file or a range only
+as far as its head and tail went.
 """
 
 from __future__ import annotations
@@ -239,7 +241,43 @@ def command_reads(
             reads.append(step)
         else:
             reads.extend(step.reads(output))
+    if len(reads) == 1 and TRUNCATED in output:
+        return [_as_printed(reads[0], output)]
     return reads
+
+
+# The middle of an output longer than the model's ``max_output_tokens``, as the SDK's
+# shell tool cuts it: the count of the output's lines first, then its head, a marker
+# in place of the middle, and its tail.
+TRUNCATED = " truncated…"
+_CUT_RE = re.compile(
+    r"\ATotal output lines: (\d+)\n\n(.*?)…\d+ (?:tokens|chars) truncated…(.*)\Z", re.S
+)
+
+
+def _as_printed(read: Read, output: str) -> Read:
+    """``read`` (a command's only one) as far as its cut output showed it: a whole file
+    or one range of lines becomes the lines of the output's head and tail, those of the
+    middle unseen. Left whole where that cannot be told (no count of lines, several
+    ranges), which counts more entries read, never fewer."""
+    cut = _CUT_RE.match(output)
+    if cut is None or read.how not in (WHOLE, RANGE):
+        return read
+    total = int(cut.group(1))
+    head, tail = len(cut.group(2).splitlines()), len(cut.group(3).splitlines())
+    if read.how == WHOLE:
+        start, end = 1, total
+    elif len(read.lines) == 1:
+        first, last = read.lines[0]
+        # A tail (negative) printed the file's last ``total`` lines at most; a range
+        # from ``first`` as many lines as the output had, up to its end.
+        start, end = (-total, -1) if first < 0 else (first, min(last, first + total - 1))
+    else:
+        return read
+    if head + tail >= end - start + 1:
+        return read  # nothing of it unseen
+    lines = tuple((a, b) for a, b in ((start, start + head - 1), (end - tail + 1, end)) if a <= b)
+    return Read(read.kind, read.path, RANGE, lines)
 
 
 def _mentions_memory(cmd: str, workdir: str, memories_dir: str) -> bool:

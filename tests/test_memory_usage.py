@@ -22,6 +22,7 @@ from agents.sandbox.config import MemoryGenerateConfig, MemoryLayoutConfig
 from agents.sandbox.entries import LocalDir
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -111,8 +112,15 @@ def workspace_with_memory(root: Path) -> None:
     (root / "sessions").mkdir()
 
 
-def exec_command(cmd: str, workdir: str | None = None) -> tuple[str, dict]:
-    return ("exec_command", {"cmd": cmd, **({"workdir": workdir} if workdir else {})})
+def exec_command(
+    cmd: str, workdir: str | None = None, max_output_tokens: int | None = None
+) -> tuple[str, dict]:
+    args: dict = {"cmd": cmd}
+    if workdir:
+        args["workdir"] = workdir
+    if max_output_tokens:
+        args["max_output_tokens"] = max_output_tokens
+    return ("exec_command", args)
 
 
 def run_agent(model, root: Path, *turns: tuple[str, dict], monkeypatch) -> None:
@@ -208,6 +216,33 @@ def test_each_read_of_an_sdk_run_lands_on_exactly_the_entries_it_printed(
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("no_tracing")
+def test_a_whole_file_whose_output_the_tool_cut_reads_only_the_entries_of_its_head_and_tail(
+    model, tmp_path, monkeypatch
+):
+    """An agent that asks the shell tool for at most a few tokens of output gets the
+    head and the tail of MEMORY.md around a marker: the entries of the middle stayed
+    unseen, and count as unread (forgetting may propose them)."""
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    run_agent(
+        model,
+        root,
+        exec_command("cat memories/MEMORY.md", max_output_tokens=20),
+        exec_command("cat memories/MEMORY.md"),
+        monkeypatch=monkeypatch,
+    )
+    import_workspace(root, "agents")
+    layout = Layout.objects.get(workspace__name="agents", memories_dir="memories")
+    (rollout,) = (root / "sessions").glob("*.jsonl")
+    segment = json.dumps(json.loads(rollout.read_text()), ensure_ascii=False)
+    assert "tokens truncated…" in segment  # the SDK's tool cut it
+    cut, whole = reads_of(layout)
+    assert (cut.how, titles(e.key for e in cut.entries.all())) == ("range", [DEPLOYS, ORDERS])
+    assert (whole.how, whole.entry_count) == ("whole", 5)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_tracing")
 def test_a_reimport_of_unchanged_files_adds_nothing_and_a_new_rollout_adds_its_reads(
     model, tmp_path, monkeypatch
 ):
@@ -296,6 +331,36 @@ def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
         DATABASES,
         ORDERS,
     ]
+
+
+def test_a_cut_output_maps_a_range_or_a_tail_to_the_lines_it_still_showed():
+    """The SDK's own cut (``formatted_truncate_text_with_token_count``, as its shell
+    tool applies ``max_output_tokens``) of what ``sed`` and ``tail`` printed."""
+    lines = MEMORY_MD.splitlines(keepends=True)
+
+    def hits(cmd: str, printed: list[str]) -> list[str]:
+        output, _ = formatted_truncate_text_with_token_count("".join(printed), 20)
+        assert "tokens truncated…" in output
+        (read,) = memory_reads.command_reads(cmd, "memories", output=output)
+        return titles(memory_reads.entry_hits(read, MEMORY_MD))
+
+    # Lines 6-9 (BILLING's) and 28-29 (ORDERS') printed; ROLLBACK and DATABASES unseen.
+    assert hits("sed -n 6,400p memories/MEMORY.md", lines[5:]) == [BILLING, ORDERS]
+    assert hits("tail -n 20 memories/MEMORY.md", lines[-20:]) == [BILLING, ORDERS]
+    # Not cut: every entry of the range, as before.
+    whole = memory_reads.command_reads("sed -n 6,400p memories/MEMORY.md", "memories", output="")
+    assert titles(memory_reads.entry_hits(whole[0], MEMORY_MD)) == [
+        BILLING,
+        ROLLBACK,
+        DATABASES,
+        ORDERS,
+    ]
+    # Two files in one cut output: which lines are whose cannot be told; both whole.
+    output, _ = formatted_truncate_text_with_token_count(MEMORY_MD + SUMMARY, 20)
+    both = memory_reads.command_reads(
+        "cat memories/MEMORY.md memories/memory_summary.md", "memories", output=output
+    )
+    assert [r.how for r in both] == ["whole", "whole"]
 
 
 # --- usage per entry, across versions ---------------------------------------------------
