@@ -2,8 +2,10 @@
 rollouts without a raw memory...), kept until the next import.
 
 Only the importer writes files, rollouts, raw memories and rollout summaries, and every
-import stamps the workspace's ``last_imported_at`` in the same transaction: a key that
-holds the stamp can never be stale, so nothing has to be invalidated. Django's default
+import that writes rows stamps the workspace's ``rows_written_at`` in the same
+transaction: a key that holds the stamp can never be stale, so nothing has to be
+invalidated. An import that found a directory listed as before writes no row and keeps
+the stamp (a scheduled sync of an unchanged tree keeps every figure). Django's default
 cache holds them: one per process unless settings configure a shared one (Redis in
 production). A workspace never imported (no stamp) is computed on every view.
 """
@@ -27,7 +29,7 @@ TIMEOUT = 24 * 3600
 
 
 def key(workspace: Workspace, name: str) -> str | None:
-    stamp = workspace.last_imported_at
+    stamp = workspace.rows_written_at
     if stamp is None:
         return None
     return f"memoryui:figures:{name}:{workspace.pk}:{stamp.timestamp():.6f}"

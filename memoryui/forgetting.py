@@ -84,7 +84,7 @@ def keep_ahead(workspace: Workspace) -> None:
     open the Usage page or a filter of the MEMORY.md page does not wait on it (seconds
     at 100,000 rollouts). Nothing is computed where the web's processes would not see
     it (``figures.seen_by_other_processes``)."""
-    if workspace.last_imported_at is None or not figures.seen_by_other_processes():
+    if workspace.rows_written_at is None or not figures.seen_by_other_processes():
         return
     for layout in workspace.layouts.all():
         layout.workspace = workspace  # the kept figures' key reads its import stamp

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from memoryui.models import (
     Pin,
     Proposal,
     Role,
+    Workspace,
 )
 from memoryui.usage import entry_usage, usage_of, usage_ranking
 from tests.factories import curate, make_user
@@ -749,6 +751,48 @@ def test_the_worker_computes_usage_ahead_so_the_first_view_after_an_import_waits
     assert first_view(usage_page) == (0, set())
     assert first_view(never_read)[0] == 0
     assert "Task Group: databases" in client.get(never_read).content.decode()
+
+
+def test_a_sync_that_finds_the_directory_as_it_was_keeps_the_figures_pages_keep(used_layout):
+    """A scheduled sync of an unchanged tree writes no row: the kept usage stays, and
+    the Usage page after it reads no reads; a sync that brings a change computes it
+    again."""
+    workspace = used_layout.workspace
+    root = Path(workspace.source_path)
+    past = time.time() - 3600
+    for path in root.rglob("*"):  # written well before the imports
+        os.utime(path, (past, past), follow_symlinks=False)
+    import_workspace(root, "agents")
+    client = viewer_client(used_layout)
+    url = reverse("memoryui:layout_usage", args=["agents", used_layout.pk])
+
+    def tables_read() -> set[str]:
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url).status_code == 200
+        return {t for q in queries for t in READ_TABLES if t in q["sql"]}
+
+    assert tables_read() == set(READ_TABLES)  # the first view computes
+    before = Workspace.objects.get(pk=workspace.pk)
+    again = import_workspace(root, "agents")
+    assert again.unchanged == again.files and not again.added + again.changed
+    after = Workspace.objects.get(pk=workspace.pk)
+    assert after.last_imported_at > before.last_imported_at  # the sync is recorded
+    assert tables_read() == set()
+
+    write_rollout(
+        root,
+        "r-new",
+        rollout_line(
+            "r-new",
+            "2026-11-05T10:00:00+00:00",
+            "completed",
+            ("sed -n 12,18p memories/MEMORY.md", ""),
+        ),
+    )
+    import_workspace(root, "agents")
+    assert tables_read() == set(READ_TABLES)
+    page = client.get(url).content.decode()
+    assert "2026-11-05" in page.split('id="reads-per-day"')[1]
 
 
 def test_nothing_is_computed_ahead_that_the_web_would_not_see(used_layout, settings):

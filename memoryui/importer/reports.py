@@ -126,8 +126,8 @@ def record_run(
         triggered_by=user if getattr(user, "pk", None) else None,
         scheduled=scheduled,
     )
-    reader.workspace.last_imported_at = run.finished_at
-    reader.workspace.save(update_fields=["last_imported_at"])
+    reader.workspace.last_imported_at = reader.workspace.rows_written_at = run.finished_at
+    reader.workspace.save(update_fields=["last_imported_at", "rows_written_at"])
     return ImportResult(
         workspace=reader.workspace,
         run=run,
@@ -157,6 +157,7 @@ def repeat_run(reader: TreeReader, previous: ImportRun, user: Any, scheduled: bo
         triggered_by=user if getattr(user, "pk", None) else None,
         scheduled=scheduled,
     )
+    # No row written: the figures kept since the last import that wrote some stay.
     reader.workspace.last_imported_at = run.finished_at
     reader.workspace.save(update_fields=["last_imported_at"])
     return ImportResult(

@@ -26,6 +26,11 @@ class Workspace(models.Model):
     source_path = models.CharField(max_length=1024)
     created_at = models.DateTimeField(auto_now_add=True)
     last_imported_at = models.DateTimeField(null=True, blank=True)
+    # When an import last wrote the workspace's rows (files, rollouts, reads, versions):
+    # the stamp the figures pages keep are keyed on (``memoryui.figures``). An import
+    # that found a directory listed as the previous one left it writes none, and keeps
+    # them (a scheduled sync of an unchanged tree).
+    rows_written_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Scheduled sync: Celery beat re-imports the workspace every this many minutes, so
     # what sandboxes write shows up without anyone running a command.
     sync_interval_minutes = models.PositiveIntegerField(
