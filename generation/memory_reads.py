@@ -51,6 +51,7 @@ KIND_LABELS = {
 
 WHOLE = "whole"  # the whole file printed
 RANGE = "range"  # some lines by number (sed, head, tail)
+CUT = "cut"  # a whole file or a range, as far as the head and tail of a cut output went
 SEARCH = "search"  # the lines a search printed
 LOAD_SKILL = "load_skill"
 
@@ -277,7 +278,7 @@ def _as_printed(read: Read, output: str) -> Read:
     if head + tail >= end - start + 1:
         return read  # nothing of it unseen
     lines = tuple((a, b) for a, b in ((start, start + head - 1), (end - tail + 1, end)) if a <= b)
-    return Read(read.kind, read.path, RANGE, lines)
+    return Read(read.kind, read.path, CUT, lines)
 
 
 def _mentions_memory(cmd: str, workdir: str, memories_dir: str) -> bool:
@@ -777,7 +778,7 @@ def entry_hits(read: Read, text: str) -> tuple[str, ...]:
     numbers: set[int] = set()
     if read.how in (WHOLE, LOAD_SKILL):
         return keys
-    if read.how == RANGE:
+    if read.how in (RANGE, CUT):
         for start, end in read.lines:
             if start < 0:
                 start, end = total + start + 1, total + end + 1

@@ -650,6 +650,7 @@ def _iso(when: datetime) -> str:
 HOW_LABELS = {
     memory_reads.WHOLE: "the whole file",
     memory_reads.RANGE: "some lines",
+    memory_reads.CUT: "the head and tail of a cut output",
     memory_reads.SEARCH: "searched",
     memory_reads.LOAD_SKILL: "load_skill",
 }

@@ -239,8 +239,14 @@ def test_a_whole_file_whose_output_the_tool_cut_reads_only_the_entries_of_its_he
     segment = json.dumps(json.loads(rollout.read_text()), ensure_ascii=False)
     assert "tokens truncated…" in segment  # the SDK's tool cut it
     cut, whole = reads_of(layout)
-    assert (cut.how, titles(e.key for e in cut.entries.all())) == ("range", [DEPLOYS, ORDERS])
+    assert (cut.how, titles(e.key for e in cut.entries.all())) == ("cut", [DEPLOYS, ORDERS])
     assert (whole.how, whole.entry_count) == ("whole", 5)
+    # The rollout page says why a cat read two entries of five.
+    page = viewer_client(layout).get(
+        reverse("memoryui:rollout_detail", args=["agents", layout.pk, rollout.stem])
+    )
+    text = page.content.decode()
+    assert "(the head and tail of a cut output): " in text and "(the whole file): " in text
 
 
 @pytest.mark.django_db

@@ -37,7 +37,7 @@ class MemoryRead(models.Model):
     item = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
     path = models.CharField(max_length=1024, help_text="relative to the memories dir")
-    how = models.CharField(max_length=16)  # whole, range, search, load_skill
+    how = models.CharField(max_length=16)  # whole, range, cut, search, load_skill
     command = models.TextField(blank=True)
     # The segment's updated_at: when the run that read it ended.
     read_at = models.DateTimeField(null=True, blank=True)
