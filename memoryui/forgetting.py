@@ -86,8 +86,8 @@ def keep_ahead(workspace: Workspace) -> None:
     it (``figures.seen_by_other_processes``)."""
     if workspace.rows_written_at is None or not figures.seen_by_other_processes():
         return
-    for layout in workspace.layouts.all():
-        layout.workspace = workspace  # the kept figures' key reads its import stamp
+    for layout in workspace.layouts.present():
+        layout.workspace = workspace  # the kept figures' key reads its rows' stamp
         version = curation.latest(layout, MD)
         if version is None or version.blob_id is None:
             continue
