@@ -20,7 +20,6 @@ from typing import Any, TypeVar, cast
 from django.conf import settings
 from django.core.cache import cache
 
-from .celery import app
 from .models import Workspace
 
 T = TypeVar("T")
@@ -69,6 +68,8 @@ def seen_by_other_processes() -> bool:
     web's): the cache is shared between processes, as Redis is in production, or tasks
     run in the web's own process. Django's per-process memory cache, the embedded
     default with a worker of its own, is not."""
+    from .celery import app  # noqa: PLC0415 (deferred: a web process starts without Celery)
+
     backend = str(settings.CACHES["default"]["BACKEND"])
     local = backend.endswith(("LocMemCache", "DummyCache"))
     return not local or bool(app.conf.task_always_eager)
