@@ -309,7 +309,7 @@ def reads_not_looked_for() -> Iterator[None]:
     from memoryui import usage
 
     real = usage.find_reads
-    usage.find_reads = lambda *args: ([], [])
+    usage.find_reads = lambda *args: ((), ())
     try:
         yield
     finally:

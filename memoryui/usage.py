@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import sys
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,32 +32,41 @@ from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, Rollo
 COMMAND_CHARS = 2000
 
 
-@dataclass
+# (updated_at, terminal state) of a run segment: when the run that read ended, and how.
+SegmentEnd = tuple[datetime | None, str]
+
+
+@dataclass(slots=True)
 class FoundReads:
-    """What an import found in one rollout file: its segments' (updated_at, terminal
-    state), 1-based, and the reads of its items."""
+    """What an import found in one rollout file: the reads of its items, and for each
+    the end of its segment (one tuple a segment, shared by its items). An import holds
+    these for every rollout until its versions are recorded (100,000 at 100,000
+    rollouts): kept small, no list of every segment."""
 
     file_id: int
     layout_id: int
-    segments: list[tuple[datetime | None, str]]
-    items: list[memory_reads.ItemReads]
+    items: tuple[memory_reads.ItemReads, ...]
+    ends: tuple[SegmentEnd, ...]
 
 
 def find_reads(
     rollout: tree.ParsedRollout,
     memories_dir: str,
     parse_datetime: Callable[[str], datetime | None],
-) -> tuple[list[tuple[datetime | None, str]], list[memory_reads.ItemReads]]:
-    """The reads of every segment of a parsed rollout (no database)."""
+) -> tuple[tuple[memory_reads.ItemReads, ...], tuple[SegmentEnd, ...]]:
+    """The reads of every segment of a parsed rollout (no database), and the end of
+    the segment of each."""
     items: list[memory_reads.ItemReads] = []
+    ends: list[SegmentEnd] = []
     for number, segment in enumerate(rollout.segments, 1):
-        items.extend(
+        found = list(
             memory_reads.segment_reads(segment.input, segment.generated_items, number, memories_dir)
         )
-    if not items:
-        return [], []
-    segments = [(parse_datetime(s.updated_at), s.terminal_state) for s in rollout.segments]
-    return segments, items
+        if found:
+            end = (parse_datetime(segment.updated_at), sys.intern(segment.terminal_state))
+            items += found
+            ends += [end] * len(found)
+    return tuple(items), tuple(ends)
 
 
 @dataclass
@@ -113,8 +123,7 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
         if rollout_id is None:
             continue
         adapted: dict[int, Any] = {}
-        for item in rollout_reads.items:
-            when, state = rollout_reads.segments[item.segment - 1]
+        for item, (when, state) in zip(rollout_reads.items, rollout_reads.ends, strict=True):
             at = adapted.get(item.segment)
             if at is None:
                 at = adapted[item.segment] = adapt(when)

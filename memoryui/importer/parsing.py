@@ -52,8 +52,8 @@ class ParsedRows:
     raw_memories: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     summaries: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     documents: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    # Rollouts that read memory: path -> (segments, reads) (``memoryui.usage``).
-    reads: dict[str, tuple[list[Any], list[Any]]] = field(default_factory=dict)
+    # Rollouts that read memory: path -> (reads, their segments' ends) (``memoryui.usage``).
+    reads: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = field(default_factory=dict)
 
     DOCUMENT_COLUMNS = ["layout_id", "rollout_id", "kind", "body"]
     ROLLOUT_COLUMNS = [
@@ -123,9 +123,9 @@ class ParsedRows:
                     tree.rollout_search_text(rollout),
                 )
                 if item.memories_dir is not None:
-                    segments, reads = usage.find_reads(rollout, item.memories_dir, _parse_datetime)
+                    reads, ends = usage.find_reads(rollout, item.memories_dir, _parse_datetime)
                     if reads:
-                        parsed.reads[item.path] = (segments, reads)
+                        parsed.reads[item.path] = (reads, ends)
             elif kind == FileKind.RAW_MEMORY and item.layout_id is not None:
                 text, bad = tree.decode_text(item.data)
                 notes.append(bad or "")

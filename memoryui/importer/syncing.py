@@ -322,9 +322,9 @@ class WorkspaceSync(TreeReader):
             parsed.write(chunk_new, chunk_changed)
             for item in chunk:
                 if item.path in parsed.reads and item.file_id is not None:
-                    segments, reads = parsed.reads[item.path]
+                    reads, ends = parsed.reads[item.path]
                     self.found_reads.append(
-                        usage.FoundReads(item.file_id, item.layout_id or 0, segments, reads)
+                        usage.FoundReads(item.file_id, item.layout_id or 0, reads, ends)
                     )
                 item.data = None
             give_back_freed_memory()
