@@ -25,7 +25,7 @@ import posixpath
 import re
 import shlex
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -757,38 +757,66 @@ def _item_reads(
 # --- entries ------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=16)
-def _entry_lines(text: str) -> tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]]:
-    """The first line (1-based) of each entry, their keys, and the file's lines."""
-    starts = []
-    keys = []
-    line = 1
-    for entry in review.entries(text):
-        starts.append(line)
-        keys.append(entry.key)
-        line += entry.text.count("\n")
-    return tuple(starts), tuple(keys), tuple(text.splitlines())
+@dataclass(frozen=True, slots=True)
+class EntryLines:
+    """A ``MEMORY.md`` text as reads are mapped to it: the first line (from 1) and the
+    key of each entry, the number of lines (as ``sed`` and ``grep`` count them), and the
+    numbers of the lines equal to each of the lines searches printed without numbers
+    (``printed``, found when it was made). It holds no list of the text's lines: an
+    import maps its reads to a 27 MB ``MEMORY.md`` at 100,000 rollouts."""
+
+    starts: tuple[int, ...]
+    keys: tuple[str, ...]
+    total: int
+    printed: dict[str, tuple[int, ...]]
 
 
-def entry_hits(read: Read, text: str) -> tuple[str, ...]:
-    """The keys of the entries of ``text`` (a MEMORY.md) that ``read`` printed a line
-    of, in document order."""
-    starts, keys, lines = _entry_lines(text)
+def entry_lines(text: str, printed: Iterable[str] = ()) -> EntryLines:
+    """``text``'s entries and lines, with the numbers of the lines equal to each of
+    ``printed`` (a trailing ``\\r`` aside), found in one pass over it."""
+    starts, keys = review.entry_starts(text)
+    total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    wanted = {p.rstrip("\r") for p in printed if p.strip()}
+    found: dict[str, list[int]] = {}
+    if wanted:
+        at = 0
+        for number in range(1, total + 1):
+            end = text.find("\n", at)
+            if end == -1:
+                end = len(text)
+            line = text[at:end].rstrip("\r")
+            if line in wanted:
+                found.setdefault(line, []).append(number)
+            at = end + 1
+    return EntryLines(starts, keys, total, {line: tuple(n) for line, n in found.items()})
+
+
+def entry_hits(read: Read, text: str | EntryLines) -> tuple[str, ...]:
+    """The keys of the entries of ``text`` (a MEMORY.md, or its ``entry_lines`` made
+    with the read's printed lines) that ``read`` printed a line of, in document order."""
+    lines = entry_lines(text, read.printed) if isinstance(text, str) else text
+    starts, keys, total = lines.starts, lines.keys, lines.total
     if not keys:
         return ()
-    total = len(lines)
-    numbers: set[int] = set()
     if read.how in (WHOLE, LOAD_SKILL):
         return keys
+    hit: set[int] = set()
     if read.how in (RANGE, CUT):
+        # The entries a range covers, found at its two ends (no set of its lines).
         for start, end in read.lines:
             if start < 0:
                 start, end = total + start + 1, total + end + 1
-            numbers.update(range(max(start, 1), min(end, total) + 1))
-    elif read.numbered:
-        numbers.update(n for n in read.numbered if 1 <= n <= total)
-    elif read.printed:
-        wanted = {p.rstrip("\r") for p in read.printed if p.strip()}
-        numbers.update(i + 1 for i, line in enumerate(lines) if line.rstrip("\r") in wanted)
-    hit = sorted({bisect.bisect_right(starts, n) - 1 for n in numbers})
-    return tuple(keys[i] for i in hit if i >= 0)
+            start, end = max(start, 1), min(end, total)
+            if start <= end:
+                first = max(bisect.bisect_right(starts, start) - 1, 0)
+                hit.update(range(first, bisect.bisect_right(starts, end)))
+    else:
+        numbers: set[int] = set()
+        if read.numbered:
+            numbers.update(n for n in read.numbered if 1 <= n <= total)
+        elif read.printed:
+            for p in read.printed:
+                if p.strip():
+                    numbers.update(lines.printed.get(p.rstrip("\r"), ()))
+        hit.update(bisect.bisect_right(starts, n) - 1 for n in numbers)
+    return tuple(keys[i] for i in sorted(hit) if i >= 0)

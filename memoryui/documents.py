@@ -40,6 +40,13 @@ def text(sha256: str) -> str:
     return review.interned(content(sha256).decode("utf-8", errors="replace"))
 
 
+def text_once(sha256: str) -> str:
+    """A document's text, read for one use and left out of this process's caches (an
+    import maps its reads to a large ``MEMORY.md`` once; ``text`` would keep it)."""
+    data = Blob.objects.values_list("data", flat=True).get(pk=sha256)
+    return str(data, "utf-8", "replace")  # bytes or a memoryview: decoded without a copy
+
+
 def same_text(text: str) -> str:
     """``text``, or the equal string seen before (``generation.review.interned``): the
     caches keyed by a document's text then find it by identity. A proposal read from

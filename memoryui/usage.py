@@ -9,7 +9,7 @@ import bisect
 import hashlib
 import sys
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -103,6 +103,11 @@ def _versions_of(layout_ids: Iterable[int]) -> dict[int, _Versions]:
     return found
 
 
+# Reads written a batch at a time: their rows (and their entries') are built for one
+# batch, not for every read of a large import at once.
+_READS_PER_BATCH = 5000
+
+
 def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] = ()) -> int:
     """Write the reads an import found; a rollout file read again (``replaced``)
     loses the reads recorded from its earlier text first. Returns the reads written."""
@@ -115,43 +120,76 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
         Rollout.objects.filter(file_id__in=[f.file_id for f in found]).values_list("file_id", "pk")
     )
     versions = _versions_of(f.layout_id for f in found)
+
+    def each_read() -> Iterator[tuple[FoundReads, int, memory_reads.ItemReads, SegmentEnd, Any]]:
+        for rollout_reads in found:
+            rollout_id = rollout_of.get(rollout_reads.file_id)
+            if rollout_id is None:
+                continue
+            for item, end in zip(rollout_reads.items, rollout_reads.ends, strict=True):
+                for read in item.reads:
+                    yield rollout_reads, rollout_id, item, end, read
+
+    # The version each read of MEMORY.md had (by its place among the reads), and those
+    # reads by the version's text, mapped to entries one text at a time: the text is
+    # read once and not kept, nor its parse (a 27 MB MEMORY.md at 100,000 rollouts;
+    # keeping them in the per-process caches took an import's peak to 785 MB).
+    version_of: dict[int, int] = {}
+    of_text: dict[str, list[tuple[int, memory_reads.Read]]] = {}
+    for index, (rollout_reads, _, _, (when, _), read) in enumerate(each_read()):
+        if read.kind == memory_reads.MEMORY_MD:
+            layout_versions = versions.get(rollout_reads.layout_id)
+            version = layout_versions.at(when) if layout_versions else None
+            if version is not None:
+                version_of[index] = version[0]
+                of_text.setdefault(version[1], []).append((index, read))
+    hits: dict[int, tuple[str, ...]] = {}
+    for blob, mapped in of_text.items():
+        lines = memory_reads.entry_lines(
+            documents.text_once(blob), (p for _, read in mapped for p in read.printed)
+        )
+        for index, read in mapped:
+            hits[index] = memory_reads.entry_hits(read, lines)
+        del lines
+    of_text.clear()
+
     adapt = connection.ops.adapt_datetimefield_value
-    reads: list[ReadRow] = []
-    hits: list[tuple[str, ...]] = []
-    for rollout_reads in found:
-        rollout_id = rollout_of.get(rollout_reads.file_id)
-        if rollout_id is None:
-            continue
-        adapted: dict[int, Any] = {}
-        for item, (when, state) in zip(rollout_reads.items, rollout_reads.ends, strict=True):
-            at = adapted.get(item.segment)
-            if at is None:
-                at = adapted[item.segment] = adapt(when)
-            for read in item.reads:
-                version = None
-                keys: tuple[str, ...] = ()
-                if read.kind == memory_reads.MEMORY_MD:
-                    layout_versions = versions.get(rollout_reads.layout_id)
-                    version = layout_versions.at(when) if layout_versions else None
-                    if version is not None:
-                        keys = memory_reads.entry_hits(read, documents.text(version[1]))
-                reads.append(
-                    ReadRow(
-                        layout_id=rollout_reads.layout_id,
-                        rollout_id=rollout_id,
-                        segment=item.segment,
-                        item=item.index,
-                        kind=read.kind,
-                        path=read.path[:1024],
-                        how=read.how,
-                        command=item.command[:COMMAND_CHARS],
-                        read_at=at,
-                        terminal_state=state[:32],
-                        version_id=version[0] if version else None,
-                        entry_count=len(keys),
-                    )
-                )
-                hits.append(keys)
+    adapted: dict[tuple[int, int], Any] = {}
+    batch: list[ReadRow] = []
+    written = 0
+    for index, (rollout_reads, rollout_id, item, (when, state), read) in enumerate(each_read()):
+        at = adapted.get((rollout_id, item.segment))
+        if at is None:
+            at = adapted[rollout_id, item.segment] = adapt(when)
+        batch.append(
+            ReadRow(
+                layout_id=rollout_reads.layout_id,
+                rollout_id=rollout_id,
+                segment=item.segment,
+                item=item.index,
+                kind=read.kind,
+                path=read.path[:1024],
+                how=read.how,
+                command=item.command[:COMMAND_CHARS],
+                read_at=at,
+                terminal_state=state[:32],
+                version_id=version_of.get(index),
+                entry_count=len(hits.get(index, ())),
+            )
+        )
+        if len(batch) == _READS_PER_BATCH:
+            _write_reads(batch, [hits.get(i, ()) for i in range(index - len(batch) + 1, index + 1)])
+            written += len(batch)
+            batch, adapted = [], {}
+    if batch:
+        first = written
+        _write_reads(batch, [hits.get(i, ()) for i in range(first, first + len(batch))])
+        written += len(batch)
+    return written
+
+
+def _write_reads(reads: list[ReadRow], hits: list[tuple[str, ...]]) -> None:
+    """Insert a batch of reads, then the entries each read of MEMORY.md printed."""
     ids = bulk.insert_with_ids(MemoryRead, list(ReadRow._fields), reads)
     bulk.insert_many(
         EntryRead,
@@ -172,7 +210,6 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
             for key in keys
         ],
     )
-    return len(reads)
 
 
 class ReadRow(NamedTuple):

@@ -49,6 +49,7 @@ from memoryui.usage import entry_usage, usage_of, usage_ranking
 from tests.factories import curate, make_user
 from tests.scripted_model import Reply
 from tests.test_remote_snapshots import no_tracing, sdk_model  # noqa: F401 (a fixture)
+from tests.test_scoped_duplicates import generated_memory_md
 
 LAYOUT = MemoryLayoutConfig(memories_dir="memories", sessions_dir="sessions")
 
@@ -369,6 +370,44 @@ def test_a_cut_output_maps_a_range_or_a_tail_to_the_lines_it_still_showed():
         "cat memories/MEMORY.md memories/memory_summary.md", "memories", output=output
     )
     assert [r.how for r in both] == ["whole", "whole"]
+
+
+def _starts_from_entries(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    starts, keys, line = [], [], 1
+    for entry in review.entries(text):
+        starts.append(line)
+        keys.append(entry.key)
+        line += entry.text.count("\n")
+    return tuple(starts), tuple(keys)
+
+
+def test_entries_found_a_group_at_a_time_are_the_entries_of_the_whole_parse(fixtures_dir, tmp_path):
+    """An import finds where each entry of a large MEMORY.md starts one task group at
+    a time (holding no parse of the whole text): the same lines and keys as the
+    entries, on every SDK-written MEMORY.md, a generated one with repeated titles, and
+    texts that are not made of task groups alone."""
+    texts = [path.read_text() for path in sorted(fixtures_dir.rglob("MEMORY.md"))]
+    texts.append(generated_memory_md(tmp_path))
+    texts.append(texts[-1] + texts[-1])  # every key taken twice: "#2"
+    texts += [MEMORY_MD, "A preamble.\n\n" + MEMORY_MD, "```\n" + MEMORY_MD]
+    texts.append(MEMORY_MD + "# Task Group: open\n\n```\n# Task Group: fenced\n")
+    for text in texts:
+        assert review.entry_starts(text) == _starts_from_entries(text)
+    assert len(texts) >= 10 and all(review.entry_starts(t)[1] for t in texts)
+
+
+def test_a_search_without_numbers_lands_on_each_entry_holding_a_line_it_printed():
+    """Lines matched by their text, a line printed twice in the file found at both."""
+    text = MEMORY_MD + "\n# Task Group: again\n\n## Task 1: Again\n\n- billing, runbook\n"
+    read = memory_reads.Read("memory_md", "MEMORY.md", "search", printed=("- billing, runbook",))
+    lines = memory_reads.entry_lines(text, read.printed)
+    assert lines.total == len(text.splitlines())
+    assert [
+        review.entries(text)[i].title
+        for i, k in enumerate(lines.keys)
+        if k in memory_reads.entry_hits(read, lines)
+    ] == [BILLING, "Task 1: Again"]
+    assert memory_reads.entry_hits(read, text) == memory_reads.entry_hits(read, lines)
 
 
 # --- usage per entry, across versions ---------------------------------------------------
@@ -892,6 +931,34 @@ def test_selection_by_usage_ranks_by_reads_then_last_use_and_leaves_out_the_unus
         "b",
         "a",
     ]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_reads_written_a_batch_at_a_time_are_the_reads_written_at_once(
+    used_layout, batch, monkeypatch
+):
+    """Each read keeps its own entries however the reads are split into batches."""
+
+    def rows(layout: Layout) -> list[tuple]:
+        return [
+            (
+                r.rollout.rollout_id,
+                r.segment,
+                r.item,
+                r.how,
+                r.entry_count,
+                r.version.number,
+                sorted(e.key for e in r.entries.all()),
+                r.read_at,
+                r.terminal_state,
+            )
+            for r in reads_of(layout)
+        ]
+
+    monkeypatch.setattr(usage, "_READS_PER_BATCH", batch)
+    import_workspace(Path(used_layout.workspace.source_path), "again")
+    again = Layout.objects.get(workspace__name="again", memories_dir="memories")
+    assert rows(again) == rows(used_layout) and len(rows(again)) == 3
 
 
 def test_reads_go_with_the_rollout_layout_or_workspace_an_admin_deletes(used_layout):

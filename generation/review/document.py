@@ -110,6 +110,38 @@ def grouped_entries(text: str) -> list[Entry] | None:
     return result
 
 
+def entry_starts(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The first line (from 1) and the key of each of ``entries(text)``, keeping
+    nothing: a text made of task groups alone (a large ``MEMORY.md``) is parsed one
+    group at a time, so no more than a group's parse is held at once (a 27 MB text's
+    whole parse is several times its size); any other text through ``entries``."""
+    # The groups' offsets, each sliced when parsed: no list of them all (a second copy).
+    bounds = [m.start() for m in _GROUP_START_RE.finditer(text)]
+    starts: list[int] = []
+    keys: list[str] = []
+    line = 1
+    if bounds and bounds[0] == 0:
+        unique = numbering()
+        for at, end in zip(bounds, [*bounds[1:], len(text)], strict=True):
+            parts = chunk_parts.__wrapped__(text[at:end])
+            if parts is None:
+                break
+            group: list[Entry] = []
+            add_group(group, parts, unique)
+            for entry in group:
+                starts.append(line)
+                keys.append(entry.key)
+                line += entry.text.count("\n")
+        else:
+            return tuple(starts), tuple(keys)
+        starts, keys, line = [], [], 1
+    for entry in entries(text):
+        starts.append(line)
+        keys.append(entry.key)
+        line += entry.text.count("\n")
+    return tuple(starts), tuple(keys)
+
+
 @lru_cache(maxsize=8192)
 def chunk_parts(chunk: str) -> GroupParts | None:
     root, open_fence = memory_md.parse_open(chunk)
