@@ -771,10 +771,12 @@ class EntryLines:
     printed: dict[str, tuple[int, ...]]
 
 
-def entry_lines(text: str, printed: Iterable[str] = ()) -> EntryLines:
+def entry_lines(text: str, printed: Iterable[str] = (), *, keep: bool = False) -> EntryLines:
     """``text``'s entries and lines, with the numbers of the lines equal to each of
-    ``printed`` (a trailing ``\\r`` aside), found in one pass over it."""
-    starts, keys = review.entry_starts(text)
+    ``printed`` (a trailing ``\\r`` aside), found in one pass over it. ``keep``: the
+    entries' places are kept in this process for the next import that reads the same
+    text (for a text small enough to keep: the caller decides)."""
+    starts, keys = _kept_starts(text) if keep else review.entry_starts(text)
     total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     wanted = {p.rstrip("\r") for p in printed if p.strip()}
     found: dict[str, list[int]] = {}
@@ -789,6 +791,11 @@ def entry_lines(text: str, printed: Iterable[str] = ()) -> EntryLines:
                 found.setdefault(line, []).append(number)
             at = end + 1
     return EntryLines(starts, keys, total, {line: tuple(n) for line, n in found.items()})
+
+
+@lru_cache(maxsize=4)
+def _kept_starts(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    return review.entry_starts(text)
 
 
 def entry_hits(read: Read, text: str | EntryLines) -> tuple[str, ...]:

@@ -26,7 +26,15 @@ from django.utils.dateparse import parse_datetime
 from generation import memory_md, memory_reads, phase_two, review, tree
 
 from . import bulk, charts, documents, figures
-from .models import EntryRead, Layout, MemoryRead, MemoryVersion, Rollout, RolloutSummary
+from .models import (
+    Blob,
+    EntryRead,
+    Layout,
+    MemoryRead,
+    MemoryVersion,
+    Rollout,
+    RolloutSummary,
+)
 
 # Kept per read: the command that read (what the rollout page shows beside it).
 COMMAND_CHARS = 2000
@@ -103,6 +111,10 @@ def _versions_of(layout_ids: Iterable[int]) -> dict[int, _Versions]:
     return found
 
 
+# A MEMORY.md up to this size is kept in this process while reads are mapped to it;
+# a larger one is read for the import alone (27 MB at 100,000 rollouts).
+KEPT_TEXT_BYTES = 4 << 20
+
 # Reads written a batch at a time: their rows (and their entries') are built for one
 # batch, not for every read of a large import at once.
 _READS_PER_BATCH = 5000
@@ -144,9 +156,15 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
                 version_of[index] = version[0]
                 of_text.setdefault(version[1], []).append((index, read))
     hits: dict[int, tuple[str, ...]] = {}
+    sizes = dict(Blob.objects.filter(pk__in=list(of_text)).values_list("sha256", "size"))
     for blob, mapped in of_text.items():
+        # A text small enough is kept, with its entries' places, for the next import
+        # of a workspace whose agents read it (the caches the pages use).
+        keep = sizes.get(blob, 0) <= KEPT_TEXT_BYTES
         lines = memory_reads.entry_lines(
-            documents.text_once(blob), (p for _, read in mapped for p in read.printed)
+            documents.text(blob) if keep else documents.text_once(blob),
+            (p for _, read in mapped for p in read.printed),
+            keep=keep,
         )
         for index, read in mapped:
             hits[index] = memory_reads.entry_hits(read, lines)

@@ -31,7 +31,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from generation import memory_reads, phase_two, review
-from memoryui import curation, forgetting, tasks, tokens, usage
+from memoryui import curation, documents, forgetting, tasks, tokens, usage
 from memoryui.importer import import_workspace
 from memoryui.models import (
     EntryRead,
@@ -933,11 +933,13 @@ def test_selection_by_usage_ranks_by_reads_then_last_use_and_leaves_out_the_unus
     ]
 
 
-@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize(("batch", "kept_bytes"), [(1, 0), (2, 4 << 20)])
 def test_reads_written_a_batch_at_a_time_are_the_reads_written_at_once(
-    used_layout, batch, monkeypatch
+    used_layout, batch, kept_bytes, monkeypatch
 ):
-    """Each read keeps its own entries however the reads are split into batches."""
+    """Each read keeps its own entries however the reads are split into batches, and
+    whether the MEMORY.md they read is small enough to keep in the process or is read
+    for the import alone (as a 27 MB one is)."""
 
     def rows(layout: Layout) -> list[tuple]:
         return [
@@ -956,9 +958,12 @@ def test_reads_written_a_batch_at_a_time_are_the_reads_written_at_once(
         ]
 
     monkeypatch.setattr(usage, "_READS_PER_BATCH", batch)
+    monkeypatch.setattr(usage, "KEPT_TEXT_BYTES", kept_bytes)
+    documents.text.cache_clear()
     import_workspace(Path(used_layout.workspace.source_path), "again")
     again = Layout.objects.get(workspace__name="again", memories_dir="memories")
     assert rows(again) == rows(used_layout) and len(rows(again)) == 3
+    assert documents.text.cache_info().currsize == (1 if kept_bytes else 0)
 
 
 def test_reads_go_with_the_rollout_layout_or_workspace_an_admin_deletes(used_layout):
