@@ -143,9 +143,9 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
                     yield rollout_reads, rollout_id, item, end, read
 
     # The version each read of MEMORY.md had (by its place among the reads), and those
-    # reads by the version's text, mapped to entries one text at a time: the text is
-    # read once and not kept, nor its parse (a 27 MB MEMORY.md at 100,000 rollouts;
-    # keeping them in the per-process caches took an import's peak to 785 MB).
+    # reads by the version's text, mapped to entries one text at a time. A large text
+    # is read for this alone and parsed a task group at a time (a 27 MB MEMORY.md at
+    # 100,000 rollouts: the per-process caches took an import's peak to 785 MB).
     version_of: dict[int, int] = {}
     of_text: dict[str, list[tuple[int, memory_reads.Read]]] = {}
     for index, (rollout_reads, _, _, (when, _), read) in enumerate(each_read()):
@@ -196,12 +196,12 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
             )
         )
         if len(batch) == _READS_PER_BATCH:
-            _write_reads(batch, [hits.get(i, ()) for i in range(index - len(batch) + 1, index + 1)])
+            # The batch's reads are the ``written`` .. ``index`` th.
+            _write_reads(batch, [hits.pop(i, ()) for i in range(written, index + 1)])
             written += len(batch)
             batch, adapted = [], {}
     if batch:
-        first = written
-        _write_reads(batch, [hits.get(i, ()) for i in range(first, first + len(batch))])
+        _write_reads(batch, [hits.pop(i, ()) for i in range(written, written + len(batch))])
         written += len(batch)
     return written
 
