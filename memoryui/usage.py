@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from generation import memory_md, memory_reads, phase_two, review, tree
+from generation import memory_entries, memory_md, memory_reads, phase_two, review, tree
 
 from . import bulk, charts, documents, figures
 from .models import (
@@ -161,13 +161,13 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
         # A text small enough is kept, with its entries' places, for the next import
         # of a workspace whose agents read it (the caches the pages use).
         keep = sizes.get(blob, 0) <= KEPT_TEXT_BYTES
-        lines = memory_reads.entry_lines(
+        lines = memory_entries.entry_lines(
             documents.text(blob) if keep else documents.text_once(blob),
             (p for _, read in mapped for p in read.printed),
             keep=keep,
         )
         for index, read in mapped:
-            hits[index] = memory_reads.entry_hits(read, lines)
+            hits[index] = memory_entries.entry_hits(read, lines)
         del lines
     of_text.clear()
 

@@ -30,7 +30,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from generation import memory_reads, phase_two, review
+from generation import memory_entries, memory_reads, phase_two, review
 from memoryui import curation, documents, forgetting, tasks, tokens, usage
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -331,9 +331,9 @@ def test_the_same_search_run_again_reads_the_lines_its_own_output_printed():
 
 def test_a_tail_range_and_a_whole_file_map_to_the_entries_they_cover():
     tail = memory_reads.Read("memory_md", "MEMORY.md", "range", ((-2, -1),))
-    assert titles(memory_reads.entry_hits(tail, MEMORY_MD)) == [ORDERS]
+    assert titles(memory_entries.entry_hits(tail, MEMORY_MD)) == [ORDERS]
     whole = memory_reads.Read("memory_md", "MEMORY.md", "whole")
-    assert titles(memory_reads.entry_hits(whole, MEMORY_MD)) == [
+    assert titles(memory_entries.entry_hits(whole, MEMORY_MD)) == [
         DEPLOYS,
         BILLING,
         ROLLBACK,
@@ -351,14 +351,14 @@ def test_a_cut_output_maps_a_range_or_a_tail_to_the_lines_it_still_showed():
         output, _ = formatted_truncate_text_with_token_count("".join(printed), 20)
         assert "tokens truncated…" in output
         (read,) = memory_reads.command_reads(cmd, "memories", output=output)
-        return titles(memory_reads.entry_hits(read, MEMORY_MD))
+        return titles(memory_entries.entry_hits(read, MEMORY_MD))
 
     # Lines 6-9 (BILLING's) and 28-29 (ORDERS') printed; ROLLBACK and DATABASES unseen.
     assert hits("sed -n 6,400p memories/MEMORY.md", lines[5:]) == [BILLING, ORDERS]
     assert hits("tail -n 20 memories/MEMORY.md", lines[-20:]) == [BILLING, ORDERS]
     # Not cut: every entry of the range, as before.
     whole = memory_reads.command_reads("sed -n 6,400p memories/MEMORY.md", "memories", output="")
-    assert titles(memory_reads.entry_hits(whole[0], MEMORY_MD)) == [
+    assert titles(memory_entries.entry_hits(whole[0], MEMORY_MD)) == [
         BILLING,
         ROLLBACK,
         DATABASES,
@@ -400,14 +400,14 @@ def test_a_search_without_numbers_lands_on_each_entry_holding_a_line_it_printed(
     """Lines matched by their text, a line printed twice in the file found at both."""
     text = MEMORY_MD + "\n# Task Group: again\n\n## Task 1: Again\n\n- billing, runbook\n"
     read = memory_reads.Read("memory_md", "MEMORY.md", "search", printed=("- billing, runbook",))
-    lines = memory_reads.entry_lines(text, read.printed)
+    lines = memory_entries.entry_lines(text, read.printed)
     assert lines.total == len(text.splitlines())
     assert [
         review.entries(text)[i].title
         for i, k in enumerate(lines.keys)
-        if k in memory_reads.entry_hits(read, lines)
+        if k in memory_entries.entry_hits(read, lines)
     ] == [BILLING, "Task 1: Again"]
-    assert memory_reads.entry_hits(read, text) == memory_reads.entry_hits(read, lines)
+    assert memory_entries.entry_hits(read, text) == memory_entries.entry_hits(read, lines)
 
 
 # --- usage per entry, across versions ---------------------------------------------------
