@@ -8,7 +8,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from . import review
 from .memory_reads import CUT, LOAD_SKILL, RANGE, WHOLE, Read
@@ -31,9 +30,9 @@ class EntryLines:
 def entry_lines(text: str, printed: Iterable[str] = (), *, keep: bool = False) -> EntryLines:
     """``text``'s entries and lines, with the numbers of the lines equal to each of
     ``printed`` (a trailing ``\\r`` aside), found in one pass over it. ``keep``: the
-    entries' places are kept in this process for the next import that reads the same
-    text (for a text small enough to keep: the caller decides)."""
-    starts, keys = _kept_starts(text) if keep else review.entry_starts(text)
+    entries come from the parse this process keeps (``review.entries``, which the pages
+    use too), for a text small enough to keep: the caller decides."""
+    starts, keys = review.entry_starts(text, kept=keep)
     total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     wanted = {p.rstrip("\r") for p in printed if p.strip()}
     found: dict[str, list[int]] = {}
@@ -48,11 +47,6 @@ def entry_lines(text: str, printed: Iterable[str] = (), *, keep: bool = False) -
                 found.setdefault(line, []).append(number)
             at = end + 1
     return EntryLines(starts, keys, total, {line: tuple(n) for line, n in found.items()})
-
-
-@lru_cache(maxsize=4)
-def _kept_starts(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    return review.entry_starts(text)
 
 
 def entry_hits(read: Read, text: str | EntryLines) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ reviewer decides on, their keys and titles, task numbers, and joining entries ba
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -110,32 +110,45 @@ def grouped_entries(text: str) -> list[Entry] | None:
     return result
 
 
-def entry_starts(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """The first line (from 1) and the key of each of ``entries(text)``, keeping
-    nothing: a text made of task groups alone (a large ``MEMORY.md``) is parsed one
+def entry_starts(text: str, *, kept: bool = False) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The first line (from 1) and the key of each of ``entries(text)``. ``kept``: from
+    ``entries``, whose parse this process keeps (for a text small enough). Else nothing
+    is kept: a text made of task groups alone (a large ``MEMORY.md``) is parsed one
     group at a time, so no more than a group's parse is held at once (a 27 MB text's
     whole parse is several times its size); any other text through ``entries``."""
-    # The groups' offsets, each sliced when parsed: no list of them all (a second copy).
+    if not kept:
+        try:
+            return _starts(_group_by_group(text))
+        except _NotGroups:
+            pass
+    return _starts(entries(text))
+
+
+class _NotGroups(Exception):
+    """A text not made of task groups alone, found while going through it."""
+
+
+def _group_by_group(text: str) -> Iterator[Entry]:
+    """``entries(text)`` for a text made of task groups alone, one group parsed at a
+    time (each sliced when parsed: no list of them all, a second copy of the text)."""
     bounds = [m.start() for m in _GROUP_START_RE.finditer(text)]
+    if not bounds or bounds[0] != 0:
+        raise _NotGroups
+    unique = numbering()
+    for at, end in zip(bounds, [*bounds[1:], len(text)], strict=True):
+        parts = chunk_parts.__wrapped__(text[at:end])
+        if parts is None:
+            raise _NotGroups
+        group: list[Entry] = []
+        add_group(group, parts, unique)
+        yield from group
+
+
+def _starts(found: Iterable[Entry]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     starts: list[int] = []
     keys: list[str] = []
     line = 1
-    if bounds and bounds[0] == 0:
-        unique = numbering()
-        for at, end in zip(bounds, [*bounds[1:], len(text)], strict=True):
-            parts = chunk_parts.__wrapped__(text[at:end])
-            if parts is None:
-                break
-            group: list[Entry] = []
-            add_group(group, parts, unique)
-            for entry in group:
-                starts.append(line)
-                keys.append(entry.key)
-                line += entry.text.count("\n")
-        else:
-            return tuple(starts), tuple(keys)
-        starts, keys, line = [], [], 1
-    for entry in entries(text):
+    for entry in found:
         starts.append(line)
         keys.append(entry.key)
         line += entry.text.count("\n")
