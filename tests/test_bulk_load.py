@@ -5,6 +5,7 @@ file must write rows for that file, not for the whole workspace it is merged int
 
 import io
 import json
+import os
 import shutil
 import tarfile
 from datetime import UTC, datetime
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents.sandbox.util.tar_utils import safe_extract_tarfile
 from django.db import connection, models
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memoryui import bulk
@@ -191,7 +194,13 @@ def rows_written() -> int:
         return int(cursor.fetchone()[0])
 
 
-def archive_of(root: Path, target: Path, changed: dict[str, bytes]) -> Path:
+def archive_of(
+    root: Path,
+    target: Path,
+    changed: dict[str, bytes],
+    mtime: int = 1_790_000_000,
+    mode: int = 0o644,
+) -> Path:
     """``root`` as one ``.tar`` at ``target``, the way a sandbox persists its workspace,
     with the files of ``changed`` replaced by new bytes."""
     with tarfile.open(target, "w") as tar:
@@ -199,7 +208,7 @@ def archive_of(root: Path, target: Path, changed: dict[str, bytes]) -> Path:
             name = path.relative_to(root).as_posix()
             data = changed.get(name, path.read_bytes())
             info = tarfile.TarInfo(f"./{name}")
-            info.size, info.mode, info.mtime = len(data), 0o644, 1_790_000_000
+            info.size, info.mode, info.mtime = len(data), mode, mtime
             tar.addfile(info, io.BytesIO(data))
     return target
 
@@ -230,6 +239,95 @@ def test_a_one_file_persist_writes_rows_for_that_file_not_for_the_workspace(
     assert whole > 2000  # the first persist wrote the workspace
     print(f"rows written: first persist {whole}, one-file persist {one_file}")
     assert one_file <= 15, f"a one-file persist wrote {one_file} rows ({whole} for the first)"
+
+
+def test_a_sandbox_restored_by_the_sdk_and_persisted_unchanged_rewrites_no_file_row(
+    db, fixtures_dir, tmp_path
+):
+    """The SDK's restore writes every file anew, with its mode but not its time, so a
+    sandbox's next persist brings every file with a new mtime. Its merge leaves the
+    rows of unchanged files as they were: rows in proportion to what changed (here one
+    file made executable, whose new mode is taken), not a rewrite of the file list."""
+    root = fixtures_dir / "medium-300" / "workspace"
+    first = archive_of(root, tmp_path / "first.tar", {})
+    before = rows_written()
+    import_workspace(first, "big", merge="sandbox-1")
+    whole = rows_written() - before
+    restored = tmp_path / "sandbox"
+    with tarfile.open(first) as tar:
+        safe_extract_tarfile(tar, root=restored, allow_external_symlink_targets=False)
+    files = sorted(p for p in restored.rglob("*") if p.is_file())
+    assert min(p.stat().st_mtime for p in files) > 1_790_000_000  # every time is new
+    script = files[0]
+    script.chmod(0o755)
+    second = tmp_path / "second.tar"
+    with tarfile.open(second, "w") as tar:
+        for path in files:
+            tar.add(path, arcname=path.relative_to(restored).as_posix())
+
+    before = rows_written()
+    result = import_workspace(second, "big", merge="sandbox-1")
+    persist = rows_written() - before
+
+    assert result.run.changed == 0  # the same bytes: nothing to review or parse again
+    rows = WorkspaceFile.objects.filter(workspace__name="big").exclude(blob=None)
+    made_executable = script.relative_to(restored).as_posix()
+    assert rows.get(path=made_executable).mode == 0o755
+    assert set(rows.exclude(path=made_executable).values_list("mode", "mtime_ns")) == {
+        (0o644, 1_790_000_000 * 10**9)
+    }
+    print(f"rows written: first persist {whole}, the restored sandbox's persist {persist}")
+    assert whole > 2000
+    assert persist <= 10, f"the persist wrote {persist} rows ({whole} for the first)"
+
+
+def test_a_sync_of_a_folder_whose_files_were_all_touched_records_their_times_at_once(
+    db, fixtures_dir, tmp_path
+):
+    """A directory's files all touched, their bytes the same: a sync reads them again
+    (their times no longer vouch for them), finds nothing changed, and records their
+    new times (what lets the next sync trust them unread). On PostgreSQL in one
+    statement for the lot, not one per file."""
+    root = copy_workspace(fixtures_dir, "medium-300", tmp_path / "ws")
+    import_workspace(root, "big")
+    files = [p for p in root.rglob("*") if p.is_file()]
+    for path in files:
+        os.utime(path, ns=(1_800_000_000 * 10**9, 1_800_000_000 * 10**9))
+    with CaptureQueriesContext(connection) as queries:
+        result = import_workspace(root, "big")
+
+    assert result.run.changed == 0
+    rows = WorkspaceFile.objects.filter(workspace__name="big").exclude(blob=None)
+    assert rows.count() == len(files) > 900
+    assert set(rows.values_list("mtime_ns", flat=True)) == {1_800_000_000 * 10**9}
+    table = connection.ops.quote_name(WorkspaceFile._meta.db_table)
+    updates = [q for q in queries if q["sql"].startswith(f"UPDATE {table}")]
+    if connection.vendor == "postgresql":
+        assert len(updates) == 1, [q["sql"][:120] for q in updates]
+
+
+def test_many_rows_updated_at_once_take_their_own_values_nulls_and_times_included(db):
+    """``bulk.update_many``, as imports use it: each row takes its own values, a NULL
+    and a time included, and rows not named are left alone."""
+    workspace = Workspace.objects.create(name="w")
+    files = [
+        WorkspaceFile.objects.create(
+            workspace=workspace, path=f"f{n}", kind="workspace_file", missing_since=FROZEN
+        )
+        for n in range(5)
+    ]
+    later = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+    bulk.update_many(
+        WorkspaceFile,
+        ["missing_since", "problem", "mtime_ns"],
+        [(None, "", 7, files[0].pk), (later, "unreadable", 2**40, files[1].pk)],
+    )
+    bulk.update_many(WorkspaceFile, "missing_since", [(None, files[2].pk), (None, files[3].pk)])
+
+    rows = dict(WorkspaceFile.objects.values_list("path", "missing_since"))
+    assert rows == {"f0": None, "f1": later, "f2": None, "f3": None, "f4": FROZEN}
+    assert WorkspaceFile.objects.get(path="f1").problem == "unreadable"
+    assert WorkspaceFile.objects.get(path="f1").mtime_ns == 2**40
 
 
 def reads_of(name: str) -> list[tuple[Any, ...]]:

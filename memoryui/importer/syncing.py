@@ -178,7 +178,7 @@ class WorkspaceSync(TreeReader):
                 if old.layout_id is not None:
                     item.memories_dir = dirs_by_id[old.layout_id]
                     counts[item.memories_dir].count(old.kind)
-                if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
+                if self._stat_moved(item, old):
                     stat_only.append(item)
                 continue
             kind = self._place(path, item, dirs, layouts, counts)
@@ -192,7 +192,7 @@ class WorkspaceSync(TreeReader):
                 assert old is not None
                 unchanged += 1
                 item.file_id = old.file_id
-                if (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns):
+                if self._stat_moved(item, old):
                     stat_only.append(item)
                 continue
             if item.trusted and not self.read_item(item):
@@ -232,6 +232,15 @@ class WorkspaceSync(TreeReader):
         analyze_after(len(new) + len(changed))
         self._step(5)
         return counts, dirs, new, changed, unchanged, missing, new_versions
+
+    def _stat_moved(self, item: Item, old: StoredFile) -> bool:
+        """Whether an unchanged file's row takes the stat it came with. A merge takes
+        a new mode only: the SDK's restore writes every file anew with its mode but not
+        its time, so each sandbox's persist brings every file with a new mtime, and
+        recording those rewrote every row of the workspace per persist."""
+        if self.merge:
+            return old.mode != item.mode
+        return (old.mode, old.mtime_ns) != (item.mode, item.mtime_ns)
 
     @staticmethod
     def _as_stored(item: Item, old: StoredFile) -> bool:
