@@ -46,7 +46,12 @@ import generate_tree  # noqa: E402
 WORKSPACE = "merge-bench"
 
 
-def write_tar(root: Path, target: Path, changed: dict[str, bytes]) -> None:
+# The files' time in the persists; --fresh-times gives each persist its own, as the
+# SDK's restore leaves them (it writes every file anew, keeping modes but not times).
+MTIME = 1_790_000_000
+
+
+def write_tar(root: Path, target: Path, changed: dict[str, bytes], mtime: int = MTIME) -> None:
     """``root`` as a sandbox persists it (every file, sorted), with ``changed``: files
     of its own, in place of the tree's or added to it."""
     files = {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
@@ -56,7 +61,7 @@ def write_tar(root: Path, target: Path, changed: dict[str, bytes]) -> None:
             if data is None:
                 data = files[name].read_bytes()
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 1_790_000_000
+            info.size, info.mode, info.mtime = len(data), 0o644, mtime
             tar.addfile(info, io.BytesIO(data))
 
 
@@ -135,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         "persist lacks the round's raw memories and summaries (its restore did not have "
         "them yet), which the older one's merge adds",
     )
+    parser.add_argument(
+        "--fresh-times",
+        action="store_true",
+        help="every persist brings every file with a new mtime, as after the SDK's restore",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument(
         "--sandboxes",
@@ -180,16 +190,16 @@ def main(argv: list[str] | None = None) -> int:
                         changed.update(phase_one_files(name))
                 else:
                     changed[name] = files[name] = data + data.splitlines(keepends=True)[-1]
+            mtime = MTIME + 60 * (round_ + 1) if args.fresh_times else MTIME
             archive = workdir / f"persist-{round_}.tar"
-            write_tar(root, archive, {**served, **files})
+            write_tar(root, archive, {**served, **files}, mtime)
             baselines.append(read_once(archive, changed))
             if args.fill:  # the sandbox's next persist, merged first
                 later = workdir / f"persist-{round_}-later.tar"
                 grown = {n: d + d.splitlines(keepends=True)[-1] for n, d in files.items()}
                 fresh = {p for name in picked for p in phase_one_files(name)} if args.new else set()
-                write_tar(
-                    root, later, {**{p: d for p, d in served.items() if p not in fresh}, **grown}
-                )
+                later_files = {p: d for p, d in served.items() if p not in fresh}
+                write_tar(root, later, {**later_files, **grown}, mtime + 30)
                 merge(later, sandbox)
                 later.unlink()
             if args.profile and round_ == args.rounds - 1:
