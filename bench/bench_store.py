@@ -275,10 +275,12 @@ class Results:
     jobs: dict[int, int] = field(default_factory=dict)  # import job -> files changed
     errors: list[str] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
-    # With --faults: requests whose connection a killed web worker cut (no answer came;
-    # the sandbox tries again), counted apart from errors.
+    # With --faults: requests whose connection a killed web worker cut (no answer came,
+    # or a download's body stopped short as it was killed; the sandbox tries again),
+    # counted apart from errors.
     cut: list[str] = field(default_factory=list)
     faults: bool = False
+    web_worker_killed_at: float | None = None  # time.monotonic()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, message: str) -> None:
@@ -286,7 +288,15 @@ class Results:
             (self.mismatches if kind == "mismatch" else self.errors).append(message)
 
     def failed(self, what: str, exc: Exception) -> None:
-        if self.faults and getattr(exc, "status", "") is None:  # no answer at all
+        no_answer = getattr(exc, "status", "") is None
+        killed = self.web_worker_killed_at
+        # A download whose body the client found cut, within seconds of the kill.
+        body_cut = (
+            killed is not None
+            and time.monotonic() - killed < 5
+            and ("was cut short" in str(exc) or "download broke" in str(exc))
+        )
+        if self.faults and (no_answer or body_cut):
             with self.lock:
                 self.cut.append(f"{what}: {exc}")
         else:
@@ -554,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
                 (2 / 3, deployment.restart_redis),
             ):
                 time.sleep(max(0.0, loop_started + share * args.seconds - time.monotonic()))
+                if fault == deployment.kill_web_worker:
+                    results.web_worker_killed_at = time.monotonic()
                 fault()
         for thread in threads:
             thread.join()

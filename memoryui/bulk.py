@@ -170,8 +170,9 @@ def _update_unnested(
     types = _column_types(model, (*cols, key))
     names = [f"c{i}" for i in range(len(cols))]
     arrays = ", ".join(f"%s::{kind}[]" for kind in types)
+    assigned = ", ".join(f"{qn(column)} = v.c{i}" for i, column in enumerate(cols))
     sql = (
-        f"UPDATE {table} SET {', '.join(f'{qn(c)} = v.{n}' for c, n in zip(cols, names))} "
+        f"UPDATE {table} SET {assigned} "
         f"FROM unnest({arrays}) AS v({', '.join(names)}, k) WHERE {table}.{qn(key)} = v.k"
     )
     with connection.cursor() as cursor:

@@ -469,6 +469,10 @@ if not 0 < 2 * MEMORYUI_LEASE_RENEW_SECONDS <= MEMORYUI_JOB_LEASE_SECONDS:
         "MEMORYUI_JOB_LEASE_SECONDS."
     )
 MEMORYUI_RETRY_BASE_SECONDS = env_float("MEMORYUI_RETRY_BASE_SECONDS", 2)
+# A sandbox's merge shows its progress on its job's page once it has run this long (most
+# take a tenth of a second under the workspace's lock; each progress write is a request
+# to object storage).
+MEMORYUI_MERGE_PROGRESS_AFTER_SECONDS = env_float("MEMORYUI_MERGE_PROGRESS_AFTER_SECONDS", 1)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Unacknowledged tasks of a worker that died go back to the queue after this long.
     # Kombu looks for them every interval x throttle seconds.

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -148,19 +148,31 @@ class _ProgressFile:
 
     name: str
     every: float = 0.5
+    # Nothing is written in the job's first ``quiet`` seconds: a sandbox's merge takes
+    # a tenth of a second, under its workspace's lock, and each write (and the delete
+    # at the end) is a request to object storage.
+    quiet: float = 0.0
     last: float = 0.0
     stage: str = ""
+    started: float = field(default_factory=time.monotonic)
+    written: bool = False
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
+        if now - self.started < self.quiet:
+            return
         if stage == self.stage and now - self.last < self.every:
             return
         self.stage, self.last = stage, now
         data = json.dumps({"stage": stage, "files": done}).encode()
         object_storage.write_small(object_storage.UPLOADS, self.name, data)
+        self.written = True
 
-    def remove(self) -> None:
-        object_storage.delete_small(object_storage.UPLOADS, self.name)
+    def remove(self, attempts: int = 1) -> None:
+        """Delete the file, unless this quiet job wrote none and no earlier attempt
+        (a worker that died on it) may have."""
+        if self.written or attempts > 1 or not self.quiet:
+            object_storage.delete_small(object_storage.UPLOADS, self.name)
 
 
 # An import whose worker died this many times (the out-of-memory killer, say) is not
@@ -216,7 +228,9 @@ def run_import_job(job_id: int) -> ImportJob | None:
             "importing it (out of memory?); the workers' logs have the details.",
             mine,
         )
-    progress = _ProgressFile(progress_name(job.pk))
+    sandbox = job.kind == ImportJob.Kind.SANDBOX
+    quiet = settings.MEMORYUI_MERGE_PROGRESS_AFTER_SECONDS if sandbox else 0.0
+    progress = _ProgressFile(progress_name(job.pk), quiet=quiet)
     try:
         with pipeline.renewing(mine, "lease_until", lease), transaction.atomic():
             folder = object_storage.job_folder(job.pk)
@@ -250,7 +264,7 @@ def run_import_job(job_id: int) -> ImportJob | None:
         _fail(job, "The import failed unexpectedly; the worker's log has the details.", mine)
         raise
     finally:
-        progress.remove()
+        progress.remove(job.attempts)
     job.refresh_from_db()
     return job
 

@@ -70,6 +70,8 @@ def environment(s3_url: str, broker: str, var: Path) -> dict[str, str]:
         "MEMORYUI_JOB_LEASE_SECONDS": "3",
         "MEMORYUI_LEASE_RENEW_SECONDS": "1",
         "MEMORYUI_RECOVERY_SECONDS": "1",
+        # A merge's progress at once: mid_import watches it to kill a worker mid-merge.
+        "MEMORYUI_MERGE_PROGRESS_AFTER_SECONDS": "0",
         "OPENAI_API_KEY": "",
         "DJANGO_ALLOW_ASYNC_UNSAFE": "",
     }

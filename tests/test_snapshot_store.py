@@ -22,10 +22,12 @@ from generation.tree import directory as tree_directory
 from memoryui import (
     curation,
     lint_allowances,
+    object_storage,
     served_memory,
     snapshot_store,
     tasks,
     tokens,
+    workspaces,
     writeback,
 )
 from memoryui.models import (
@@ -413,6 +415,47 @@ def test_an_upload_answers_once_stored_and_its_import_shows_on_the_workspace_pag
     assert Rollout.objects.filter(rollout_id="rx").exists()
     snapshot = UploadedSnapshot.objects.get(snapshot_id="x")
     assert snapshot.import_run is not None and snapshot.import_job.status == ImportJob.Status.DONE
+
+
+def test_a_quick_merge_writes_no_progress_and_a_long_one_shows_it(
+    store, ops, django_capture_on_commit_callbacks, monkeypatch
+):
+    """A sandbox's merge, done in a fraction of a second under its workspace's lock,
+    makes no request to object storage for its progress; one still running after a
+    second shows it on its job's page as any import does."""
+    user, secret = ops
+    with django_capture_on_commit_callbacks(execute=False):
+        body = (
+            Client()
+            .put(
+                "/api/workspaces/w/snapshots/x",
+                sandbox("rx", {}),
+                content_type="application/x-tar",
+                HTTP_AUTHORIZATION=f"Bearer {secret}",
+            )
+            .json()
+        )
+    calls: list[str] = []
+    for name in ("write_small", "delete_small"):
+        real = getattr(object_storage, name)
+        monkeypatch.setattr(
+            object_storage,
+            name,
+            lambda *a, _real=real, _name=name: (calls.append(_name), _real(*a))[1],
+        )
+
+    run_import_job(body["import_job"])
+
+    assert Rollout.objects.filter(rollout_id="rx").exists()
+    assert calls == []
+    long = workspaces._ProgressFile(workspaces.progress_name(body["import_job"]), quiet=1.0)
+    long("read", 10, 0)
+    assert workspaces.read_progress(body["import_job"]) == {}
+    long.started -= 1.5  # the merge has run for a second and a half
+    long("read", 1500, 0)
+    assert workspaces.read_progress(body["import_job"]) == {"stage": "read", "files": 1500}
+    long.remove()
+    assert workspaces.read_progress(body["import_job"]) == {}
 
 
 @pytest.mark.django_db
