@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ from memoryui.models import (
     Role,
     UploadedSnapshot,
     Workspace,
+    WorkspaceFile,
 )
 from memoryui.snapshots import EXPORT_DOWNLOAD_ACTION
 from memoryui.workspaces import run_import_job
@@ -640,6 +642,36 @@ def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated
         assert kept == []
         keys = [k.split("/") for k in objects(stored_in) if k.startswith("snapshots/")]
         assert sorted(parts[-2] for parts in keys) == sorted({x_id, y_id})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resumed_sandboxs_persist_leaves_the_rows_of_the_files_it_did_not_change(
+    live_server, model, store, tmp_path, no_tracing, eager
+):
+    """The SDK's restore writes every file anew, with a new time: the resumed sandbox's
+    persist brings every file so. Its merge takes the files its run changed or wrote;
+    the rows of the others stay as the first persist left them."""
+    staff = make_user("ops", staff=True)
+    secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
+    remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
+    first = [("Write the deploy notes.", "mkdir -p notes && printf 'x\\n' > notes/x.md")]
+    x_id = run(fresh_session(remote, tmp_path / "one", model, first))
+    files = WorkspaceFile.objects.filter(workspace__name="sandbox", blob__isnull=False)
+    before = {f.path: (f.pk, f.blob_id, f.mtime_ns) for f in files}
+    time.sleep(1.1)  # a tar keeps whole seconds: the restore's files get another one
+
+    second = [("And the rollback notes.", "printf 'r\\n' > notes/rollback.md")]
+    run(resumed_session(remote, x_id, tmp_path / "two", model, second))
+
+    restored = tmp_path / "two" / "notes" / "x.md"
+    assert restored.stat().st_mtime_ns != (tmp_path / "one" / "notes" / "x.md").stat().st_mtime_ns
+    after = {f.path: (f.pk, f.blob_id, f.mtime_ns) for f in files.all()}
+    assert after["notes/x.md"] == before["notes/x.md"]
+    assert "notes/rollback.md" in after and "notes/rollback.md" not in before
+    unchanged = [p for p, (_, blob, _) in before.items() if after[p][1] == blob]
+    assert len(unchanged) >= 3
+    assert {p: after[p] for p in unchanged} == {p: before[p] for p in unchanged}
+    assert any(after[p][1] != blob for p, (_, blob, _) in before.items())  # the run's own
 
 
 @pytest.mark.django_db(transaction=True)
