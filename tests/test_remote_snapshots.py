@@ -4,6 +4,7 @@ refused, and the client importable without Django."""
 
 import asyncio
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -648,9 +649,10 @@ def test_two_sandboxes_on_one_workspace_each_get_their_own_files_and_the_curated
 def test_a_resumed_sandboxs_persist_leaves_the_rows_of_the_files_it_did_not_change(
     live_server, model, store, tmp_path, no_tracing, eager
 ):
-    """The SDK's restore writes every file anew, with a new time: the resumed sandbox's
+    """The SDK's restore writes every file anew, with a new time: a resumed sandbox's
     persist brings every file so. Its merge takes the files its run changed or wrote;
-    the rows of the others stay as the first persist left them."""
+    the rows of the others stay as they were. So too for a second sandbox, which
+    restores the served memory another sandbox's runs wrote and persists it back."""
     staff = make_user("ops", staff=True)
     secret = tokens.create_token(staff, "sandbox", ["sandbox"]).secret
     remote = SnapshotClient(live_server.url, secret, workspace="sandbox")
@@ -672,6 +674,25 @@ def test_a_resumed_sandboxs_persist_leaves_the_rows_of_the_files_it_did_not_chan
     assert len(unchanged) >= 3
     assert {p: after[p] for p in unchanged} == {p: before[p] for p in unchanged}
     assert any(after[p][1] != blob for p, (_, blob, _) in before.items())  # the run's own
+
+    time.sleep(1.1)
+    third = [("Write y's notes.", "mkdir -p notes && printf 'y\\n' > notes/y.md")]
+    run(resumed_session(remote, "sandbox-y", tmp_path / "y", model, third))
+
+    final = {f.path: (f.pk, f.blob_id, f.mtime_ns) for f in files.all()}
+    assert "notes/y.md" in final
+    # What y restored and persisted back as it was (served memory x's runs wrote), every
+    # file with the time of y's restore.
+    y = tmp_path / "y"
+    brought_back = [
+        p
+        for p, (_, blob, mtime_ns) in after.items()
+        if (y / p).is_file()
+        and hashlib.sha256((y / p).read_bytes()).hexdigest() == blob
+        and (y / p).stat().st_mtime_ns != mtime_ns
+    ]
+    assert brought_back
+    assert {p: final[p] for p in brought_back} == {p: after[p] for p in brought_back}
 
 
 @pytest.mark.django_db(transaction=True)
