@@ -418,11 +418,14 @@ def test_an_upload_answers_once_stored_and_its_import_shows_on_the_workspace_pag
 
 
 def test_a_quick_merge_writes_no_progress_and_a_long_one_shows_it(
-    store, ops, django_capture_on_commit_callbacks, monkeypatch
+    store, ops, django_capture_on_commit_callbacks, monkeypatch, settings
 ):
     """A sandbox's merge, done in a fraction of a second under its workspace's lock,
     makes no request to object storage for its progress; one still running after a
     second shows it on its job's page as any import does."""
+    # Held well above the default: a loaded test machine must not make this small
+    # merge a long one.
+    settings.MEMORYUI_MERGE_PROGRESS_AFTER_SECONDS = 30
     user, secret = ops
     with django_capture_on_commit_callbacks(execute=False):
         body = (
