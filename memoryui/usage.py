@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, Protocol, overload
 from urllib.parse import quote
 
 from django.db import connection
@@ -120,18 +120,33 @@ KEPT_TEXT_BYTES = 4 << 20
 _READS_PER_BATCH = 5000
 
 
-def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] = ()) -> int:
+class Found(Protocol):
+    """What an import found, gone through as often as needed (``importer.spool``),
+    with the file and layout ids of its rollouts."""
+
+    @property
+    def file_ids(self) -> Sequence[int]: ...
+
+    @property
+    def layout_ids(self) -> Collection[int]: ...
+
+    def __iter__(self) -> Iterator[FoundReads]: ...
+
+    def __len__(self) -> int: ...
+
+
+def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
     """Write the reads an import found; a rollout file read again (``replaced``)
     loses the reads recorded from its earlier text first. Returns the reads written."""
     replaced = list(replaced_file_ids)
     for start in range(0, len(replaced), 500):
         MemoryRead.objects.filter(rollout__file_id__in=replaced[start : start + 500]).delete()
-    if not found:
+    if not len(found):
         return 0
     rollout_of = dict(
-        Rollout.objects.filter(file_id__in=[f.file_id for f in found]).values_list("file_id", "pk")
+        Rollout.objects.filter(file_id__in=list(found.file_ids)).values_list("file_id", "pk")
     )
-    versions = _versions_of(f.layout_id for f in found)
+    versions = _versions_of(found.layout_ids)
 
     def each_read() -> Iterator[tuple[FoundReads, int, memory_reads.ItemReads, SegmentEnd, Any]]:
         for rollout_reads in found:
@@ -142,32 +157,37 @@ def record_reads(found: Sequence[FoundReads], replaced_file_ids: Iterable[int] =
                 for read in item.reads:
                     yield rollout_reads, rollout_id, item, end, read
 
-    # The version each read of MEMORY.md had (by its place among the reads), and those
-    # reads by the version's text, mapped to entries one text at a time. A large text
+    # The version each read of MEMORY.md had (by its place among the reads), and the
+    # lines those reads printed, by the version's text; then the reads are mapped to
+    # entries one text at a time (going through them again for each text). A large text
     # is read for this alone and parsed a task group at a time (a 27 MB MEMORY.md at
-    # 100,000 rollouts: the per-process caches took an import's peak to 785 MB).
+    # 100,000 rollouts: the per-process caches took an import's peak to 785 MB). Nothing
+    # is held per read but its version and the keys it hit.
     version_of: dict[int, int] = {}
-    of_text: dict[str, list[tuple[int, memory_reads.Read]]] = {}
+    of_text: dict[str, set[str]] = {}
+    text_of: dict[int, str] = {}  # a version's pk: its text's sha256
     for index, (rollout_reads, _, _, (when, _), read) in enumerate(each_read()):
         if read.kind == memory_reads.MEMORY_MD:
             layout_versions = versions.get(rollout_reads.layout_id)
             version = layout_versions.at(when) if layout_versions else None
             if version is not None:
                 version_of[index] = version[0]
-                of_text.setdefault(version[1], []).append((index, read))
+                text_of[version[0]] = version[1]
+                of_text.setdefault(version[1], set()).update(read.printed)
     hits: dict[int, tuple[str, ...]] = {}
     sizes = dict(Blob.objects.filter(pk__in=list(of_text)).values_list("sha256", "size"))
-    for blob, mapped in of_text.items():
+    for blob, printed in of_text.items():
         # A text small enough is kept, with its entries' places, for the next import
         # of a workspace whose agents read it (the caches the pages use).
         keep = sizes.get(blob, 0) <= KEPT_TEXT_BYTES
         lines = memory_entries.entry_lines(
-            documents.text(blob) if keep else documents.text_once(blob),
-            (p for _, read in mapped for p in read.printed),
-            keep=keep,
+            documents.text(blob) if keep else documents.text_once(blob), printed, keep=keep
         )
-        for index, read in mapped:
-            hits[index] = memory_entries.entry_hits(read, lines)
+        printed.clear()
+        for index, (_, _, _, _, read) in enumerate(each_read()):
+            read_version = version_of.get(index)
+            if read_version is not None and text_of[read_version] == blob:
+                hits[index] = memory_entries.entry_hits(read, lines)
         del lines
     of_text.clear()
 

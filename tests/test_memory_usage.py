@@ -1033,3 +1033,90 @@ def test_an_approved_forgetting_proposal_removes_the_entries_and_keeps_the_rest(
     ]
     summary = curation.text_of(curation.latest(layout, "memory_summary"))
     assert summary == SUMMARY
+
+
+# --- an import of many rollouts: the found reads held on disk until recorded ------------
+
+
+def test_found_reads_spilled_to_disk_come_back_in_order_as_often_as_needed():
+    from memoryui.importer.spool import ReadSpool
+
+    end = (timezone.now(), "completed")
+    read = memory_reads.Read(memory_reads.MEMORY_MD, "MEMORY.md", "range", lines=((4, 6),))
+    found = [
+        usage.FoundReads(n, n % 2, (memory_reads.ItemReads(1, 2, f"sed -n {n}p", (read,)),), (end,))
+        for n in range(7)
+    ]
+    spool = ReadSpool(held=2, batch=2)
+    for one in found:
+        spool.add(one)
+
+    assert spool.spilled and len(spool) == 7
+    assert list(spool.file_ids) == list(range(7)) and spool.layout_ids == {0, 1}
+    assert list(spool) == found
+    # Gone through again, and inside another going-through (the reads are mapped, then
+    # written), each batch is found by its own place in the file.
+    assert [(a.file_id, b.file_id) for a in spool for b in spool][:9] == [
+        (0, n) for n in range(7)
+    ] + [(1, 0), (1, 1)]
+    spool.close()
+    assert list(spool) == [] and len(spool) == 0
+
+
+@pytest.mark.django_db
+def test_an_import_whose_reads_went_to_disk_records_exactly_what_one_held_in_memory(
+    tmp_path, monkeypatch
+):
+    """Past ``spool.HELD`` rollouts, the reads an import finds wait in a temporary file
+    for its versions: the rows recorded are those of an import that held them all."""
+    from memoryui.importer import spool
+
+    def rows(workspace: str) -> list[tuple]:
+        reads = MemoryRead.objects.filter(layout__workspace__name=workspace)
+        return sorted(
+            (
+                r.rollout.rollout_id,
+                r.segment,
+                r.item,
+                r.path,
+                r.how,
+                r.command,
+                r.read_at,
+                r.terminal_state,
+                r.entry_count,
+                tuple(sorted(r.entries.values_list("key", flat=True))),
+            )
+            for r in reads.select_related("rollout")
+        )
+
+    root = tmp_path / "ws"
+    workspace_with_memory(root)
+    for n in range(12):
+        write_rollout(
+            root,
+            f"r-{n:02d}",
+            rollout_line(
+                f"r-{n:02d}",
+                f"2026-11-{n + 2:02d}T10:00:00+00:00",
+                "failed" if n % 3 == 0 else "completed",
+                ("rg -n runbook memories/MEMORY.md", "10:- billing, runbook"),
+                (f"sed -n {n + 1},{n + 6}p memories/MEMORY.md", ""),
+            ),
+        )
+    import_workspace(root, "held")
+    spilled: list[bool] = []
+    close = spool.ReadSpool.close
+
+    def close_noting(self):
+        spilled.append(self.spilled)
+        close(self)
+
+    monkeypatch.setattr(spool, "HELD", 3)
+    monkeypatch.setattr(spool, "BATCH", 2)
+    monkeypatch.setattr(spool.ReadSpool, "close", close_noting)
+    import_workspace(root, "spilled")
+
+    assert spilled == [True]
+    held = rows("held")
+    assert len(held) == 24 and all(row[-1] for row in held if row[4] == "search")
+    assert rows("spilled") == held

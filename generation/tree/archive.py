@@ -3,6 +3,7 @@ the SDK's own restore refuses, within limits that also count extended headers.""
 
 from __future__ import annotations
 
+import functools
 import io
 import tarfile
 from collections.abc import Iterator
@@ -239,9 +240,7 @@ def _read(
                     continue
                 seen.add(rel)
                 if member.isdir():
-                    entry = Entry(
-                        rel, None, permission_bits(member.mode), int(member.mtime) * 10**9
-                    )
+                    entry = Entry(rel, None, permission_bits(member.mode), _mtime_ns(member))
                     if rows is not None:
                         rows.append(index_member(archive, member, entry))
                     yield entry
@@ -267,7 +266,7 @@ def _read(
                     )
                     continue
                 data = _member_data(archive, member)
-                entry = Entry(rel, data, permission_bits(member.mode), int(member.mtime) * 10**9)
+                entry = Entry(rel, data, permission_bits(member.mode), _mtime_ns(member))
                 if rows is not None:
                     rows.append(index_member(archive, member, entry))
                 yield entry
@@ -288,7 +287,15 @@ def _read(
 
 
 def _mtime_ns(member: tarfile.TarInfo) -> int:
-    return int(member.mtime) * 10**9
+    return _seconds_ns(int(member.mtime))
+
+
+@functools.lru_cache(maxsize=4096)
+def _seconds_ns(seconds: int) -> int:
+    """One int object per time: a tar's members have whole-second times, mostly shared
+    (a sandbox writes its files at once), and an import holds one per file until it
+    is stored (36 bytes each: 10 MB at 100,000 rollouts)."""
+    return seconds * 10**9
 
 
 def _member_data(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:

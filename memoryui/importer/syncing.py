@@ -29,6 +29,7 @@ from .bulk import analyze_after
 from .parsing import KnownIds, ParsedRows
 from .reading import Item, Progress, StoredFile, TreeReader, file_name
 from .reports import ImportResult, LayoutCounts, record_run, repeat_run
+from .spool import ReadSpool
 from .versions import VersionRecorder
 
 # New and changed files are parsed and written this many at a time (their bytes then
@@ -59,7 +60,7 @@ class WorkspaceSync(TreeReader):
         self.versions = VersionRecorder(workspace, started, merge)
         # The files found new or changed (their rows written).
         self.touched: list[Item] = []
-        self.found_reads: list[usage.FoundReads] = []
+        self.found_reads = ReadSpool()
 
     # -- layouts -----------------------------------------------------------------
     def _layout_dirs(self) -> list[LayoutDirs]:
@@ -149,6 +150,8 @@ class WorkspaceSync(TreeReader):
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
         dirs = self._all_layout_dirs()
+        for item in self.items.values():
+            item.rollout_path = None  # a raw memory's header placed the layouts: done
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
         # With the same layouts, a file trusted by its stat keeps its stored placement.
@@ -228,6 +231,7 @@ class WorkspaceSync(TreeReader):
             self.found_reads,
             [i.file_id for i in changed if i.kind == FileKind.ROLLOUT and i.file_id],
         )
+        self.found_reads.close()
         self.versions.record_skills(new + changed, missing, layouts, self.stored.items())
         analyze_after(len(new) + len(changed))
         self._step(5)
@@ -332,10 +336,11 @@ class WorkspaceSync(TreeReader):
             for item in chunk:
                 if item.path in parsed.reads and item.file_id is not None:
                     reads, ends = parsed.reads[item.path]
-                    self.found_reads.append(
+                    self.found_reads.add(
                         usage.FoundReads(item.file_id, item.layout_id or 0, reads, ends)
                     )
                 item.data = None
+                item.offset = -1  # stored: its place in the archive is not needed again
             give_back_freed_memory()
         self._step(3)
         update_many(
