@@ -318,6 +318,7 @@ class WorkspaceSync(TreeReader):
         once written: a large tree is never held in memory whole, nor twice (as bytes
         and as parsed rows). Rollout summaries come last: their ids are settled by the
         rollouts. Returns the files that could not be read then, by ``id``."""
+        keep_large_buffers_apart()
         known = KnownIds()
         lost: dict[int, Item] = {}
         last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
@@ -467,12 +468,35 @@ def _chunks(items: list[Item]) -> Iterator[list[Item]]:
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """A function of glibc (``malloc_trim``, ``mallopt``), or None where the C library
+    has none (musl, macOS)."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        function: Callable[..., int] = getattr(
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name
+        )
     except (OSError, AttributeError):
         return None
+    return function
+
+
+# ``mallopt``'s parameter for the size from which an allocation is a mapping of its own,
+# and the size this process sets.
+_M_MMAP_THRESHOLD = -3
+MMAP_FROM_BYTES = 256 * 1024
+
+
+@functools.cache
+def keep_large_buffers_apart() -> None:
+    """Each large buffer (a file's contents, a 27 MB ``MEMORY.md`` and its bytes) in a
+    mapping of its own, given back to the system when freed. glibc otherwise raises
+    that threshold each time such a buffer is freed, up to 32 MB, and the next ones
+    land in the heap, where they leave room the import's later objects do not reuse:
+    about 50 MB of its peak at 100,000 rollouts (``bench/bench_tar_memory.py``). Set
+    once per process; a fixed threshold also stops glibc's raising it."""
+    mallopt = _libc_function("mallopt")
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
 
 
 def give_back_freed_memory() -> None:
@@ -480,6 +504,6 @@ def give_back_freed_memory() -> None:
     file contents and parsed rows are freed, but glibc keeps the pages they were in,
     and the next chunk's allocations land elsewhere: without this, the import's
     resident memory grows with every chunk (``bench/bench_tar_memory.py``)."""
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim")
     if trim is not None:
         trim(0)
