@@ -143,9 +143,13 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
         MemoryRead.objects.filter(rollout__file_id__in=replaced[start : start + 500]).delete()
     if not len(found):
         return 0
-    rollout_of = dict(
-        Rollout.objects.filter(file_id__in=list(found.file_ids)).values_list("file_id", "pk")
-    )
+    file_ids = found.file_ids
+    rollout_of: dict[int, int] = {}
+    for start in range(0, len(file_ids), _READS_PER_BATCH):  # not one query of 100,000 ids
+        chunk = list(file_ids[start : start + _READS_PER_BATCH])
+        rollout_of.update(
+            Rollout.objects.filter(file_id__in=chunk).values_list("file_id", "pk").iterator()
+        )
     versions = _versions_of(found.layout_ids)
 
     def each_read() -> Iterator[tuple[FoundReads, int, memory_reads.ItemReads, SegmentEnd, Any]]:
