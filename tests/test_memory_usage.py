@@ -32,7 +32,8 @@ from django.utils import timezone
 
 from generation import memory_entries, memory_reads, phase_two, review
 from memoryui import curation, documents, forgetting, tasks, tokens, usage
-from memoryui.importer import import_workspace
+from memoryui.importer import import_workspace, spool
+from memoryui.importer.spool import ReadSpool
 from memoryui.models import (
     EntryRead,
     GenerationSettings,
@@ -1039,8 +1040,6 @@ def test_an_approved_forgetting_proposal_removes_the_entries_and_keeps_the_rest(
 
 
 def test_found_reads_spilled_to_disk_come_back_in_order_as_often_as_needed():
-    from memoryui.importer.spool import ReadSpool
-
     end = (timezone.now(), "completed")
     read = memory_reads.Read(memory_reads.MEMORY_MD, "MEMORY.md", "range", lines=((4, 6),))
     found = [
@@ -1069,7 +1068,6 @@ def test_an_import_whose_reads_went_to_disk_records_exactly_what_one_held_in_mem
 ):
     """Past ``spool.HELD`` rollouts, the reads an import finds wait in a temporary file
     for its versions: the rows recorded are those of an import that held them all."""
-    from memoryui.importer import spool
 
     def rows(workspace: str) -> list[tuple]:
         reads = MemoryRead.objects.filter(layout__workspace__name=workspace)
