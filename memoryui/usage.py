@@ -147,9 +147,7 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
     rollout_of: dict[int, int] = {}
     for start in range(0, len(file_ids), _READS_PER_BATCH):  # not one query of 100,000 ids
         chunk = list(file_ids[start : start + _READS_PER_BATCH])
-        rollout_of.update(
-            Rollout.objects.filter(file_id__in=chunk).values_list("file_id", "pk").iterator()
-        )
+        rollout_of.update(Rollout.objects.filter(file_id__in=chunk).values_list("file_id", "pk"))
     versions = _versions_of(found.layout_ids)
 
     def each_read() -> Iterator[tuple[FoundReads, int, memory_reads.ItemReads, SegmentEnd, Any]]:
