@@ -342,6 +342,8 @@ class WorkspaceSync(TreeReader):
                     )
                 item.data = None
                 item.offset = -1  # stored: its place in the archive is not needed again
+                if not self.merge and item.kind in _DIGEST_NOT_NEEDED:
+                    item.digest = None  # its row has it (113 bytes held per file otherwise)
             give_back_freed_memory()
         self._step(3)
         update_many(
@@ -450,6 +452,11 @@ class WorkspaceSync(TreeReader):
                 for i in changed
             ],
         )
+
+
+# The kinds of which a tree holds hundreds of thousands: once such a file is stored,
+# an import needs its digest no more (a merge does: its sandbox's own files).
+_DIGEST_NOT_NEEDED = frozenset({FileKind.ROLLOUT, FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY})
 
 
 def _chunks(items: list[Item]) -> Iterator[list[Item]]:
