@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 
-from memoryui import curation, live_polls
+from memoryui import curation, live_polls, live_review
 from memoryui.models import Membership, Role
 from tests.factories import make_user
 from tests.review_world import build
@@ -148,6 +149,51 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
     decisions = {d.key: (d.user.username, d.edited_text) for d in proposal.decisions.all()}
     assert len(decisions) == 3
     assert any(user == "bob" and "(bob was here)" in text for user, text in decisions.values())
+
+
+def test_a_slow_server_does_not_slow_the_polls_down_nor_gets_them_back_to_back(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+    settings,
+    monkeypatch,
+):
+    """The page polls once a second counted from each poll's start: an answer that
+    takes 0.6 s does not make the others' changes take 1.6 s to show. An answer slower
+    than the interval is followed by a short pause, never by the next poll at once."""
+    settings.MEMORYUI_LIVE_FAST_POLLS = False  # every poll reaches the (slow) view
+    delay = [0.6]
+    real_state = live_review.state
+
+    def slow_state(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(delay[0])
+        return real_state(*args, **kwargs)
+
+    monkeypatch.setattr(live_review, "state", slow_state)
+    proposal = build(review_layout, 3)
+    context, page = open_page(browser)
+    sent: list[float] = []
+    page.on(
+        "request",
+        lambda request: "/live/?" in request.url and sent.append(time.monotonic()),
+    )
+    try:
+        log_in(page, live_server, "ada")
+        page.goto(review_url(live_server, proposal))
+        page.wait_for_timeout(5000)
+        quick = [b - a for a, b in pairwise(sent[1:])]
+        assert len(quick) >= 2, sent
+        assert all(0.85 < gap < 1.35 for gap in quick), quick  # 1.6 s if counted from the answer
+
+        delay[0] = 1.3  # slower than the interval: answer, a pause, the next poll
+        page.wait_for_timeout(1500)  # the polls sent before the change have been answered
+        sent.clear()
+        page.wait_for_timeout(6000)
+        slow = [b - a for a, b in pairwise(sent)]
+        assert len(slow) >= 2, sent
+        assert all(1.45 < gap < 2.0 for gap in slow), slow
+    finally:
+        context.close()
 
 
 def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_decision(

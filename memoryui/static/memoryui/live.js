@@ -18,6 +18,8 @@
   var reservedBy = null; // who holds the proposal, as the first poll found it
   var lastCard = "";
   var failures = 0;
+  var started = 0; // when the last poll was sent
+  var GAP_MS = 250;
   // Changes this page made itself, per card, not yet seen in a poll: its own action
   // already answered with the card, so the poll does not fetch it again. Forgotten
   // after OWN_MS (an answer that came after the poll that saw its change).
@@ -209,6 +211,7 @@
   }
 
   function poll() {
+    started = Date.now();
     var params = new URLSearchParams({ at: here() });
     if (cursor === null) params.set("drawn", root.dataset.drawn);
     else params.set("since", cursor);
@@ -236,8 +239,12 @@
     });
   }
 
+  // Polls start once an interval, counted from the last poll's start (so a slow answer
+  // does not add to the time the others' changes take to show), and never sooner than
+  // GAP_MS after the last answer, so that a slow server is not asked back to back.
   function next() {
-    var wait = interval * Math.min(30, Math.pow(2, failures));
+    var wait = failures ? interval * Math.min(30, Math.pow(2, failures))
+      : Math.max(GAP_MS, interval - (Date.now() - started));
     if (document.hidden) wait = Math.max(wait, 5000); // still within the presence's expiry
     window.setTimeout(poll, wait);
   }
