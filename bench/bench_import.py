@@ -394,7 +394,7 @@ class Breakdown:
     def __enter__(self) -> Breakdown:
         from django.db.models import Model, QuerySet
 
-        from generation import tree
+        from generation import memory_entries, memory_reads, tree
         from memoryui import bulk, usage
         from memoryui.importer import parsing, reading, syncing, versions
 
@@ -420,8 +420,11 @@ class Breakdown:
         for name in ("_copy_rows", "_execute_rows", "insert_with_ids"):  # memoryui.bulk
             # Per table: which one's rows the server is slow to take.
             self.wrap(bulk, name, lambda m, *a, _n=name, **k: f"bulk.{_n} {m.__name__}")
-        for name in ("find_reads", "record_reads"):  # memory reads (memoryui.usage)
+        for name in ("find_reads", "record_reads", "_write_reads"):  # memory reads
             self.wrap(usage, name, f"usage.{name}")
+        self.wrap_iterator(memory_reads, "segment_reads", "memory_reads.segment_reads")
+        for name in ("entry_lines", "entry_hits"):
+            self.wrap(memory_entries, name, f"memory_entries.{name}")
         self.wrap(QuerySet, "bulk_create", lambda qs, *a, **k: f"bulk_create {qs.model.__name__}")
         self.wrap(QuerySet, "bulk_update", lambda qs, *a, **k: f"bulk_update {qs.model.__name__}")
         self.wrap(Model, "__init__", lambda obj, *a, **k: f"{type(obj).__name__}.__init__")

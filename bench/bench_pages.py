@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = BENCH_DIR.parent
@@ -239,6 +240,17 @@ def run(argv: list[str] | None, workdir: Path) -> int:
     )
     parser.add_argument("--only", metavar="PAGE", action="append", help="measure these pages")
     parser.add_argument(
+        "--show-queries",
+        action="store_true",
+        help="print each page's queries with their wall time (one warm request)",
+    )
+    parser.add_argument(
+        "--explain-over",
+        type=float,
+        metavar="MS",
+        help="with --show-queries on PostgreSQL: EXPLAIN ANALYZE the queries slower than this",
+    )
+    parser.add_argument(
         "--keep-database",
         action="store_true",
         help="on PostgreSQL, reuse the database of an earlier run (import only if it is empty)",
@@ -293,14 +305,25 @@ def run(argv: list[str] | None, workdir: Path) -> int:
             print(f"{label:<26} HTTP {response.status_code}")
             continue
         times, cpu = [], []
-        queries: list[str] = []
+        queries: list[tuple[float, str, Any]] = []
 
         def count(execute, sql, params, many, context, queries=queries):  # type: ignore[no-untyped-def]
-            queries.append(sql)
-            return execute(sql, params, many, context)
+            started = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                queries.append(((time.perf_counter() - started) * 1000, sql, params))
 
         with connection.execute_wrapper(count):
             client.get(url)
+        if args.show_queries:
+            for ms, sql, params in queries:
+                print(f"    {ms:6.2f} ms  {' '.join(sql.split())[:150]}", file=sys.stderr)
+                if args.explain_over is not None and ms > args.explain_over:
+                    with connection.cursor() as cursor:
+                        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+                        for (line,) in cursor.fetchall():
+                            print(f"        {line}", file=sys.stderr)
         for _ in range(args.requests):
             t, c = time.perf_counter(), time.process_time()
             client.get(url)
