@@ -717,3 +717,56 @@ def _read_html(used: EntryUsage) -> str:
         f'<span class="badge entry-read" title="{title}">'
         f"read {conditional_escape(intcomma(used.reads))} time{pluralize(used.reads)}</span>"
     )
+
+
+def bar_html(
+    card: Card,
+    row: dict[str, Any],
+    *,
+    can_decide: bool,
+    can_edit: bool,
+    urls: dict[str, str],
+    csrf_input: str,
+) -> SafeString:
+    """The card's form: accept, reject and undo (for a reviewer who may decide), viewed,
+    and pin (for an editor)."""
+    e = conditional_escape
+    state, pinned = card.state, bool(card.flags.get("pinned"))
+    parts = [
+        f'<form class="card-bar" method="post" action="{e(urls.get("decide", ""))}" '
+        f'hx-post="{e(urls.get("decide", ""))}">{csrf_input}{e(row["hidden"])}'
+    ]
+    if can_decide and card.change.status != "unchanged":
+        accepted = {"accept": "✓ Accepted", "edited": "✓ Accepted, edited"}.get(state, "Accept")
+        parts.append(
+            '<div class="entry-actions" role="group" aria-label="Decision">'
+            '<button name="decision" value="accept" aria-keyshortcuts="a" aria-pressed="'
+            f'{"true" if state in ("accept", "edited") else "false"}" class="decide accept">'
+            f"{accepted}</button>"
+            '<button name="decision" value="reject" aria-keyshortcuts="r" aria-pressed="'
+            f'{"true" if state == "reject" else "false"}" class="decide reject">'
+            f"{'✗ Rejected' if state == 'reject' else 'Reject'}</button>"
+        )
+        if card.decision is not None:
+            parts.append(
+                f'<button formaction="{e(urls.get("undo", ""))}" class="link" '
+                'aria-keyshortcuts="u">Undo</button>'
+            )
+        parts.append("</div>")
+    viewed = card.viewed
+    parts.append(
+        '<div class="entry-tools">'
+        f'<button name="action" value="{"off" if viewed else "on"}" '
+        f'formaction="{e(urls.get("viewed", ""))}" class="link" aria-keyshortcuts="v" '
+        f'aria-pressed="{"true" if viewed else "false"}">'
+        f"{'☑ Viewed' if viewed else '☐ Viewed'}</button>"
+    )
+    if can_edit and row.get("pinnable"):
+        parts.append(
+            f'<button name="action" value="{"unpin" if pinned else "pin"}" '
+            f'formaction="{e(urls.get("pin", ""))}" class="link" aria-keyshortcuts="p" '
+            f'aria-pressed="{"true" if pinned else "false"}">'
+            f"{'Unpin' if pinned else 'Pin'}</button>"
+        )
+    parts.append("</div></form>")
+    return mark_safe(strip_spaces_between_tags("".join(parts)))  # noqa: S308 (escaped)

@@ -1,24 +1,42 @@
-"""``{% load cards %}{% card_header %}``: the badges of the review card in the context
-(``row``, ``card``, ``can_decide``, ``urls``), built by ``review_cards.header_html``."""
+"""``{% load cards %}{% card_header %}`` and ``{% card_bar %}``: the badges and the form
+of the review card in the context (``row``, ``card``, ``can_decide``, ``can_edit``,
+``urls``), built by ``review_cards.header_html`` and ``bar_html``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django import template
+from django.template.defaulttags import CsrfTokenNode
 from django.utils.safestring import SafeString
 
-from ..review_cards import header_html
+from ..review_cards import bar_html, header_html
 
 register = template.Library()
 
 
+def _urls(context: Any) -> dict[str, str]:
+    urls = context.get("urls")
+    return urls if isinstance(urls, dict) else {}
+
+
 @register.simple_tag(takes_context=True)
 def card_header(context: Any) -> SafeString:
-    urls = context.get("urls") or {}
     return header_html(
         context["card"],
         context["row"],
         can_decide=bool(context.get("can_decide")),
-        duplicate_url=urls.get("duplicate", "") if hasattr(urls, "get") else "",
+        duplicate_url=_urls(context).get("duplicate", ""),
+    )
+
+
+@register.simple_tag(takes_context=True)
+def card_bar(context: Any) -> SafeString:
+    return bar_html(
+        context["card"],
+        context["row"],
+        can_decide=bool(context.get("can_decide")),
+        can_edit=bool(context.get("can_edit")),
+        urls=_urls(context),
+        csrf_input=CsrfTokenNode().render(context),
     )
