@@ -1,6 +1,6 @@
-"""``{% load cards %}{% card_header %}`` and ``{% card_bar %}``: the badges and the form
-of the review card in the context (``row``, ``card``, ``can_decide``, ``can_edit``,
-``urls``), built by ``review_cards.header_html`` and ``bar_html``."""
+"""``{% load cards %}{% card_header %}``, ``{% card_evidence %}`` and ``{% card_bar %}``:
+the badges, the evidence and the form of the review card in the context (``row``,
+``card``, ``can_decide``, ``can_edit``, ``urls``), built by ``card_html``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django import template
 from django.template.defaulttags import CsrfTokenNode
 from django.utils.safestring import SafeString
 
-from ..review_cards import bar_html, header_html
+from ..card_html import bar_html, evidence_html, header_html
 
 register = template.Library()
 
@@ -40,3 +40,8 @@ def card_bar(context: Any) -> SafeString:
         urls=_urls(context),
         csrf_input=CsrfTokenNode().render(context),
     )
+
+
+@register.simple_tag(takes_context=True)
+def card_evidence(context: Any) -> SafeString:
+    return evidence_html(context["card"], context["row"])
