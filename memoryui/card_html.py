@@ -1,6 +1,6 @@
 """The review card's HTML that is built in Python, not in the template: the page shows
 25 to 200 cards, and the template's tags for a card's header badges, its form and its
-evidence line took a fifth of the review page's time (bench/README.md). Each function
+evidence line took about a quarter of the review page's CPU (bench/README.md). Each function
 gives exactly what the template's ``{% spaceless %}`` gave (``strip_spaces_between_tags``
 over the same text), escaping every value; ``templatetags/cards.py`` registers them."""
 
