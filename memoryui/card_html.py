@@ -192,38 +192,37 @@ def evidence_html(card: Card, row: dict[str, Any]) -> SafeString:
     sentences and the title and keywords checked against what the entry cites)."""
     e = conditional_escape
     check = card.check
+    if not check:
+        if card.change.status in ("changed", "added"):
+            return mark_safe('<p class="evidence muted small">Evidence: not checked yet.</p>')
+        return mark_safe("")
     out = ""
-    if check:
-        if check.flags:
-            quarantined = (
-                ""
-                if card.decision
-                else " — quarantined: approval keeps it out until you accept or reject it"
-            )
-            flags = "".join(_flag_html(flag) for flag in check.flags)
-            out += (
-                '\n    <div class="poison-flags" role="alert">\n'
-                f"      <b>Possible memory poisoning</b>{quarantined}\n"
-                f"      <ul>{flags}</ul>\n    </div>"
-            )
-        out += "\n    "
-        if check.judged:
-            out += render_to_string("memoryui/_judge_verdict.html", {"verdict": check.judged})
-        out += "\n    "
-        if check.claim_count or check.label_count:
-            out += (
-                '\n    <details class="evidence" data-fold><summary aria-keyshortcuts="i">'
-                f"Evidence: {_evidence_summary(check)}</summary>\n"
-                f'      <div class="evidence-body"><a href="evidence/?{e(row["entry_query"])}">'
-                "Show each sentence with its evidence</a></div>\n    </details>"
-            )
-        else:
-            out += (
-                '<p class="evidence muted small">Evidence: nothing to check (no sentence, '
-                "title or keyword).</p>"
-            )
-    elif card.change.status in ("changed", "added"):
-        out = '<p class="evidence muted small">Evidence: not checked yet.</p>'
+    if check.flags:
+        quarantined = (
+            ""
+            if card.decision
+            else " — quarantined: approval keeps it out until you accept or reject it"
+        )
+        flags = "".join(_flag_html(flag) for flag in check.flags)
+        # The line break after the text stays, as the template left it there.
+        out += (
+            '<div class="poison-flags" role="alert"><b>Possible memory poisoning</b>'
+            f"{quarantined}\n      <ul>{flags}</ul></div>"
+        )
+    if check.judged:
+        out += render_to_string("memoryui/_judge_verdict.html", {"verdict": check.judged})
+    if check.claim_count or check.label_count:
+        out += (
+            '<details class="evidence" data-fold><summary aria-keyshortcuts="i">'
+            f"Evidence: {_evidence_summary(check)}</summary>"
+            f'<div class="evidence-body"><a href="evidence/?{e(row["entry_query"])}">'
+            "Show each sentence with its evidence</a></div></details>"
+        )
+    else:
+        out += (
+            '<p class="evidence muted small">Evidence: nothing to check (no sentence, '
+            "title or keyword).</p>"
+        )
     return mark_safe(strip_spaces_between_tags(out.strip()))  # noqa: S308 (escaped)
 
 
