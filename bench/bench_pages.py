@@ -319,7 +319,12 @@ def run(argv: list[str] | None, workdir: Path) -> int:
         if args.show_queries:
             for ms, sql, params in queries:
                 print(f"    {ms:6.2f} ms  {' '.join(sql.split())[:150]}", file=sys.stderr)
-                if args.explain_over is not None and ms > args.explain_over:
+                # A SELECT only: EXPLAIN ANALYZE runs the statement again.
+                if (
+                    args.explain_over is not None
+                    and ms > args.explain_over
+                    and sql.lstrip().upper().startswith("SELECT")
+                ):
                     with connection.cursor() as cursor:
                         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                         for (line,) in cursor.fetchall():
