@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -146,9 +146,11 @@ class Marks:
         *,
         key: str | None = None,
         decisions: dict[Entry, EntryDecision] | None = None,
+        rejected: Iterable[Entry] | None = None,
     ) -> Marks:
         """The marks of ``proposal`` for ``user`` (``key``: of that entry only);
-        ``decisions``: the proposal's, when the caller has read them already."""
+        ``decisions`` and ``rejected`` (the entries rejected in the layout's other
+        proposals): when the caller has read them already."""
 
         def only(qs: Any) -> Any:
             return qs.filter(key=key) if key is not None else qs
@@ -162,14 +164,17 @@ class Marks:
             }
         viewed = only(EntryView.objects.filter(proposal=proposal, user_id=getattr(user, "pk", 0)))
         pins = only(Pin.objects.filter(layout_id=proposal.layout_id))
-        rejected = only(
-            RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
-        )
+        if rejected is None:
+            rejected = only(
+                RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(
+                    proposal=proposal
+                )
+            ).values_list("document", "key")
         return cls(
             decisions=decisions,
             viewed=set(viewed.values_list("document", "key")),
             pinned=set(pins.values_list("document", "key")),
-            rejected_before=set(rejected.values_list("document", "key")),
+            rejected_before=set(rejected),
             approved={},
             proposal=proposal,
         )
@@ -177,22 +182,30 @@ class Marks:
     def need_approvals(self, document: str, changes: Iterable[review.Change]) -> None:
         """Read the approvals of ``changes`` (their keys and the keys they were) not read
         yet: one query per 500 keys."""
-        wanted = {(document, k) for c in changes for k in (c.key, *c.previous)}
-        keys = sorted(k for d, k in wanted - self.approvals_read)
+        self.need_approvals_of({document: changes})
+
+    def need_approvals_of(self, changes: Mapping[str, Iterable[review.Change]]) -> None:
+        """``need_approvals`` for the changes of each document, in the same queries."""
+        wanted = {(d, k) for d, cs in changes.items() for c in cs for k in (c.key, *c.previous)}
+        missing = wanted - self.approvals_read
         self.approvals_read |= wanted
+        keys = sorted({k for _, k in missing})
         if self.proposal is None or not keys:
             return
+        documents = sorted({d for d, _ in missing})
         for start in range(0, len(keys), 500):
             rows = (
                 ApprovedEntry.objects.filter(
                     layout_id=self.proposal.layout_id,
-                    document=document,
+                    document__in=documents,
                     key__in=keys[start : start + 500],
                 )
                 .exclude(proposal=self.proposal)
-                .values_list("key", "text", "proposal_id")
+                .values_list("document", "key", "text", "proposal_id")
             )
-            self.approved.update(((document, k), (text, pk)) for k, text, pk in rows)
+            self.approved.update(
+                ((d, k), (text, pk)) for d, k, text, pk in rows if (d, k) in missing
+            )
 
     def need_usage(self, document: str, changes: Iterable[review.Change]) -> None:
         """Read the usage of the base ``MEMORY.md`` entries each of ``changes`` changes

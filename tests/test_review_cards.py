@@ -7,12 +7,21 @@ from django.template.loader import render_to_string
 from django.test import Client
 
 from generation import review
-from memoryui import curation, diffs, review_cards, tokens
-from memoryui.models import EntryView, Layout, MemoryVersion, Proposal, Role
+from memoryui import curation, diffs, entry_checks, review_cards, tokens
+from memoryui.models import (
+    ApprovedEntry,
+    EntryView,
+    Layout,
+    MemoryVersion,
+    Proposal,
+    RejectedEntry,
+    Role,
+)
 from tests.review_world import proposal_over
 from tests.test_curation import member, url
 
 MD = MemoryVersion.Document.MEMORY_MD
+SUMMARY = MemoryVersion.Document.MEMORY_SUMMARY
 HTMX = {"HX-Request": "true"}
 
 
@@ -173,6 +182,50 @@ def test_outdated_shows_on_every_page_and_filter_and_a_page_reads_only_its_appro
     assert page_one.count(">outdated<") == 25 and page_two.count(">outdated<") == 5
     assert flagged.count(">outdated<") == 25 and "30 entries shown" in flagged
     assert "group24" in approvals and "group25" not in approvals  # page 2's are not read
+
+
+@pytest.mark.django_db
+def test_a_page_of_both_documents_reads_their_citations_approvals_and_rejections_together(
+    layout, django_assert_max_num_queries
+):
+    reviewer = member(Role.REVIEWER, layout)
+    summary = curation.latest(layout, SUMMARY)
+    curation.save_document(
+        layout,
+        SUMMARY,
+        "## General Tips\n\n- old tip\n",
+        user=reviewer,
+        reason="test base",
+        based_on=summary.number if summary else None,
+    )
+    base = review.join([group(n, "one") for n in ("alpha", "beta", "gamma")])
+    proposal = proposal_over(layout, base, base.replace("scope: one", "scope: two"))
+    proposal.memory_summary = "## General Tips\n\n- new tip, see rollout_summaries/beta_x.md\n"
+    proposal.save(update_fields=["memory_summary"])
+    entry_checks.ensure(proposal)  # as the pipeline does when it stores a proposal
+    md = {c.title: c for c in review_cards.changed(proposal, MD)}
+    (tip,) = review_cards.changed(proposal, SUMMARY)
+    for document, key in ((MD, md["alpha"].key), (SUMMARY, tip.key)):
+        ApprovedEntry.objects.create(layout=layout, document=document, key=key, text="before")
+    RejectedEntry.objects.create(
+        layout=layout, document=MD, key=md["gamma"].key, title="gamma", text=md["gamma"].proposed
+    )
+
+    with django_assert_max_num_queries(40) as queries:
+        page = login(reviewer).get(url("proposal_review", layout, proposal.pk)).content.decode()
+
+    def reads(table: str, word: str = "") -> int:  # queries from ``table`` (not a subquery's)
+        froms = [q["sql"].partition(" FROM ")[2] for q in queries.captured_queries]
+        return sum(f.startswith(f'"memoryui_{table}"') and word in f for f in froms)
+
+    memory_md, _, memory_summary = page.partition('id="review-memory_summary"')
+    assert memory_md.count(">outdated<") == 1 and memory_summary.count(">outdated<") == 1
+    assert "rollout_summaries/beta_x.md" in memory_summary  # the summary's citation
+    assert memory_md.count(">reintroduced<") == 1
+    assert "brings back entries people rejected before: <b>gamma</b>" in page
+    # One query each for both documents' cards, however many documents the page shows.
+    assert (reads("approvedentry"), reads("rejectedentry"), reads("workspacefile")) == (1, 1, 1)
+    assert reads("memoryversion", "needs_review") == 1  # each document's approved version
 
 
 @pytest.mark.django_db

@@ -78,6 +78,7 @@ from .reviews import (
     pair_id,
     quarantined,
     reintroduced,
+    rejections,
 )
 from .versions import latest, latest_approved, text_of
 
@@ -122,6 +123,7 @@ __all__ = [
     "quarantined",
     "reintroduced",
     "reject_proposal",
+    "rejections",
     "rejected_texts",
     "release",
     "required_approvals",

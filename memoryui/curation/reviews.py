@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.core.cache import cache
 
@@ -14,7 +15,7 @@ from generation import review
 
 from .. import entry_checks
 from ..models import EntryDecision, MemoryVersion, Proposal, RejectedEntry
-from .versions import latest_approved, text_of
+from .versions import latest_approved_each, text_of
 
 Document = MemoryVersion.Document
 
@@ -42,6 +43,7 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
     decisions: dict[tuple[str, str], EntryDecision] = {
         (d.document, d.key): d for d in proposal.decisions.select_related("user")
     }
+    approved = latest_approved_each(proposal.layout, (Document.MEMORY_MD, Document.MEMORY_SUMMARY))
     out = []
     for document, base, proposed in (
         (Document.MEMORY_MD, proposal.base_memory_md, proposal.memory_md),
@@ -50,7 +52,7 @@ def document_reviews(proposal: Proposal) -> list[DocumentReview]:
         base_text = text_of(base)
         # What was approved since the proposal's base (an agent's version awaiting
         # review is not: it is another proposal's).
-        current = latest_approved(proposal.layout, document)
+        current = approved[document]
         human = text_of(current) if current and (base is None or current.pk != base.pk) else None
         mine = {k: d for (doc, k), d in decisions.items() if doc == document}
         conflicts = []
@@ -243,11 +245,28 @@ def _find_duplicates(
     return found
 
 
-def reintroduced(proposal: Proposal) -> list[str]:
-    """Titles of rejected entries that this proposal brings back."""
+class Rejection(NamedTuple):
+    """An entry rejected in another proposal of the layout, as the review page reads it."""
+
+    document: str
+    key: str
+    title: str
+    text: str
+
+
+def rejections(proposal: Proposal) -> list[Rejection]:
+    """The entries people rejected in the layout's other proposals (one query: the
+    review page's cards and its reintroduced notice both use them)."""
+    rows = RejectedEntry.objects.filter(layout_id=proposal.layout_id).exclude(proposal=proposal)
+    return [Rejection._make(r) for r in rows.values_list("document", "key", "title", "text")]
+
+
+def reintroduced(proposal: Proposal, rejected: list[Rejection] | None = None) -> list[str]:
+    """Titles of rejected entries that this proposal brings back (``rejected``: the
+    ``rejections`` of the proposal, when read already)."""
     return [
         r.title or r.key
-        for r in RejectedEntry.objects.filter(layout=proposal.layout).exclude(proposal=proposal)
+        for r in (rejections(proposal) if rejected is None else rejected)
         if review.contains_entry(proposal.memory_md, r.text)
         or review.contains_entry(proposal.memory_summary, r.text)
     ]

@@ -3,6 +3,12 @@ version's text."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
+from functools import reduce
+
+from django.db.models import Q, Subquery
+
 from .. import documents, versioning
 from ..models import Layout, MemoryVersion
 
@@ -19,6 +25,21 @@ def latest_approved(layout: Layout, document: str) -> MemoryVersion | None:
         .order_by("-number")
         .first()
     )
+
+
+def latest_approved_each(
+    layout: Layout, documents: Sequence[str]
+) -> dict[str, MemoryVersion | None]:
+    """``latest_approved`` of each of ``documents``, in one query."""
+    newest = [
+        Q(pk=Subquery(approved.order_by("-number").values("pk")[:1]))
+        for approved in (
+            MemoryVersion.objects.filter(layout=layout, document=document, needs_review=False)
+            for document in documents
+        )
+    ]
+    found = {v.document: v for v in MemoryVersion.objects.filter(reduce(operator.or_, newest))}
+    return {document: found.get(document) for document in documents}
 
 
 def text_of(version: MemoryVersion | None) -> str:

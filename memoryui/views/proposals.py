@@ -99,17 +99,19 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         comments.setdefault(comment.key, []).append(comment)
     reviews = curation.document_reviews(proposal)
     findings = review_marks.lint_findings(proposal)
+    rejections = curation.rejections(proposal)
     marks = review_cards.Marks.load(
         proposal,
         request.user,
         decisions={(doc.document, k): d for doc in reviews for k, d in doc.decisions.items()},
+        rejected=[(r.document, r.key) for r in rejections],
     )
     decidable = {doc.document: curation.decidable(doc) for doc in reviews}
     review_marks.note_lint_and_stale(marks, proposal, decidable, findings, reviews)
     marks.note_checks(proposal, decidable)
     new_files = review_marks.run_files(proposal)
     doubles = review_marks.duplicate_marks(proposal, reviews)
-    sections = []
+    pages = []
     for doc in reviews:
         cites_all: dict[str, list] = {}
         if show == "flagged":  # "unsupported" and "outdated" are flags: every change's
@@ -134,8 +136,14 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
         page = Paginator(shown, REVIEW_PAGE_SIZE).get_page(
             place.cleaned_data.get(f"page_{doc.document}")
         )
-        citations = review_marks.citation_status(proposal, list(page.object_list), new_files)
-        marks.need_approvals(doc.document, page.object_list)
+        pages.append((doc, shown, page))
+    # What the cards of both documents need, read for all of them at once.
+    listed = {doc.document: list(page.object_list) for doc, _, page in pages}
+    citations = review_marks.citation_statuses(proposal, listed, new_files)
+    marks.need_approvals_of(listed)
+    sections = []
+    for doc, shown, page in pages:
+        cites = citations[doc.document]
         marks.need_usage(doc.document, page.object_list)
         rows = [
             review_cards.page_card(
@@ -143,9 +151,9 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
                     doc.document,
                     change,
                     marks,
-                    unsupported=review_marks.is_unsupported(change, citations.get(change.key, [])),
+                    unsupported=review_marks.is_unsupported(change, cites.get(change.key, [])),
                 ),
-                cites=citations.get(change.key, []),
+                cites=cites.get(change.key, []),
                 comments=comments.get(change.key, []),
                 place={"show": show, "page": page.number},
                 texts=(doc.proposed_text, doc.base_text),
@@ -182,7 +190,7 @@ def proposal_review(request: HtmxHttpRequest, name: str, layout_pk: int, pk: int
             "comments": comments.get("", []),
             "reviewers": _reviewers(proposal.layout.workspace),
             "ledger": _ledger(request, proposal, protected, perms["can_edit"]),
-            "reintroduced": curation.reintroduced(proposal),
+            "reintroduced": curation.reintroduced(proposal, rejections),
             "change_request": curation.change_request(proposal.layout, before=proposal),
             "injection": injected_summary(proposal.memory_summary.encode()),
             **review_marks.lint_banner(proposal, findings, reviews, marks.poisoned),

@@ -241,27 +241,47 @@ def citation_status(
     """For the entries shown: each cited rollout summary, whether it exists (imported,
     or written by this proposal's run: ``new_files``, read when not given), and where
     it leads."""
+    return citation_statuses(proposal, {"": changes}, new_files)[""]
+
+
+def citation_statuses(
+    proposal: Proposal,
+    changes: dict[str, list[review.Change]],
+    new_files: set[str] | None = None,
+) -> dict[str, dict[str, list]]:
+    """``citation_status`` of the entries of each document shown, the files looked up
+    in one query for all of them."""
     cited = {
-        c.key: entry_citations(proposal.memory_md, c.key, c.proposed) for c in changes if c.proposed
+        document: {
+            c.key: entry_citations(proposal.memory_md, c.key, c.proposed) for c in cs if c.proposed
+        }
+        for document, cs in changes.items()
     }
-    links = documents.resolve_citations(proposal.layout, {p for ps in cited.values() for p in ps})
+    links = documents.resolve_citations(
+        proposal.layout, {p for by_key in cited.values() for ps in by_key.values() for p in ps}
+    )
     if new_files is None:
         new_files = run_files(proposal)
     # A summary this run wrote is not on disk before the write-back: its link opens the
     # text from this proposal (marked pending), not the layout's missing citation.
     from_run = f"?proposal={proposal.pk}"
     return {
-        key: [
-            (
-                links[p].exists or p in new_files,
-                links[p].url if links[p].exists or p not in new_files else links[p].url + from_run,
-                p,
-                _short(p),
-            )
-            for p in paths
-            if p in links
-        ]
-        for key, paths in cited.items()
+        document: {
+            key: [
+                (
+                    links[p].exists or p in new_files,
+                    links[p].url
+                    if links[p].exists or p not in new_files
+                    else links[p].url + from_run,
+                    p,
+                    _short(p),
+                )
+                for p in paths
+                if p in links
+            ]
+            for key, paths in by_key.items()
+        }
+        for document, by_key in cited.items()
     }
 
 
