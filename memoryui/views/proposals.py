@@ -253,6 +253,7 @@ def _reviewers(workspace: Workspace) -> list:
         .objects.filter(
             models.Q(pk__in=ids) | models.Q(is_staff=True) | models.Q(is_superuser=True)
         )
+        .only("pk", "username")  # what the assignment menu shows
         .order_by("username")
     )
 

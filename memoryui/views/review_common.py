@@ -26,9 +26,10 @@ def proposal_of(request: HtmxHttpRequest, pk: int) -> Proposal:
 
 def kept_proposal(layout: Layout, pk: int) -> Proposal:
     """Proposal ``pk`` of ``layout`` (404 else) with its texts, read from the database
-    only when this process does not keep that version of them."""
+    only when this process does not keep that version of them. Its ``layout`` is the one
+    given (with its workspace, as the route resolved it): not joined again."""
     proposals = Proposal.objects.select_related(
-        "layout__workspace", "run", "base_memory_md", "base_memory_summary", "decided_by"
+        "run", "base_memory_md", "base_memory_summary", "decided_by"
     ).defer("raw_memories_md", "selection")  # only the write-back reads these
     kept: tuple[str, str, str] | None = None
     key = (connection.settings_dict["NAME"], pk)
@@ -47,6 +48,7 @@ def kept_proposal(layout: Layout, pk: int) -> Proposal:
             select_params=(known, known),
         )
     proposal = get_object_or_404(proposals, pk=pk, layout=layout)
+    proposal.layout = layout
     if connection.vendor == "postgresql":
         found: Any = proposal
         if found.fresh_md is None and kept is not None:
