@@ -2,12 +2,15 @@
 with and the API say the same about an entry (decision, approval, flags, progress);
 deciding an entry views it; "outdated" means approved before and changed again."""
 
+from datetime import UTC, datetime
+
 import pytest
 from django.template.loader import render_to_string
 from django.test import Client
+from django.utils import timezone
 
 from generation import review
-from memoryui import curation, diffs, entry_checks, review_cards, tokens
+from memoryui import card_html, curation, diffs, entry_checks, review_cards, tokens
 from memoryui.models import (
     ApprovedEntry,
     EntryView,
@@ -17,6 +20,7 @@ from memoryui.models import (
     RejectedEntry,
     Role,
 )
+from memoryui.usage import EntryUsage
 from tests.review_world import proposal_over
 from tests.test_curation import member, url
 
@@ -318,3 +322,21 @@ def test_a_cards_model_written_title_and_flagged_text_reach_the_page_escaped(lay
     assert '<span class="badge bad">poisoning: ' in card
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in card  # the flag's excerpt, as text
     assert '<button name="decision" value="accept"' in card  # the form, for a reviewer
+
+
+def test_a_cards_read_badge_counts_reads_and_runs_and_gives_the_day_in_the_shown_time_zone():
+    just_after_midnight_utc = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
+    with timezone.override("America/Los_Angeles"):  # still 31 December there
+        once = card_html._read_html(
+            EntryUsage(reads=1, runs=1, last_read=just_after_midnight_utc, states={"failed": 1})
+        )
+        often = card_html._read_html(
+            EntryUsage(reads=1234, runs=2, last_read=just_after_midnight_utc)
+        )
+
+    assert once == (
+        '<span class="badge entry-read" title="Read by 1 run (1 failing), last 2025-12-31">'
+        "read 1 time</span>"
+    )
+    assert 'title="Read by 2 runs, last 2025-12-31">read 1,234 times</span>' in often
+    assert ">never read</span>" in card_html._read_html(EntryUsage())
