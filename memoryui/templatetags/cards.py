@@ -38,8 +38,21 @@ def card_bar(context: Any) -> SafeString:
         can_decide=bool(context.get("can_decide")),
         can_edit=bool(context.get("can_edit")),
         urls=_urls(context),
-        csrf_input=CsrfTokenNode().render(context),
+        csrf_input=_csrf_input(context),
     )
+
+
+def _csrf_input(context: Any) -> str:
+    """``{% csrf_token %}``'s input, built once for the page's cards: the token is the
+    same for all of them (the request's), and each build looked it up through every
+    layer of the context and formatted it anew."""
+    kept = context.render_context.get(_CSRF_INPUT)
+    if kept is None:
+        kept = context.render_context[_CSRF_INPUT] = CsrfTokenNode().render(context)
+    return str(kept)
+
+
+_CSRF_INPUT = object()
 
 
 @register.simple_tag(takes_context=True)
