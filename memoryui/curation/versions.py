@@ -7,7 +7,7 @@ import operator
 from collections.abc import Sequence
 from functools import reduce
 
-from django.db.models import Q, Subquery
+from django.db.models import Q, QuerySet, Subquery
 
 from .. import documents, versioning
 from ..models import Layout, MemoryVersion
@@ -20,26 +20,23 @@ def latest(layout: Layout, document: str) -> MemoryVersion | None:
 def latest_approved(layout: Layout, document: str) -> MemoryVersion | None:
     """The newest version not awaiting review: what sandboxes are served (lint aside),
     and what a proposal's decisions are merged with."""
-    return (
-        MemoryVersion.objects.filter(layout=layout, document=document, needs_review=False)
-        .order_by("-number")
-        .first()
-    )
+    return _approved(layout, document).first()
 
 
 def latest_approved_each(
     layout: Layout, documents: Sequence[str]
 ) -> dict[str, MemoryVersion | None]:
     """``latest_approved`` of each of ``documents``, in one query."""
-    newest = [
-        Q(pk=Subquery(approved.order_by("-number").values("pk")[:1]))
-        for approved in (
-            MemoryVersion.objects.filter(layout=layout, document=document, needs_review=False)
-            for document in documents
-        )
-    ]
+    newest = [Q(pk=Subquery(_approved(layout, d).values("pk")[:1])) for d in documents]
     found = {v.document: v for v in MemoryVersion.objects.filter(reduce(operator.or_, newest))}
     return {document: found.get(document) for document in documents}
+
+
+def _approved(layout: Layout, document: str) -> QuerySet[MemoryVersion]:
+    """The document's versions not awaiting review, newest first."""
+    return MemoryVersion.objects.filter(
+        layout=layout, document=document, needs_review=False
+    ).order_by("-number")
 
 
 def text_of(version: MemoryVersion | None) -> str:
