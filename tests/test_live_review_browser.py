@@ -254,3 +254,33 @@ def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_deci
         bob_context.close()
     decision = proposal.decisions.get()
     assert (decision.decision, decision.user.username) == ("accept", "ada")
+
+
+def test_a_fold_read_open_stays_open_with_its_body_when_another_persons_decision_redraws_the_card(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
+        browser, live_server, review_layout, 3
+    )
+    try:
+        log_in(ada, live_server, "ada")
+        log_in(bob, live_server, "bob")
+        ada.goto(url)
+        bob.goto(url)
+        card = bob.locator("article[data-entry]").first.get_attribute("id")
+        rendered = f"#{card} details.rendered"
+        bob.click(f"{rendered} summary")  # its body loads when opened
+        bob.wait_for_selector(f"{rendered} .markdown h1 >> text=group 000")
+
+        ada.click(f"#{card} button.decide.accept")
+        waited(bob, "id => document.getElementById(id).dataset.decided === 'accept'", card)
+
+        # The card bob reads was drawn again with ada's decision: his fold is still open
+        # and shows the text (loaded again for the card as it is now).
+        assert bob.evaluate(f"document.querySelector('{rendered}').open")
+        bob.wait_for_selector(f"{rendered} .markdown h1 >> text=group 000", timeout=2000)
+    finally:
+        ada_context.close()
+        bob_context.close()

@@ -103,13 +103,20 @@
         focusAt = { field: targets[j], start: active.selectionStart, end: active.selectionEnd };
       }
     });
-    old.querySelectorAll("details[open]").forEach(function (fold) { // folds read, kept open
+    // Folds read, kept open. One that loads its body when opened (rendered text,
+    // evidence) is opened once the card is in the page, so it loads that body again,
+    // for the card as it is now.
+    var reopen = [];
+    old.querySelectorAll("details[open]").forEach(function (fold) {
       var twin = fold.className && fresh.querySelector("details." + fold.className.trim().split(/\s+/).join("."));
-      if (twin && !twin.hasAttribute("data-fold")) twin.open = true;
+      if (!twin) return;
+      if (twin.hasAttribute("data-fold")) reopen.push(twin);
+      else twin.open = true;
     });
     var wasFocused = active === old;
     old.replaceWith(fresh);
     if (window.htmx) window.htmx.process(fresh);
+    reopen.forEach(function (fold) { fold.open = true; });
     if (focusAt) {
       focusAt.field.focus({ preventScroll: true });
       if (focusAt.start !== null) focusAt.field.setSelectionRange(focusAt.start, focusAt.end);
