@@ -122,7 +122,7 @@ class ItemView:
     badges: list[Badge] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     url: str = ""
-    # The memory files this call read (memoryui.usage.ItemRead), when it read any.
+    # The memory files this call read (memoryui.rollout_reads.ItemRead), when it read any.
     memory_reads: list[Any] = field(default_factory=list)
 
     @property

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from generation import tree
 
-from .. import documents, search, transcript, usage
+from .. import documents, rollout_reads, search, transcript
 from ..forms import PageForm, RolloutFilterForm
 from ..models import RawMemory, Role, Rollout, RolloutSummary, WorkspaceFile
 from ..roles import workspace_view
@@ -149,7 +149,7 @@ def rollout_detail(
         item_url=partial(_item_url, rollout),
     )
     raw_memories, summaries = _memory_docs(rollout)
-    memory_reads = usage.reads_by_item(rollout)
+    memory_reads = rollout_reads.reads_by_item(rollout)
     for segment in page.segments:
         for entry in segment.entries:
             for item in entry.items:
@@ -182,7 +182,7 @@ def rollout_item(
     item = transcript.build_single(parsed, segment, index, item_url=partial(_item_url, rollout))
     if item is None:
         raise Http404("No such item in this rollout.")
-    item.memory_reads = usage.reads_by_item(rollout).get((item.segment, item.index), [])
+    item.memory_reads = rollout_reads.reads_by_item(rollout).get((item.segment, item.index), [])
     context = {
         "rollout": rollout,
         "layout": rollout.layout,
