@@ -10,6 +10,7 @@ give the model and its columns.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -216,3 +217,27 @@ def insert_with_ids(
         cursor.execute("SELECT last_insert_rowid()")
         last = cursor.fetchone()[0]
     return list(range(last - len(rows) + 1, last + 1))
+
+
+def values_by(
+    model: type[models.Model], key: str, value: str, keys: Sequence[Any]
+) -> dict[Any, Any]:
+    """``{row.key: row.value}`` for the rows whose ``key`` column is one of ``keys``
+    (an import's ten thousand file ids): the keys go as one array a chunk, not one
+    placeholder each (``= ANY`` on PostgreSQL, ``json_each`` on SQLite), and no
+    queryset is built (a third of the time of ``filter(key__in=...)``)."""
+    qn = connection.ops.quote_name
+    select = f"SELECT {qn(key)}, {qn(value)} FROM {qn(model._meta.db_table)} WHERE {qn(key)} "
+    if connection.vendor == "postgresql":
+        select += "= ANY(%s)"
+    else:
+        select += "IN (SELECT value FROM json_each(%s))"
+    found: dict[Any, Any] = {}
+    with connection.cursor() as cursor:
+        for chunk in chunks(keys, 10 * CHUNK):
+            values = list(chunk)
+            cursor.execute(
+                select, [values if connection.vendor == "postgresql" else json.dumps(values)]
+            )
+            found.update(cursor.fetchall())
+    return found

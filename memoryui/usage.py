@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -141,94 +142,104 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
         MemoryRead.objects.filter(rollout__file_id__in=replaced[start : start + 500]).delete()
     if not len(found):
         return 0
-    file_ids = found.file_ids
-    rollout_of: dict[int, int] = {}
-    for start in range(0, len(file_ids), _READS_PER_BATCH):  # not one query of 100,000 ids
-        chunk = list(file_ids[start : start + _READS_PER_BATCH])
-        rollout_of.update(Rollout.objects.filter(file_id__in=chunk).values_list("file_id", "pk"))
+    rollout_of: dict[int, int] = bulk.values_by(Rollout, "file_id", "id", found.file_ids)
     versions = _versions_of(found.layout_ids)
+    lines_of = _entry_lines(found, rollout_of, versions)
 
-    def each_read() -> Iterator[tuple[FoundReads, int, memory_reads.ItemReads, SegmentEnd, Any]]:
-        for rollout_reads in found:
-            rollout_id = rollout_of.get(rollout_reads.file_id)
-            if rollout_id is None:
-                continue
-            for item, end in zip(rollout_reads.items, rollout_reads.ends, strict=True):
-                for read in item.reads:
-                    yield rollout_reads, rollout_id, item, end, read
+    # Then the rows, a batch at a time, each read of MEMORY.md with the keys of the
+    # entries it printed in the version the agent had (found again: a look-up in a
+    # short list, where keeping it for every read would hold 100,000 of them).
+    adapt = connection.ops.adapt_datetimefield_value
+    batch: list[ReadRow] = []
+    hits: list[tuple[str, ...]] = []
+    written = 0
+    for rollout_reads in found:
+        rollout_id = rollout_of.get(rollout_reads.file_id)
+        if rollout_id is None:
+            continue
+        layout_id = rollout_reads.layout_id
+        layout_versions = versions.get(layout_id)
+        adapted: tuple[Any, Any] | None = None  # (segment end, as the database takes it)
+        for item, (when, state) in zip(rollout_reads.items, rollout_reads.ends, strict=True):
+            if adapted is None or adapted[0] is not when:  # a segment's items share its end
+                adapted = (when, adapt(when))
+            for read in item.reads:
+                version = keys = None
+                if read.kind == memory_reads.MEMORY_MD and layout_versions is not None:
+                    version = layout_versions.at(when)
+                    if version is not None:
+                        keys = memory_entries.entry_hits(read, lines_of[version[1]])
+                batch.append(
+                    ReadRow(
+                        layout_id=layout_id,
+                        rollout_id=rollout_id,
+                        segment=item.segment,
+                        item=item.index,
+                        kind=read.kind,
+                        path=read.path[:1024],
+                        how=read.how,
+                        command=item.command[:COMMAND_CHARS],
+                        read_at=adapted[1],
+                        terminal_state=state[:32],
+                        version_id=None if version is None else version[0],
+                        entry_count=len(keys) if keys else 0,
+                    )
+                )
+                hits.append(keys or ())
+                if len(batch) == _READS_PER_BATCH:
+                    _write_reads(batch, hits)
+                    written += len(batch)
+                    batch, hits = [], []
+    if batch:
+        _write_reads(batch, hits)
+        written += len(batch)
+    return written
 
-    # The version each read of MEMORY.md had (by its place among the reads), and the
-    # lines those reads printed, by the version's text; then the reads are mapped to
-    # entries one text at a time (going through them again for each text). A large text
-    # is read for this alone and parsed a task group at a time (a 27 MB MEMORY.md at
-    # 100,000 rollouts: the per-process caches took an import's peak to 785 MB). Nothing
-    # is held per read but its version and the keys it hit.
-    version_of: dict[int, int] = {}
-    of_text: dict[str, set[str]] = {}
-    text_of: dict[int, str] = {}  # a version's pk: its text's sha256
-    for index, (rollout_reads, _, _, (when, _), read) in enumerate(each_read()):
-        if read.kind == memory_reads.MEMORY_MD:
-            layout_versions = versions.get(rollout_reads.layout_id)
-            version = layout_versions.at(when) if layout_versions else None
-            if version is not None:
-                version_of[index] = version[0]
-                text_of[version[0]] = version[1]
-                of_text.setdefault(version[1], set()).update(read.printed)
-    hits: dict[int, tuple[str, ...]] = {}
-    sizes = dict(Blob.objects.filter(pk__in=list(of_text)).values_list("sha256", "size"))
-    for blob, printed in of_text.items():
+
+def _entry_lines(
+    found: Found, rollout_of: Mapping[int, int], versions: Mapping[int, _Versions]
+) -> dict[str, memory_entries.EntryLines]:
+    """The entries and lines of each ``MEMORY.md`` text the import's reads had (by its
+    sha256), with the lines their searches printed: one pass over the reads for those
+    lines, then the texts one at a time. A large text is read for this alone and parsed
+    a task group at a time (a 27 MB MEMORY.md at 100,000 rollouts: the per-process
+    caches took an import's peak to 785 MB); what is kept of each is its entries'
+    first lines and keys, not its text."""
+    printed_of: dict[str, set[str]] = {}
+    for rollout_reads in found:
+        layout_versions = versions.get(rollout_reads.layout_id)
+        if layout_versions is None or rollout_reads.file_id not in rollout_of:
+            continue
+        for item, (when, _) in zip(rollout_reads.items, rollout_reads.ends, strict=True):
+            for read in item.reads:
+                if read.kind == memory_reads.MEMORY_MD:
+                    version = layout_versions.at(when)
+                    if version is not None:
+                        printed_of.setdefault(version[1], set()).update(read.printed)
+    sizes = dict(Blob.objects.filter(pk__in=list(printed_of)).values_list("sha256", "size"))
+    lines_of = {}
+    for blob, printed in printed_of.items():
         # A text small enough is kept, with its entries' places, for the next import
         # of a workspace whose agents read it (the caches the pages use).
         keep = sizes.get(blob, 0) <= KEPT_TEXT_BYTES
-        lines = memory_entries.entry_lines(
-            documents.text(blob) if keep else documents.text_once(blob), printed, keep=keep
-        )
+        text = documents.text(blob) if keep else documents.text_once(blob)
+        lines_of[blob] = memory_entries.entry_lines(text, printed, keep=keep)
+        del text
         printed.clear()
-        for index, (_, _, _, _, read) in enumerate(each_read()):
-            read_version = version_of.get(index)
-            if read_version is not None and text_of[read_version] == blob:
-                hits[index] = memory_entries.entry_hits(read, lines)
-        del lines
-    of_text.clear()
-
-    adapt = connection.ops.adapt_datetimefield_value
-    adapted: dict[tuple[int, int], Any] = {}
-    batch: list[ReadRow] = []
-    written = 0
-    for index, (rollout_reads, rollout_id, item, (when, state), read) in enumerate(each_read()):
-        at = adapted.get((rollout_id, item.segment))
-        if at is None:
-            at = adapted[rollout_id, item.segment] = adapt(when)
-        batch.append(
-            ReadRow(
-                layout_id=rollout_reads.layout_id,
-                rollout_id=rollout_id,
-                segment=item.segment,
-                item=item.index,
-                kind=read.kind,
-                path=read.path[:1024],
-                how=read.how,
-                command=item.command[:COMMAND_CHARS],
-                read_at=at,
-                terminal_state=state[:32],
-                version_id=version_of.get(index),
-                entry_count=len(hits.get(index, ())),
-            )
-        )
-        if len(batch) == _READS_PER_BATCH:
-            # The batch's reads are the ``written`` .. ``index`` th.
-            _write_reads(batch, [hits.pop(i, ()) for i in range(written, index + 1)])
-            written += len(batch)
-            batch, adapted = [], {}
-    if batch:
-        _write_reads(batch, [hits.pop(i, ()) for i in range(written, written + len(batch))])
-        written += len(batch)
-    return written
+    return lines_of
 
 
 def _write_reads(reads: list[ReadRow], hits: list[tuple[str, ...]]) -> None:
     """Insert a batch of reads, then the entries each read of MEMORY.md printed."""
     ids = bulk.insert_with_ids(MemoryRead, list(ReadRow._fields), reads)
+    if connection.vendor == "sqlite":
+        _copy_entry_reads(ids, hits)
+    else:
+        _insert_entry_reads(ids, reads, hits)
+
+
+def _insert_entry_reads(ids: list[int], reads: list[ReadRow], hits: list[tuple[str, ...]]) -> None:
+    """The entry reads' rows, each made here from its read's (``COPY`` on PostgreSQL)."""
     bulk.insert_many(
         EntryRead,
         list(EntryRow._fields),
@@ -248,6 +259,33 @@ def _write_reads(reads: list[ReadRow], hits: list[tuple[str, ...]]) -> None:
             for key in keys
         ],
     )
+
+
+def _copy_entry_reads(ids: list[int], hits: list[tuple[str, ...]]) -> None:
+    """On SQLite, the entry reads' rows made by the database from their reads' rows
+    just written: one statement with each read's id and keys as JSON, where a prepared
+    statement took eight values a row from Python (a third more time for the 24,514 of
+    the 10,000-rollout tree, bench/README.md). The same rows as
+    ``_insert_entry_reads`` (tests/test_bulk_load.py)."""
+    per_read = [
+        [read_id, [key[:1000] for key in keys]]
+        for read_id, keys in zip(ids, hits, strict=True)
+        if keys
+    ]
+    if not per_read:
+        return
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(c) for c in EntryRow._fields)
+    sql = (
+        f"INSERT INTO {qn(EntryRead._meta.db_table)} ({columns}) "
+        "SELECT r.id, r.layout_id, r.version_id, k.value, r.rollout_id, r.segment, "
+        "r.read_at, r.terminal_state "
+        f"FROM json_each(%s) AS o CROSS JOIN {qn(MemoryRead._meta.db_table)} AS r "
+        "ON r.id = json_extract(o.value, '$[0]') CROSS JOIN json_each(o.value, '$[1]') AS k "
+        "WHERE r.version_id IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [json.dumps(per_read)])
 
 
 class ReadRow(NamedTuple):

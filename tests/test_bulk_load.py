@@ -18,7 +18,7 @@ from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memoryui import bulk
+from memoryui import bulk, usage
 from memoryui.importer import bulk as importer_bulk
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -351,16 +351,26 @@ def reads_of(name: str) -> list[tuple[Any, ...]]:
                 read.terminal_state,
                 read.version.number if read.version else None,
                 read.entry_count,
-                sorted((e.key, e.segment, e.read_at, e.terminal_state) for e in read.entries.all()),
+                sorted(
+                    (
+                        e.key,
+                        e.segment,
+                        e.read_at,
+                        e.terminal_state,
+                        # the read's own layout, version and rollout
+                        (e.layout_id, e.version_id, e.rollout_id)
+                        == (read.layout_id, read.version_id, read.rollout_id),
+                    )
+                    for e in read.entries.all()
+                ),
             )
         )
     return sorted(rows, key=repr)
 
 
-@pytest.mark.postgresql
-def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
-    db, fixtures_dir, frozen_clock, monkeypatch, tmp_path
-):
+def tree_with_reads(fixtures_dir: Path, tmp_path: Path) -> Path:
+    """The small SDK fixture with one more rollout whose run searched MEMORY.md for one
+    line (``rg -n``) and printed its first 30 lines (``sed``)."""
     tree = tmp_path / "workspace"
     shutil.copytree(fixtures_dir / "small-a" / "workspace", tree)
     memory = (tree / "memories" / "MEMORY.md").read_text().splitlines()
@@ -389,6 +399,14 @@ def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
     }
     (tree / "sessions" / "reader.jsonl").write_text(json.dumps(segment) + "\n")
 
+    return tree
+
+
+@pytest.mark.postgresql
+def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
+    db, fixtures_dir, frozen_clock, monkeypatch, tmp_path
+):
+    tree = tree_with_reads(fixtures_dir, tmp_path)
     copied = []
     real_copy = bulk._copy_rows
     monkeypatch.setattr(
@@ -411,6 +429,34 @@ def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
         ("MEMORY.md", "range", 6),  # lines 1-30: the first group's entries and the next task
     ]
     assert hits[0][2][0].startswith(rotate)
+
+
+def test_entry_reads_made_by_sqlite_from_the_reads_are_the_rows_python_would_write(
+    db, fixtures_dir, frozen_clock, monkeypatch, tmp_path
+):
+    tree = tree_with_reads(fixtures_dir, tmp_path)
+    built_by_sql = []
+    real = usage._copy_entry_reads
+    monkeypatch.setattr(
+        usage, "_copy_entry_reads", lambda ids, hits: (built_by_sql.append(ids), real(ids, hits))
+    )
+    import_workspace(tree, "reads")
+    assert built_by_sql  # SQLite made the entry reads' rows itself
+    by_sql = reads_of("reads")
+    forget("reads")
+
+    def rows_from_python(reads: list[usage.ReadRow], hits: list[tuple[str, ...]]) -> None:
+        ids = bulk.insert_with_ids(MemoryRead, list(usage.ReadRow._fields), reads)
+        usage._insert_entry_reads(ids, reads, hits)
+
+    monkeypatch.setattr(usage, "_write_reads", rows_from_python)
+    import_workspace(tree, "reads")
+    assert reads_of("reads") == by_sql
+    assert [(read[4], read[5], len(read[11])) for read in by_sql] == [
+        ("MEMORY.md", "search", 1),
+        ("MEMORY.md", "range", 6),
+    ]
+    assert all(entry[4] for read in by_sql for entry in read[11])
 
 
 def test_rows_inserted_with_ids_are_found_by_the_ids_returned(db, fixtures_dir, tmp_path):
