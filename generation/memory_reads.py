@@ -664,7 +664,9 @@ def segment_reads(
     calls = [
         (position, item)
         for position, item in enumerate(generated)
-        if isinstance(item, dict) and _may_read(item, memories_dir)
+        if isinstance(item, dict)
+        and item.get("type") in _CALL_TYPES  # messages and outputs: no call of a function
+        and _may_read(item, memories_dir)
     ]
     if not calls:
         return  # most segments: no call names a memory file, no output is decoded
@@ -682,6 +684,11 @@ def segment_reads(
             command, reads = found
             if reads:
                 yield ItemReads(segment, offset + position + 1, command, tuple(reads))
+
+
+# The item types that call a tool that can read a file (a tuple: an item's type can be
+# any JSON, a list too, which a set could not look up).
+_CALL_TYPES = ("function_call", "shell_call", "local_shell_call")
 
 
 def _may_read(item: dict[str, Any], memories_dir: str) -> bool:

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol, overload
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, F, Max, Min, OuterRef
 from django.db.models.functions import TruncDate
@@ -149,7 +150,7 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
     # Then the rows, a batch at a time, each read of MEMORY.md with the keys of the
     # entries it printed in the version the agent had (found again: a look-up in a
     # short list, where keeping it for every read would hold 100,000 of them).
-    adapt = connection.ops.adapt_datetimefield_value
+    adapt = _datetime_adapter()
     batch: list[ReadRow] = []
     hits: list[tuple[str, ...]] = []
     written = 0
@@ -170,19 +171,19 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
                     if version is not None:
                         keys = memory_entries.entry_hits(read, lines_of[version[1]])
                 batch.append(
-                    ReadRow(
-                        layout_id=layout_id,
-                        rollout_id=rollout_id,
-                        segment=item.segment,
-                        item=item.index,
-                        kind=read.kind,
-                        path=read.path[:1024],
-                        how=read.how,
-                        command=item.command[:COMMAND_CHARS],
-                        read_at=adapted[1],
-                        terminal_state=state[:32],
-                        version_id=None if version is None else version[0],
-                        entry_count=len(keys) if keys else 0,
+                    ReadRow(  # by position: a tenth of the loop's time by name
+                        layout_id,
+                        rollout_id,
+                        item.segment,
+                        item.index,
+                        read.kind,
+                        read.path[:1024],
+                        read.how,
+                        item.command[:COMMAND_CHARS],
+                        adapted[1],
+                        state[:32],
+                        None if version is None else version[0],
+                        len(keys) if keys else 0,
                     )
                 )
                 hits.append(keys or ())
@@ -194,6 +195,22 @@ def record_reads(found: Found, replaced_file_ids: Iterable[int] = ()) -> int:
         _write_reads(batch, hits)
         written += len(batch)
     return written
+
+
+def _datetime_adapter() -> Callable[[datetime | None], Any]:
+    """``adapt_datetimefield_value`` of the connection: on SQLite with time zones on, a
+    time with one becomes the same text without Django's checks (a third of its time,
+    once for every run segment that read memory)."""
+    django_adapt = connection.ops.adapt_datetimefield_value
+    if connection.vendor != "sqlite" or not settings.USE_TZ or connection.timezone != UTC:
+        return django_adapt
+
+    def adapt(value: datetime | None) -> Any:
+        if value is None or value.tzinfo is None:
+            return django_adapt(value)
+        return str(value.astimezone(UTC).replace(tzinfo=None))
+
+    return adapt
 
 
 def _entry_lines(

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -1118,3 +1118,22 @@ def test_an_import_whose_reads_went_to_disk_records_exactly_what_one_held_in_mem
     held = rows("held")
     assert len(held) == 24 and all(row[-1] for row in held if row[4] == "search")
     assert rows("spilled") == held
+
+
+def test_a_reads_time_is_stored_as_django_would_store_it_and_read_back_unchanged(db):
+    """The import writes each read's time with its own adapter on SQLite (Django's
+    checks left out): the text is Django's, and the time read back is the run's end."""
+    adapt = usage._datetime_adapter()
+    times = [
+        datetime.fromisoformat("2026-11-30T10:00:00.123456+00:00"),
+        datetime.fromisoformat("2026-11-30T10:00:00+00:00"),  # no microseconds: no fraction
+        datetime.fromisoformat("2026-12-01T02:15:07.000005+05:30"),  # the day before, in UTC
+        None,
+    ]
+    for when in times:
+        assert adapt(when) == connection.ops.adapt_datetimefield_value(when)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s", [adapt(times[2])])
+        stored = cursor.fetchone()[0]
+    assert stored == "2026-11-30 20:45:07.000005"
+    assert datetime.fromisoformat(stored).replace(tzinfo=UTC) == times[2]
