@@ -219,8 +219,12 @@ def on_postgresql() -> bool:
 
 def runs_here(item: pytest.Item) -> bool:
     """A test marked ``postgresql`` is about PostgreSQL's own path (``COPY``, its
-    statistics): the SQLite run leaves it to the PostgreSQL run instead of skipping it."""
+    statistics): the SQLite run leaves it to the PostgreSQL run instead of skipping it.
+    One marked ``sqlite`` is about SQLite's own path (rows it builds itself from JSON,
+    the text it keeps a time as): the PostgreSQL run leaves it to the SQLite run."""
     if item.get_closest_marker("postgresql") is not None and not on_postgresql():
+        return False
+    if item.get_closest_marker("sqlite") is not None and on_postgresql():
         return False
     if os.environ.get("MEMORYUI_TEST_DATABASE_TESTS_ONLY") == "1":
         return uses_test_database(item)

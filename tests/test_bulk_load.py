@@ -431,6 +431,7 @@ def test_memory_reads_go_in_by_copy_with_the_rows_the_ordinary_insert_writes(
     assert hits[0][2][0].startswith(rotate)
 
 
+@pytest.mark.sqlite
 def test_entry_reads_made_by_sqlite_from_the_reads_are_the_rows_python_would_write(
     db, fixtures_dir, frozen_clock, monkeypatch, tmp_path
 ):

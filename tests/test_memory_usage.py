@@ -1120,6 +1120,7 @@ def test_an_import_whose_reads_went_to_disk_records_exactly_what_one_held_in_mem
     assert rows("spilled") == held
 
 
+@pytest.mark.sqlite
 def test_a_reads_time_is_stored_as_django_would_store_it_and_read_back_unchanged(db):
     """The import writes each read's time with its own adapter on SQLite (Django's
     checks left out): the text is Django's, and the time read back is the run's end."""
