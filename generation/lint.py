@@ -376,11 +376,19 @@ def lint_file(path: str, data: bytes, layouts: Sequence[LayoutDirs]) -> list[Fin
         + find_cross_layout_paths(path, text, layouts)
         + find_summary_over_cap(path, data)
     )
+    remember(*key, findings)
+    return findings
+
+
+def remember(
+    path: str, sha256: str, layouts: Sequence[LayoutDirs], findings: Sequence[Finding]
+) -> None:
+    """Keep what the lint found in the content of this digest at ``path`` for this
+    process (``cached_findings``): found here, or kept elsewhere (a database)."""
     with _LINT_CACHE_LOCK:
-        _LINT_CACHE[key] = tuple(findings)
+        _LINT_CACHE[(path, sha256, tuple(layouts))] = tuple(findings)
         while len(_LINT_CACHE) > _LINT_CACHE_SIZE:
             _LINT_CACHE.popitem(last=False)
-    return findings
 
 
 def lint_files(files: Iterable[tuple[str, bytes]], layouts: Sequence[LayoutDirs]) -> list[Finding]:

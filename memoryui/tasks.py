@@ -32,6 +32,7 @@ from memoryui.models import (
     GenerationRun,
     ImportRun,
     MemoryVersion,
+    Proposal,
     SkillFileVersion,
     WorkerHeartbeat,
     Workspace,
@@ -232,6 +233,14 @@ def lint_version(model: str, version_id: int) -> None:
     found = versions.select_related("layout__workspace", "blob").filter(pk=version_id).first()
     if found is not None:  # gone: its layout was deleted meanwhile
         writeback.lint_ahead(found)
+
+
+@app.task(name="memoryui.tasks.lint_proposal", acks_late=True)
+def lint_proposal(proposal_id: int) -> None:
+    """Lint a proposal just made (``versioning``), ahead of its review."""
+    found = Proposal.objects.select_related("layout__workspace").filter(pk=proposal_id).first()
+    if found is not None:  # gone: its layout was deleted meanwhile
+        writeback.lint_proposal(found)
 
 
 @app.task(name="memoryui.tasks.judge_entries", bind=True, acks_late=True, max_retries=6)

@@ -6,7 +6,7 @@ may require two reviewers' approvals."""
 import pytest
 from django.test import Client
 
-from generation import review
+from generation import lint, review
 from memoryui import curation
 from memoryui.models import AuditEvent, GenerationSettings, MemoryVersion, Proposal, Role
 from tests.review_world import entry, proposal_over
@@ -110,3 +110,42 @@ def test_with_two_required_approvals_the_first_leaves_it_pending_and_the_second_
     assert "scope: model 0" in curation.text_of(curation.latest(layout, MD))
     assert AuditEvent.objects.filter(action="proposal.approval_recorded").count() == 2
     assert AuditEvent.objects.get(action="proposal.approve").user.username == "ravi"
+
+
+def as_a_new_process(scans: list[str]) -> None:
+    """Forget what this process linted and scanned, as a web process started anew."""
+    lint._LINT_CACHE.clear()
+    lint._SCANNED_LINES.clear()
+    scans.clear()
+
+
+@pytest.mark.django_db
+def test_a_review_opened_in_a_new_process_shows_the_lint_kept_and_scans_nothing(
+    layout, poisoned, secret_scans
+):
+    client = Client()
+    client.force_login(member(Role.REVIEWER, layout))
+    page = url("proposal_review", layout, poisoned.pk)
+    first = banner(client.get(page).content.decode())
+    assert "ignore all previous instructions" in first
+    assert f"{layout.memories_dir}/MEMORY.md" in secret_scans  # scanned here, and kept
+
+    as_a_new_process(secret_scans)
+    again = banner(client.get(page).content.decode())
+    assert again == first
+    assert secret_scans == []  # a 27 MB MEMORY.md took 29 s to scan at 100,000 rollouts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_proposal_is_linted_by_a_worker_before_its_first_review(layout, eager, secret_scans):
+    base = review.join([entry(0, "person 0"), entry(1, "person 1")])
+    proposed = review.join([entry(0, "person 0"), entry(1, "person 1") + "\n" + INSTRUCTION])
+    proposal = proposal_over(layout, base, proposed)  # its commit queues the lint
+    assert f"{layout.memories_dir}/MEMORY.md" in secret_scans
+
+    as_a_new_process(secret_scans)
+    client = Client()
+    client.force_login(member(Role.REVIEWER, layout))
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    assert "ignore all previous instructions" in banner(page)
+    assert secret_scans == []  # the worker's scan, found in the database

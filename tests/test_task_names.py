@@ -25,6 +25,7 @@ NAMES = {
     "memoryui.tasks.start_generation",
     "memoryui.tasks.heartbeat",
     "memoryui.tasks.lint_version",
+    "memoryui.tasks.lint_proposal",
     "memoryui.tasks.lint_workspace",
     "memoryui.tasks.send_notification",
     "memoryui.tasks.send_digests",

@@ -9,13 +9,12 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
-from generation import lint, review
+from generation import review
 from generation.memory_md import CITATION_RE
 
-from .. import curation, documents, entry_checks, review_cards
+from .. import curation, documents, review_cards, writeback
 from ..models import MemoryVersion, Proposal
 from ..review_cards import key_slug
-from ..writeback import layout_dirs
 from .review_common import REVIEW_PAGE_SIZE, review_url
 
 
@@ -209,18 +208,10 @@ def is_shown(
 
 
 def lint_findings(proposal: Proposal) -> list:
-    """What the write-back's lint will say of the proposed files (cached by content;
-    the texts' digests too, so a page after the first hashes nothing)."""
-    base = proposal.layout.memories_dir
-    dirs = layout_dirs(proposal.layout.workspace)
-    findings = []
-    for path, text in (
-        (f"{base}/MEMORY.md", proposal.memory_md),
-        (f"{base}/memory_summary.md", proposal.memory_summary),
-    ):
-        found = lint.cached_findings(path, entry_checks.sha(text), dirs)
-        findings += lint.lint_file(path, text.encode(), dirs) if found is None else found
-    return findings
+    """What the write-back's lint will say of the proposed files (kept by content in
+    this process and in the database; the texts' digests too, so a page after the
+    first hashes nothing)."""
+    return writeback.lint_proposal(proposal)
 
 
 def run_files(proposal: Proposal) -> set[str]:

@@ -57,6 +57,7 @@ from .linting import (
     lint_key,
     lint_latest,
     lint_planned,
+    lint_proposal,
 )
 from .planning import (
     blob_bytes,
@@ -98,6 +99,7 @@ __all__ = [
     "lint_kept_when_refused",
     "lint_key",
     "lint_latest",
+    "lint_proposal",
     "lint_planned",
     "pending_file_text",
     "plan_layout",
