@@ -18,7 +18,7 @@ class MemoryuiConfig(AppConfig):
     def ready(self) -> None:
         # Light on purpose: every command and process runs this. The Celery app, which
         # recovers interrupted write-backs when a worker starts, lives in memoryui.celery.
-        from . import live_review, notifications, versioning, webhooks  # noqa: F401, PLC0415 (their signal receivers, once models load)
+        from . import live_review, notifications, proposal_lint, webhooks  # noqa: F401, PLC0415 (their signal receivers, once models load)
 
         checks.register(check_workspace_routes, checks.Tags.urls)
         make_local_folders()

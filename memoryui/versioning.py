@@ -12,11 +12,9 @@ from functools import partial
 from typing import Any, TypeVar
 
 from django.db import transaction
-from django.db.models.signals import post_save
-from django.dispatch import receiver
 
 from . import documents, task_queue
-from .models import Blob, Layout, MemoryVersion, Proposal, SkillFileVersion
+from .models import Blob, Layout, MemoryVersion, SkillFileVersion
 
 Version = TypeVar("Version", MemoryVersion, SkillFileVersion)
 log = logging.getLogger(__name__)
@@ -94,25 +92,4 @@ def _lint_later(model: str, version_id: int) -> None:
     except OperationalError as exc:
         log.warning(
             "could not queue the lint of %s %s ahead of its write-back: %s", model, version_id, exc
-        )
-
-
-@receiver(post_save, sender=Proposal, dispatch_uid="versioning-lint-proposal")
-def _proposal_made(sender: Any, instance: Proposal, created: bool, **kwargs: Any) -> None:
-    """A new proposal's texts are scanned by a worker once it is saved, so that its first
-    review (in any process) finds the lint kept instead of scanning a large MEMORY.md
-    while the reviewer waits."""
-    if created:
-        transaction.on_commit(partial(_lint_proposal_later, instance.pk))
-
-
-def _lint_proposal_later(proposal_id: int) -> None:
-    """Best effort: without a broker the review page lints the proposal itself."""
-    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
-    try:
-        task_queue.send("memoryui.tasks.lint_proposal", proposal_id)
-    except OperationalError as exc:
-        log.warning(
-            "could not queue the lint of proposal %s ahead of its review: %s", proposal_id, exc
         )

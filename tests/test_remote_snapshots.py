@@ -35,7 +35,7 @@ from django.test import Client
 from django.urls import reverse
 from openai import AsyncOpenAI
 
-from memoryui import curation, pipeline, tokens, versioning
+from memoryui import curation, pipeline, proposal_lint, tokens
 from memoryui.celery import app
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -464,7 +464,7 @@ def test_with_the_generate_on_upload_policy_an_uploads_import_starts_a_run_per_l
             job = run_import_job(answer.json()["import_job"])
         assert job is not None and job.status == ImportJob.Status.DONE
         # The runs started; the rest lint the agents' new proposals ahead of review.
-        return sum(getattr(c, "func", None) is not versioning._lint_proposal_later for c in started)
+        return sum(getattr(c, "func", None) is not proposal_lint.lint_later for c in started)
 
     assert upload_and_import("s1") == 0
     page = Client()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict
+from functools import lru_cache
 from typing import Any
 
 from generation import lint
@@ -18,7 +19,7 @@ from generation.kinds import FileKind
 from generation.lint import LINT_VERSION, Finding, FindingKind, lint_file
 from generation.tree import LayoutDirs
 
-from .. import entry_checks, skills
+from .. import skills
 from ..models import Blob, LintResult, MemoryVersion, Proposal, SkillFileVersion, Workspace
 from .files import DOCUMENT_FILES, PlannedFile, Refused, layout_dirs, skill_path_problem
 
@@ -110,7 +111,7 @@ def lint_proposal(proposal: Proposal) -> list[Finding]:
     ):
         name = DOCUMENT_FILES[document]
         path = f"{layout.memories_dir}/{name}"
-        sha256 = entry_checks.sha(text)  # a look-up for the texts the caches hand out
+        sha256 = _text_sha(text)
         by_path[path] = lint.cached_findings(path, sha256, dirs)
         if by_path[path] is None:
             planned = PlannedFile(path, text.encode(), "", None, _document_kind(name))
@@ -121,6 +122,14 @@ def lint_proposal(proposal: Proposal) -> list[Finding]:
             by_path[path] = [f for f in found if f.path == path]
             lint.remember(path, sha256, dirs, by_path[path] or [])
     return [finding for found_in in by_path.values() for finding in found_in or []]
+
+
+@lru_cache(maxsize=16)
+def _text_sha(text: str) -> str:
+    """A proposed text's sha256, kept: the texts the caches hand out (``documents``) are
+    the same objects each time, so a page after the first hashes nothing (the review's
+    ``entry_checks.sha`` is not loaded by a write-back)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _document_kind(name: str) -> FileKind:

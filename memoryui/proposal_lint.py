@@ -1,0 +1,38 @@
+"""A new proposal's texts are linted by a worker once it is saved
+(``memoryui.tasks.lint_proposal``), so that its first review, in any web process, reads
+the findings the write-back keeps in the database instead of scanning a large
+``MEMORY.md`` while the reviewer waits (``writeback.lint_proposal``). Its signal
+receiver loads with Django (``apps``): this module stays light."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from . import task_queue
+from .models import Proposal
+
+log = logging.getLogger(__name__)
+
+
+@receiver(post_save, sender=Proposal, dispatch_uid="proposal-lint-ahead")
+def _proposal_made(sender: Any, instance: Proposal, created: bool, **kwargs: Any) -> None:
+    if created:
+        transaction.on_commit(partial(lint_later, instance.pk))
+
+
+def lint_later(proposal_id: int) -> None:
+    """Best effort: without a broker the review page lints the proposal itself."""
+    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
+
+    try:
+        task_queue.send("memoryui.tasks.lint_proposal", proposal_id)
+    except OperationalError as exc:
+        log.warning(
+            "could not queue the lint of proposal %s ahead of its review: %s", proposal_id, exc
+        )
