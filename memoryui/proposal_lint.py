@@ -6,7 +6,6 @@ receiver loads with Django (``apps``): this module stays light."""
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import Any
 
@@ -17,8 +16,6 @@ from django.dispatch import receiver
 from . import task_queue
 from .models import Proposal
 
-log = logging.getLogger(__name__)
-
 
 @receiver(post_save, sender=Proposal, dispatch_uid="proposal-lint-ahead")
 def _proposal_made(sender: Any, instance: Proposal, created: bool, **kwargs: Any) -> None:
@@ -28,11 +25,8 @@ def _proposal_made(sender: Any, instance: Proposal, created: bool, **kwargs: Any
 
 def lint_later(proposal_id: int) -> None:
     """Best effort: without a broker the review page lints the proposal itself."""
-    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
-    try:
-        task_queue.send("memoryui.tasks.lint_proposal", proposal_id)
-    except OperationalError as exc:
-        log.warning(
-            "could not queue the lint of proposal %s ahead of its review: %s", proposal_id, exc
-        )
+    task_queue.send_best_effort(
+        "memoryui.tasks.lint_proposal",
+        proposal_id,
+        what=f"the lint of proposal {proposal_id} ahead of its review",
+    )

@@ -11,7 +11,10 @@ The lookup returns the task object itself, so ``.delay`` runs eagerly where Cele
 configured to, and a test that replaces a task's ``delay`` sees the call.
 """
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def task(name: str) -> Any:
@@ -37,3 +40,18 @@ def send(name: str, *args: Any) -> None:
 def send_on_commit(name: str, *args: Any) -> None:
     """Send the task once the current transaction commits (at once outside one)."""
     task(name).delay_on_commit(*args)
+
+
+def send_best_effort(name: str, *args: Any, what: str) -> bool:
+    """Send the task now, where failing to reach the broker costs only work done ahead
+    (a lint the page or the write-back would otherwise do itself): logged as a warning,
+    naming ``what`` was not queued. False when the broker could not be reached."""
+    # Deferred with Celery: a process that never sends a task does not load kombu.
+    from kombu.exceptions import OperationalError  # noqa: PLC0415
+
+    try:
+        send(name, *args)
+    except OperationalError as exc:
+        log.warning("could not queue %s: %s", what, exc)
+        return False
+    return True

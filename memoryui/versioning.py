@@ -7,7 +7,6 @@ version already holds. What each kind audits stays with its caller."""
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import Any, TypeVar
 
@@ -17,7 +16,6 @@ from . import documents, task_queue
 from .models import Blob, Layout, MemoryVersion, SkillFileVersion
 
 Version = TypeVar("Version", MemoryVersion, SkillFileVersion)
-log = logging.getLogger(__name__)
 
 
 def latest(model: type[Version], layout: Layout, **key: str) -> Version | None:
@@ -85,11 +83,9 @@ def create(
 
 def _lint_later(model: str, version_id: int) -> None:
     """Best effort: the save is done; without a broker the write-back lints it itself."""
-    from kombu.exceptions import OperationalError  # noqa: PLC0415 (deferred: Celery loads when a task is sent)
-
-    try:
-        task_queue.send("memoryui.tasks.lint_version", model, version_id)
-    except OperationalError as exc:
-        log.warning(
-            "could not queue the lint of %s %s ahead of its write-back: %s", model, version_id, exc
-        )
+    task_queue.send_best_effort(
+        "memoryui.tasks.lint_version",
+        model,
+        version_id,
+        what=f"the lint of {model} {version_id} ahead of its write-back",
+    )

@@ -5,9 +5,10 @@ may require two reviewers' approvals."""
 
 import pytest
 from django.test import Client
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from generation import lint, review
-from memoryui import curation
+from memoryui import curation, tasks
 from memoryui.models import AuditEvent, GenerationSettings, MemoryVersion, Proposal, Role
 from tests.review_world import entry, proposal_over
 from tests.test_curation import member, url
@@ -149,3 +150,26 @@ def test_a_new_proposal_is_linted_by_a_worker_before_its_first_review(layout, ea
     page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
     assert "ignore all previous instructions" in banner(page)
     assert secret_scans == []  # the worker's scan, found in the database
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proposal_stands_when_its_lint_cannot_be_queued_and_its_review_lints_it(
+    layout, monkeypatch, caplog, secret_scans
+):
+    def broker_down(*args: object) -> None:
+        raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks.lint_proposal, "delay", broker_down)
+    base = review.join([entry(0, "person 0"), entry(1, "person 1")])
+    proposed = review.join([entry(0, "person 0"), entry(1, "person 1") + "\n" + INSTRUCTION])
+    proposal = proposal_over(layout, base, proposed)  # its commit tries to queue the lint
+
+    assert Proposal.objects.filter(pk=proposal.pk, status=Proposal.Status.PENDING).exists()
+    assert f"could not queue the lint of proposal {proposal.pk}" in caplog.text
+    assert secret_scans == []  # nobody linted it ahead
+
+    client = Client()
+    client.force_login(member(Role.REVIEWER, layout))
+    page = client.get(url("proposal_review", layout, proposal.pk)).content.decode()
+    assert "ignore all previous instructions" in banner(page)
+    assert f"{layout.memories_dir}/MEMORY.md" in secret_scans  # the page scanned it itself
