@@ -53,7 +53,7 @@ KIND_LABELS = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     """One entry: a heading with the text under it (``level`` 1-6), a bullet or a
     paragraph (``level`` 0), or the document root. ``text`` is the block's own text up
@@ -67,7 +67,9 @@ class Block:
     children: list[Block] = field(default_factory=list)
 
     def dump(self) -> str:
-        return self.text + "".join(child.dump() for child in self.children)
+        if not self.children:
+            return self.text
+        return self.text + "".join([child.dump() for child in self.children])
 
     def walk(self) -> Iterator[Block]:
         yield self
@@ -120,8 +122,11 @@ def _heading_kind(level: int, title: str) -> tuple[str, str]:
     return _SECTION_KINDS.get(normalized, "section"), title.strip()
 
 
+_NOT_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "x"
+    return _NOT_SLUG_RE.sub("-", text.lower()).strip("-")[:60] or "x"
 
 
 def parse(text: str) -> Block:
@@ -136,12 +141,14 @@ def parse_open(text: str) -> tuple[Block, bool]:
     stack: list[Block] = [root]
     fence: str | None = None
     in_list = False
-    for line in text.splitlines(keepends=True):
+    # A line's first character says which patterns could match it (most lines are
+    # plain text): a large MEMORY.md has hundreds of thousands of lines.
+    heading_at, fence_at, bullet_at = HEADING_RE.match, FENCE_RE.match, BULLET_RE.match
+    for line in text.splitlines(keepends=True):  # never an empty line
         current = stack[-1]
+        first = line[0]
         if fence is None:
-            fence_match = FENCE_RE.match(line)
-            heading = HEADING_RE.match(line)
-            if heading:
+            if first == "#" and (heading := heading_at(line)):
                 level = len(heading.group(1))
                 title = (heading.group(2) or "").strip()
                 while len(stack) > 1 and stack[-1].level >= level:
@@ -152,9 +159,9 @@ def parse_open(text: str) -> tuple[Block, bool]:
                 stack.append(block)
                 in_list = False
                 continue
-            if fence_match:
+            if first in _FENCE_FIRST and (fence_match := fence_at(line)):
                 fence = fence_match.group(1)
-        elif _closes(fence, line):
+        elif first in _FENCE_FIRST and _closes(fence, line):
             fence = None
             _append(current, line)
             continue
@@ -162,12 +169,12 @@ def parse_open(text: str) -> tuple[Block, bool]:
             _append(current, line)
             continue
 
-        if BULLET_RE.match(line):
+        if first in _BULLET_FIRST and bullet_at(line):
             current.children.append(Block(kind="bullet", title="", level=0, text=line))
             in_list = True
         elif not current.children:
             current.text += line
-        elif in_list and (not line.strip() or line[0] in " \t"):
+        elif in_list and (first in " \t" or not line.strip()):
             _append(current, line)
         elif not line.strip():
             _append(current, line)
@@ -185,6 +192,12 @@ def parse_open(text: str) -> tuple[Block, bool]:
         root.text = ""
     _assign_keys(root, "")
     return root, fence is not None
+
+
+# The first characters a fence (up to three spaces, then ``` or ~~~) or a bullet
+# (-, *, +, or a number) can start with.
+_FENCE_FIRST = frozenset(" `~")
+_BULLET_FIRST = frozenset("-*+0123456789")
 
 
 def _closes(fence: str, line: str) -> bool:
@@ -207,16 +220,18 @@ def _append(block: Block, line: str) -> None:
 def _assign_keys(block: Block, prefix: str) -> None:
     counts: dict[str, int] = {}
     for child in block.children:
-        if child.kind in ("bullet", "text"):
-            base = child.kind
-        elif child.kind == "task" and (m := TASK_RE.match(child.title)):
+        kind = child.kind
+        if kind == "bullet" or kind == "text":
+            base = kind
+        elif kind == "task" and (m := TASK_RE.match(child.title)):
             base = f"task-{m.group(1)}"
         else:
-            base = _slug(child.title or child.kind)
-        counts[base] = counts.get(base, 0) + 1
-        name = base if counts[base] == 1 else f"{base}~{counts[base]}"
+            base = _slug(child.title or kind)
+        count = counts[base] = counts.get(base, 0) + 1
+        name = base if count == 1 else f"{base}~{count}"
         child.key = f"{prefix}/{name}" if prefix else name
-        _assign_keys(child, child.key)
+        if child.children:
+            _assign_keys(child, child.key)
 
 
 def entries(root: Block) -> list[Block]:

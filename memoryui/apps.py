@@ -1,6 +1,6 @@
 """The app's start-up: signal receivers, the system check of workspace routes, the
-local folders Django needs before its first request or query, and the garbage
-collector's pace."""
+local folders Django needs before its first request or query, the garbage collector's
+pace, and where the review's large results are shared (``review_cache``)."""
 
 import gc
 from pathlib import Path
@@ -19,10 +19,12 @@ class MemoryuiConfig(AppConfig):
         # Light on purpose: every command and process runs this. The Celery app, which
         # recovers interrupted write-backs when a worker starts, lives in memoryui.celery.
         from . import live_review, notifications, proposal_lint, webhooks  # noqa: F401, PLC0415 (their signal receivers, once models load)
+        from .review_cache import share_if_shared  # noqa: PLC0415 (Django's cache, once settings load)
 
         checks.register(check_workspace_routes, checks.Tags.urls)
         make_local_folders()
         pace_garbage_collector()
+        share_if_shared()
 
 
 # Container objects allocated (less those freed) between two young collections; Python's

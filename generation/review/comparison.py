@@ -7,7 +7,7 @@ import difflib
 from dataclasses import replace
 from functools import lru_cache
 
-from .. import memory_md
+from .. import memory_md, shared_results
 from .changes import Change
 from .document import Entry, entries, member_key, normalize, same_text, task_number
 from .pairing import paired, paired_in_place
@@ -35,6 +35,15 @@ def _changed(current: str, proposed: str) -> tuple[Change, ...]:
 
 @lru_cache(maxsize=32)
 def _compare(current: str, proposed: str, pairing: bool = True) -> tuple[Change, ...]:
+    # Two large documents' comparison is shared by the deployment's processes.
+    return shared_results.through(
+        "compare" if pairing else "compare-unpaired",
+        (current, proposed),
+        lambda: _compared(current, proposed, pairing),
+    )
+
+
+def _compared(current: str, proposed: str, pairing: bool) -> tuple[Change, ...]:
     new = entries(proposed)
     renames = _group_renames(entries(current), new) if pairing else {}
     olds = [_renamed(e, renames) for e in entries(current)]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .. import memory_md
+from .. import memory_md, shared_results
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,11 @@ def entries(text: str) -> list[Entry]:
 
 @lru_cache(maxsize=32)
 def _entries(text: str) -> tuple[Entry, ...]:
+    # A large document's entries are shared by the deployment's processes.
+    return shared_results.through("entries", (text,), lambda: _parsed_entries(text))
+
+
+def _parsed_entries(text: str) -> tuple[Entry, ...]:
     root = memory_md.parse(text)
     grouped = any(block.kind == "task_group" for block in root.children)
     unique = numbering()
