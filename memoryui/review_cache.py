@@ -14,7 +14,6 @@ import logging
 
 from django.conf import settings
 from django.core.cache import cache
-from redis.exceptions import RedisError
 
 from generation import shared_results
 
@@ -27,6 +26,8 @@ class SharedCache:
     """``generation.shared_results.Store`` in Django's default cache."""
 
     def get(self, key: str) -> bytes | None:
+        from redis.exceptions import RedisError  # noqa: PLC0415 (the Redis client, ~20 MB, loads with the cache's first use, not with Django)
+
         try:
             value = cache.get(key)
         except RedisError as exc:
@@ -35,6 +36,8 @@ class SharedCache:
         return value if isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes) -> None:
+        from redis.exceptions import RedisError  # noqa: PLC0415 (as in get)
+
         try:
             cache.set(key, value, timeout=KEPT_FOR)
         except RedisError as exc:

@@ -26,12 +26,15 @@ TREE_READER = ("generation.tree", "tarfile")
 # The review's stack (curation, the entry checks and their poisoning rules): a write-back
 # or an export of reviewed memory needs none of it (a tenth of the write-back's imports).
 REVIEW_STACK = ("memoryui.curation", "memoryui.entry_checks", "generation.poison")
+# The Redis client (~20 MB of a process's memory): it loads with the cache's or the
+# broker's first use, not with Django.
+CACHE_CLIENT = ("redis",)
 
 REPORT = """
 import json, sys
 print("\\n" + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
     {"openai", "celery", "memoryui", "ninja", "pydantic", "markdown_it",
-     "httpx2", "httpcore2", "generation", "tarfile"})))
+     "httpx2", "httpcore2", "generation", "tarfile", "redis"})))
 """
 
 
@@ -64,7 +67,7 @@ def test_starting_django_loads_nothing_heavy(tmp_path: Path) -> None:
     modules = loaded("import django; django.setup()", tmp_path)
     assert "memoryui.webhooks" in modules  # the app's ready() ran
     assert "generation.kinds" in modules  # the models' file kinds
-    assert heavy_in(modules, HEAVY + ADMIN_WORK + HTTP_CLIENT + TREE_READER) == []
+    assert heavy_in(modules, HEAVY + ADMIN_WORK + HTTP_CLIENT + TREE_READER + CACHE_CLIENT) == []
 
 
 def test_reversing_a_dashboard_link_loads_neither_the_api_nor_the_admin(tmp_path: Path) -> None:
