@@ -7,9 +7,11 @@ process that signs in and asks for the review twice, timing each answer (wall ti
 the database's work included):
 
 - ``cold``: the shared cache emptied first; this process computes everything;
-- ``after the worker``: the cache emptied, then a process checks the proposal's entries
-  as the pipeline's worker does when it makes a proposal (``entry_checks.ensure``:
-  comparing its texts), then a new process views it;
+- ``after the worker``: the cache emptied, then a process does what workers do ahead:
+  compares the proposal's base version with the version before it, as when that
+  version was saved (``memoryui.tasks.compare_version``), and checks the proposal's
+  entries, as the pipeline's worker does when it makes a proposal
+  (``entry_checks.ensure``: comparing its texts); then a new process views it;
 - ``new process``: any process after those;
 - ``not shared``: the same, with the review's results kept per process only (the code
   before ``generation.shared_results``); usage's figures still come from the cache.
@@ -49,7 +51,7 @@ def child(mode: str, database_url: str, cache_url: str, workdir: Path) -> dict[s
     from django.urls import reverse
 
     from generation import shared_results
-    from memoryui import entry_checks
+    from memoryui import entry_checks, entry_lineage
     from memoryui.models import Layout, Proposal
 
     if mode == "not shared":
@@ -60,6 +62,7 @@ def child(mode: str, database_url: str, cache_url: str, workdir: Path) -> dict[s
         raise SystemExit("run bench_pages.py --keep-database on this database first")
     if mode == "worker":
         started = time.perf_counter()
+        entry_lineage.compare_with_previous(proposal.base_memory_md)
         entry_checks.ensure(proposal)
         return {"worker": time.perf_counter() - started}
     client = Client()

@@ -55,6 +55,11 @@ def keep_in(store: Store | None) -> None:
     _store = store
 
 
+def sharing() -> bool:
+    """Whether results are shared (a store was given)."""
+    return _store is not None
+
+
 def through(kind: str, texts: tuple[str, ...], compute: Callable[[], T]) -> T:
     """``compute()``, or what a process stored for the same ``kind`` of result of the same
     ``texts`` computed by the same code. Computed here, it is stored for the others."""

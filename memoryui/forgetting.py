@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from generation import review
 
-from . import curation, documents, figures, usage
+from . import curation, documents, entry_lineage, figures, usage
 from .models import (
     AuditEvent,
     GenerationRun,
@@ -175,7 +175,7 @@ def _first_seen_of(layout: Layout, version: MemoryVersion) -> dict[str, datetime
         MemoryVersion.objects.filter(layout=layout, document=MD).values_list("pk", "created_at")
     )
     first: dict[str, datetime] = {}
-    for (pk, _), key in usage.lineage(layout, version).items():
+    for (pk, _), key in entry_lineage.lineage(layout, version).items():
         when = created[pk]
         if key not in first or when < first[key]:
             first[key] = when

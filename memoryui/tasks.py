@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from generation import llm
 from memoryui import (
+    entry_lineage,
     forgetting,
     judging,
     live_review,
@@ -241,6 +242,15 @@ def lint_proposal(proposal_id: int) -> None:
     found = Proposal.objects.select_related("layout__workspace").filter(pk=proposal_id).first()
     if found is not None:  # gone: its layout was deleted meanwhile
         writeback.lint_proposal(found)
+
+
+@app.task(name="memoryui.tasks.compare_version", acks_late=True)
+def compare_version(version_id: int) -> None:
+    """Compare a new MEMORY.md version with the one before it (``versioning``), where the
+    comparison is shared (``review_cache``): no page computes it while somebody waits."""
+    found = MemoryVersion.objects.filter(pk=version_id).first()
+    if found is not None:  # gone: its layout was deleted meanwhile
+        entry_lineage.compare_with_previous(found)
 
 
 @app.task(name="memoryui.tasks.judge_entries", bind=True, acks_late=True, max_retries=6)

@@ -25,7 +25,7 @@ from django.utils.dateparse import parse_datetime
 
 from generation import memory_entries, memory_md, memory_reads, phase_two, review, tree
 
-from . import bulk, charts, documents, figures
+from . import bulk, charts, documents, entry_lineage, figures
 from .models import (
     Blob,
     EntryRead,
@@ -361,62 +361,6 @@ FAILING_STATES = frozenset(
 )
 
 
-@lru_cache(maxsize=64)
-def _earlier_keys(before: str, after: str) -> dict[str, tuple[str, ...]]:
-    """Each entry key of ``after`` -> the keys of ``before`` it is (unchanged, moved,
-    changed in place, or paired as renamed, rewritten, merged or split); an added
-    entry has none."""
-    old_keys = {e.key for e in review.entries(before)}
-    result: dict[str, tuple[str, ...]] = {}
-    for change in review.compare(before, after):
-        if change.status == "removed":
-            continue
-        olds = set(change.previous)
-        if change.status != "added" and change.key in old_keys and not change.pairing:
-            olds.add(change.key)
-        for _, side, key, _ in change.pieces:
-            if side == "old":
-                olds.add(key)
-        for key in (change.key, *change.also):
-            result[key] = tuple(sorted(olds))
-    return result
-
-
-def lineage(
-    layout: Layout, version: MemoryVersion, since: int = 1, keys: set[str] | None = None
-) -> dict[tuple[int, str], str]:
-    """(version pk, key) of every earlier form of each entry of ``version`` (or of the
-    entries ``keys`` only), back to version number ``since`` -> the entry's key in
-    ``version``."""
-    rows = list(
-        MemoryVersion.objects.filter(
-            layout=layout,
-            document=MemoryVersion.Document.MEMORY_MD,
-            number__lte=version.number,
-            number__gte=since,
-        )
-        .order_by("-number")
-        .values_list("pk", "blob_id")
-    )
-    if not rows:
-        return {}
-    current = documents.text(rows[0][1])
-    if keys is None:
-        keys = {e.key for e in review.entries(current)}
-    forms = {key: {key} for key in keys}
-    result = {(rows[0][0], key): key for key in forms}
-    later = current
-    for pk, blob in rows[1:]:
-        earlier = documents.text(blob)
-        back = _earlier_keys(documents.same_text(earlier), documents.same_text(later))
-        for key, olds in forms.items():
-            forms[key] = {old for k in olds for old in back.get(k, ())}
-            for old in forms[key]:
-                result[(pk, old)] = key
-        later = earlier
-    return result
-
-
 # Forms (an entry's key in one version) joined in one query at most: three parameters
 # each, under SQLite's limit of 32,766 a statement.
 _FORMS_PER_QUERY = 9000
@@ -464,7 +408,7 @@ def _usage_of(
     if oldest is None:
         return usage
     forms: dict[str, list[tuple[int, str]]] = {}
-    for (pk, old), key in lineage(layout, version, since=oldest, keys=keys).items():
+    for (pk, old), key in entry_lineage.lineage(layout, version, since=oldest, keys=keys).items():
         forms.setdefault(key, []).append((pk, old))
     chunk: list[tuple[int, str, str]] = []
     for name, members in groups.items():
@@ -596,7 +540,7 @@ def _every_entry(layout: Layout, version: MemoryVersion) -> dict[str, EntryUsage
     oldest = _oldest_read(layout, version)
     if oldest is None:
         return usage
-    forms = lineage(layout, version, since=oldest)
+    forms = entry_lineage.lineage(layout, version, since=oldest)
     per_version = Counter((pk, key) for (pk, _), key in forms.items())
     merged = {key for (_, key), n in per_version.items() if n > 1}
     rows = (

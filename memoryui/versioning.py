@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 from django.db import transaction
 
+from generation import shared_results
+
 from . import documents, task_queue
 from .models import Blob, Layout, MemoryVersion, SkillFileVersion
 
@@ -78,6 +80,15 @@ def create(
     if data is not None:
         # A worker lints it now, so that nobody waits on the scan at write-back time.
         transaction.on_commit(partial(_lint_later, model.__name__, version.pk))
+        if (
+            model is MemoryVersion
+            and current is not None
+            and len(data) * 2 >= shared_results.SHARED_FROM
+            and shared_results.sharing()
+        ):
+            # And compares it with the version before, where comparisons are shared:
+            # usage's lineage of its entries then computes none (``entry_lineage``).
+            transaction.on_commit(partial(_compare_later, version.pk))
     return version
 
 
@@ -88,4 +99,13 @@ def _lint_later(model: str, version_id: int) -> None:
         model,
         version_id,
         what=f"the lint of {model} {version_id} ahead of its write-back",
+    )
+
+
+def _compare_later(version_id: int) -> None:
+    """Best effort: the page that needs the comparison computes it otherwise."""
+    task_queue.send_best_effort(
+        "memoryui.tasks.compare_version",
+        version_id,
+        what=f"the comparison of MEMORY.md version {version_id} with the one before it",
     )

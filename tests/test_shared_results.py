@@ -12,12 +12,13 @@ from django.test import Client, override_settings
 
 from generation import review, shared_results
 from generation.review import comparison, document
-from memoryui import review_cache
-from memoryui.models import Role
+from memoryui import curation, entry_lineage, review_cache
+from memoryui.models import MemoryVersion, Role
 from tests.conftest import REDIS_URL
 from tests.review_world import entry, proposal_over
 from tests.test_curation import member, url
 
+MD = MemoryVersion.Document.MEMORY_MD
 BASE = review.join(entry(i, f"person {i}") for i in range(40))
 PROPOSED = review.join(entry(i, f"model {i}" if i % 3 else f"person {i}") for i in range(40))
 
@@ -182,3 +183,44 @@ def test_a_shared_cache_that_cannot_be_reached_costs_the_computing_only(computed
     assert computed == {"entries": 2, "compare": 1}
     assert "the shared cache could not be read" in caplog.text
     assert "the shared cache could not keep a review result" in caplog.text
+
+
+def save(layout, text: str):  # type: ignore[no-untyped-def]
+    current = curation.latest(layout, MD)
+    return curation.save_document(
+        layout, MD, text, user=None, reason="test", based_on=current.number if current else None
+    )
+
+
+@pytest.mark.django_db
+def test_a_new_memory_version_is_compared_with_the_one_before_by_a_worker(
+    layout, eager, computed, shared, django_capture_on_commit_callbacks
+):
+    store = DictStore()
+    shared_results.keep_in(store)
+    with django_capture_on_commit_callbacks(execute=True):
+        before = save(layout, BASE)
+    with django_capture_on_commit_callbacks(execute=True):
+        after = save(layout, PROPOSED)  # its commit has a worker compare it with BASE
+    assert computed["compare"] == 2  # each save's: BASE with the imported version, and
+    compared = computed["compare"]  # PROPOSED with BASE
+
+    as_a_new_process()
+    entry_lineage.earlier_keys.cache_clear()
+    forms = entry_lineage.lineage(layout, after, since=before.number)
+    assert computed["compare"] == compared  # usage's lineage read the worker's comparison
+    keys = [e.key for e in review.entries(PROPOSED)]
+    assert {(after.pk, key): key for key in keys}.items() <= forms.items()
+    assert {(before.pk, key): key for key in keys}.items() <= forms.items()
+
+
+@pytest.mark.django_db
+def test_a_version_is_not_compared_ahead_where_nothing_is_shared(
+    layout, computed, django_capture_on_commit_callbacks
+):
+    shared_results.keep_in(None)
+    save(layout, BASE)
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        save(layout, PROPOSED)
+    assert [c.func.__name__ for c in queued if hasattr(c, "func")] == ["_lint_later"]
+    assert computed["compare"] == 0

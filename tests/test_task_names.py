@@ -26,6 +26,7 @@ NAMES = {
     "memoryui.tasks.heartbeat",
     "memoryui.tasks.lint_version",
     "memoryui.tasks.lint_proposal",
+    "memoryui.tasks.compare_version",
     "memoryui.tasks.lint_workspace",
     "memoryui.tasks.send_notification",
     "memoryui.tasks.send_digests",
