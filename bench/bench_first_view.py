@@ -7,11 +7,12 @@ process that signs in and asks for the review twice, timing each answer (wall ti
 the database's work included):
 
 - ``cold``: the shared cache emptied first; this process computes everything;
-- ``after the worker``: the cache emptied, then a process does what workers do ahead:
-  compares the proposal's base version with the version before it, as when that
-  version was saved (``memoryui.tasks.compare_version``), and checks the proposal's
-  entries, as the pipeline's worker does when it makes a proposal
-  (``entry_checks.ensure``: comparing its texts); then a new process views it;
+- ``after the worker``: the cache emptied, then a process runs what workers run ahead:
+  the comparison of the proposal's base version with the version before it, as when
+  that version was saved (``memoryui.tasks.compare_version``), the check of the
+  proposal's entries, as the pipeline's worker does when it makes a proposal
+  (``entry_checks.ensure``: comparing its texts), and the proposal's lint and
+  duplicates (``memoryui.tasks.lint_proposal``); then a new process views it;
 - ``new process``: any process after those;
 - ``not shared``: the same, with the review's results kept per process only (the code
   before ``generation.shared_results``); usage's figures still come from the cache.
@@ -51,7 +52,7 @@ def child(mode: str, database_url: str, cache_url: str, workdir: Path) -> dict[s
     from django.urls import reverse
 
     from generation import shared_results
-    from memoryui import entry_checks, entry_lineage
+    from memoryui import entry_checks, tasks
     from memoryui.models import Layout, Proposal
 
     if mode == "not shared":
@@ -62,8 +63,9 @@ def child(mode: str, database_url: str, cache_url: str, workdir: Path) -> dict[s
         raise SystemExit("run bench_pages.py --keep-database on this database first")
     if mode == "worker":
         started = time.perf_counter()
-        entry_lineage.compare_with_previous(proposal.base_memory_md)
-        entry_checks.ensure(proposal)
+        tasks.compare_version(proposal.base_memory_md_id)  # as when the version was saved
+        entry_checks.ensure(proposal)  # as the pipeline's worker makes a proposal
+        tasks.lint_proposal(proposal.pk)  # once it is saved
         return {"worker": time.perf_counter() - started}
     client = Client()
     client.force_login(get_user_model().objects.get(username="bench"))

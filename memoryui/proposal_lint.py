@@ -1,8 +1,9 @@
 """A new proposal's texts are linted by a worker once it is saved
 (``memoryui.tasks.lint_proposal``), so that its first review, in any web process, reads
 the findings the write-back keeps in the database instead of scanning a large
-``MEMORY.md`` while the reviewer waits (``writeback.lint_proposal``). Its signal
-receiver loads with Django (``apps``): this module stays light."""
+``MEMORY.md`` while the reviewer waits (``writeback.lint_proposal``); where the cache
+is shared, the same task finds the proposal's duplicates and keeps them there. Its
+signal receiver loads with Django (``apps``): this module stays light."""
 
 from __future__ import annotations
 

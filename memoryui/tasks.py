@@ -15,8 +15,9 @@ from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.utils import timezone
 
-from generation import llm
+from generation import llm, shared_results
 from memoryui import (
+    curation,
     entry_lineage,
     forgetting,
     judging,
@@ -238,10 +239,14 @@ def lint_version(model: str, version_id: int) -> None:
 
 @app.task(name="memoryui.tasks.lint_proposal", acks_late=True)
 def lint_proposal(proposal_id: int) -> None:
-    """Lint a proposal just made (``versioning``), ahead of its review."""
+    """Lint a proposal just made (``proposal_lint``), ahead of its review; where the
+    cache is shared, also find its duplicates (kept there by what they depend on), which
+    its first review would otherwise look for while the reviewer waits."""
     found = Proposal.objects.select_related("layout__workspace").filter(pk=proposal_id).first()
     if found is not None:  # gone: its layout was deleted meanwhile
         writeback.lint_proposal(found)
+        if shared_results.sharing():
+            curation.duplicates(curation.document_reviews(found), acks=found.duplicate_acks)
 
 
 @app.task(name="memoryui.tasks.compare_version", acks_late=True)

@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from generation import review, shared_results
 from generation.review import comparison, document
 from memoryui import curation, entry_lineage, review_cache
+from memoryui.curation import reviews
 from memoryui.models import MemoryVersion, Role
 from tests.conftest import REDIS_URL
 from tests.review_world import entry, proposal_over
@@ -144,14 +145,21 @@ REDIS_CACHE = {
 
 @pytest.mark.django_db(transaction=True)
 def test_the_first_review_in_a_new_web_process_reads_the_comparison_made_with_the_proposal(
-    layout, computed, shared
+    layout, eager, computed, shared, monkeypatch
 ):
+    searches = []
+    find_duplicates = reviews._find_duplicates
+    monkeypatch.setattr(
+        reviews, "_find_duplicates", lambda *a: searches.append(a) or find_duplicates(*a)
+    )
     redis.Redis.from_url(REDIS_URL).flushdb()
     with override_settings(CACHES=REDIS_CACHE, CACHE_URL=REDIS_URL):
         review_cache.share_if_shared()
-        # Made as the pipeline's worker makes it: its entries checked, its texts compared.
+        # Made as the pipeline's worker makes it: its entries checked, its texts compared;
+        # then a worker lints it and finds its duplicates (``tasks.lint_proposal``).
         proposal = proposal_over(layout, BASE, PROPOSED)
         assert computed["compare"] >= 1
+        assert len(searches) == 2  # both documents'
 
         as_a_new_process()  # a web process started after it
         before = dict(computed)
@@ -165,6 +173,7 @@ def test_the_first_review_in_a_new_web_process_reads_the_comparison_made_with_th
     assert "26 entries shown" in html  # the comparison read: every third entry unchanged
     assert html.count("review-entry status-changed") == 25  # its first page
     assert computed == before  # no parse, no comparison: read from the shared cache
+    assert len(searches) == 2  # no search for duplicates either
 
 
 def test_a_shared_cache_that_cannot_be_reached_costs_the_computing_only(computed, shared, caplog):
