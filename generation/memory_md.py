@@ -169,7 +169,7 @@ def parse_open(text: str) -> tuple[Block, bool]:
             _append(current, line)
             continue
 
-        if first in _BULLET_FIRST and bullet_at(line):
+        if (first in _BULLET_FIRST or first.isdecimal()) and bullet_at(line):
             current.children.append(Block(kind="bullet", title="", level=0, text=line))
             in_list = True
         elif not current.children:
@@ -194,10 +194,10 @@ def parse_open(text: str) -> tuple[Block, bool]:
     return root, fence is not None
 
 
-# The first characters a fence (up to three spaces, then ``` or ~~~) or a bullet
-# (-, *, +, or a number) can start with.
+# The first characters a fence (up to three spaces, then ``` or ~~~) or a bullet (-, *,
+# +, or a number: any decimal digit, as the pattern's \d) can start with.
 _FENCE_FIRST = frozenset(" `~")
-_BULLET_FIRST = frozenset("-*+0123456789")
+_BULLET_FIRST = frozenset("-*+")
 
 
 def _closes(fence: str, line: str) -> bool:
