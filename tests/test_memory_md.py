@@ -522,3 +522,17 @@ def test_kind_labels_cover_every_kind_the_parser_produces(fixtures_dir):
             produced |= {b.kind for b in parse(fixture_text(fixtures_dir, name, path)).walk()}
 
     assert produced <= set(memory_md.KIND_LABELS)
+
+
+def test_lines_numbered_with_the_digits_of_any_script_are_bullets():
+    """The bullet pattern's ``\\d`` takes any decimal digit: keys stay what they were."""
+    text = "# Notes\n\n٣. first\n12. second\n０) third\nplain\n"
+    root = memory_md.parse(text)
+    [notes] = root.children
+    assert [(b.kind, b.text) for b in notes.children] == [
+        ("bullet", "٣. first\n"),
+        ("bullet", "12. second\n"),
+        ("bullet", "０) third\n"),
+        ("text", "plain\n"),
+    ]
+    assert root.dump() == text
