@@ -80,16 +80,23 @@ def create(
     if data is not None:
         # A worker lints it now, so that nobody waits on the scan at write-back time.
         transaction.on_commit(partial(_lint_later, model.__name__, version.pk))
-        if (
-            model is MemoryVersion
-            and current is not None
-            and len(data) * 2 >= shared_results.SHARED_FROM
-            and shared_results.sharing()
-        ):
-            # And compares it with the version before, where comparisons are shared:
-            # usage's lineage of its entries then computes none (``entry_lineage``).
-            transaction.on_commit(partial(_compare_later, version.pk))
+        if isinstance(version, MemoryVersion):
+            compare_ahead(version, len(data))
     return version
+
+
+def compare_ahead(version: MemoryVersion, size: int) -> None:
+    """Where comparisons are shared, have a worker compare a new ``MEMORY.md`` version of
+    ``size`` bytes with the one before it once the transaction commits: usage's lineage
+    of its entries then computes none while somebody waits (``entry_lineage``). A small
+    document is compared where it is needed."""
+    if (
+        version.document == MemoryVersion.Document.MEMORY_MD
+        and version.number > 1
+        and size * 2 >= shared_results.SHARED_FROM
+        and shared_results.sharing()
+    ):
+        transaction.on_commit(partial(_compare_later, version.pk))
 
 
 def _lint_later(model: str, version_id: int) -> None:

@@ -14,7 +14,8 @@ from generation import review, shared_results
 from generation.review import comparison, document
 from memoryui import curation, entry_lineage, review_cache
 from memoryui.curation import reviews
-from memoryui.models import MemoryVersion, Role
+from memoryui.importer import import_workspace
+from memoryui.models import Layout, MemoryVersion, Role
 from tests.conftest import REDIS_URL
 from tests.review_world import entry, proposal_over
 from tests.test_curation import member, url
@@ -71,6 +72,7 @@ def as_a_new_process() -> None:
     document._entries.cache_clear()
     comparison._compare.cache_clear()
     comparison._changed.cache_clear()
+    entry_lineage.earlier_keys.cache_clear()
 
 
 def test_a_new_process_reads_the_entries_and_the_comparison_another_computed(computed, shared):
@@ -215,7 +217,6 @@ def test_a_new_memory_version_is_compared_with_the_one_before_by_a_worker(
     compared = computed["compare"]  # PROPOSED with BASE
 
     as_a_new_process()
-    entry_lineage.earlier_keys.cache_clear()
     forms = entry_lineage.lineage(layout, after, since=before.number)
     assert computed["compare"] == compared  # usage's lineage read the worker's comparison
     keys = [e.key for e in review.entries(PROPOSED)]
@@ -233,3 +234,28 @@ def test_a_version_is_not_compared_ahead_where_nothing_is_shared(
         save(layout, PROPOSED)
     assert [c.func.__name__ for c in queued if hasattr(c, "func")] == ["_lint_later"]
     assert computed["compare"] == 0
+
+
+@pytest.mark.django_db
+def test_a_memory_md_an_import_brings_is_compared_with_the_one_before_by_a_worker(
+    ws, eager, computed, shared, django_capture_on_commit_callbacks
+):
+    store = DictStore()
+    shared_results.keep_in(store)
+    index = ws / "memories" / "engineering" / "MEMORY.md"
+    index.write_text(BASE)
+    with django_capture_on_commit_callbacks(execute=True):
+        import_workspace(ws, "a")
+    index.write_text(PROPOSED)
+    with django_capture_on_commit_callbacks(execute=True):
+        import_workspace(ws, "a")  # the agent's new version, compared by a worker
+    compared = computed["compare"]
+    assert compared >= 1
+
+    layout = Layout.objects.get(workspace__name="a", memories_dir="memories/engineering")
+    versions = list(layout.versions.filter(document=MD).order_by("number"))
+    assert [curation.text_of(v) for v in versions[-2:]] == [BASE, PROPOSED]
+    as_a_new_process()
+    forms = entry_lineage.lineage(layout, versions[-1], since=versions[-2].number)
+    assert computed["compare"] == compared  # read the worker's comparison
+    assert len(forms) == 2 * len(review.entries(PROPOSED))

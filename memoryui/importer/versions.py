@@ -12,7 +12,7 @@ from typing import Any
 
 from generation.kinds import FileKind
 
-from .. import documents, skills
+from .. import documents, skills, versioning
 from ..models import ImportRun, Layout, MemoryVersion, UploadedSnapshot, Workspace, WorkspaceFile
 from .reading import Item, StoredFile, file_name
 
@@ -64,6 +64,7 @@ class VersionRecorder:
                 needs_review=latest is not None or bool(self.merge),
             )
             created.append(item.path)
+            versioning.compare_ahead(version, item.size)
             if version.needs_review:
                 self.agent_versions.setdefault(layout.pk, (layout, []))[1].append(version)
         return created
