@@ -82,7 +82,7 @@ def compare_with_previous(version: MemoryVersion) -> None:
         .values_list("blob_id", flat=True)
         .first()
     )
-    if previous is None or version.blob_id is None:
+    if not previous or version.blob_id is None:  # none before, or a deletion
         return
     earlier = documents.same_text(documents.text(previous))
     earlier_keys(earlier, documents.same_text(documents.text(version.blob_id)))
