@@ -2,6 +2,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import models
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -492,6 +493,9 @@ class WebhookAdmin(admin.ModelAdmin):
     list_display = ["workspace", "origin", "active", "created_at"]
     raw_id_fields = ["workspace", "created_by"]
     readonly_fields = ["origin", "created_by", "created_at"]
+    # A receiver's address typed without a scheme is taken as https (Django's forms would
+    # take http until Django 6.0).
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:

@@ -375,3 +375,22 @@ def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(lay
     changed = Webhook.objects.get()
     assert (changed.url, changed.secret) == (hook.url, hook.secret)
     assert changed.events == ["export.done"] and not changed.active
+
+
+def test_a_receiver_added_in_the_admin_without_a_scheme_is_taken_as_https(layout, dns):
+    from django.contrib.auth import get_user_model  # noqa: PLC0415
+
+    dns["hooks.example.com"] = [PUBLIC]
+    admin = Client()
+    admin.force_login(get_user_model().objects.create_superuser("root", "", "pw-for-tests-9"))
+    added = admin.post(
+        reverse("admin:memoryui_webhook_add"),
+        {
+            "workspace": layout.workspace.pk,
+            "url": "hooks.example.com/hook",
+            "events": '["export.done"]',
+            "active": "on",
+        },
+    )
+    assert added.status_code == 302, added.context["adminform"].form.errors
+    assert Webhook.objects.get().url == "https://hooks.example.com/hook"
