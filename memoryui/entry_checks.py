@@ -22,7 +22,7 @@ from django.db import transaction
 from generation import evidence, poison, review, tree
 from generation.memory_md import CITATION_RE
 
-from . import documents, task_queue
+from . import documents, entry_lineage, task_queue
 from .models import (
     EntryCheck,
     GenerationSettings,
@@ -485,14 +485,7 @@ def agent_version_flags(version: MemoryVersion) -> list[poison.Flag]:
     checks as a proposal's, against the rollouts the entries cite (imported, or brought
     by the same upload); an entry citing a summary the workspace does not hold is
     flagged for it."""
-    before = (
-        MemoryVersion.objects.filter(
-            layout_id=version.layout_id, document=version.document, number__lt=version.number
-        )
-        .order_by("-number")
-        .values_list("blob_id", flat=True)
-        .first()
-    )
+    before = entry_lineage.previous_blob_id(version)
     old, new = _text(before), _text(version.blob_id)
     changed = _agent_changes(old, new)
     cited = {m.group(0) for text in changed for m in CITATION_RE.finditer(text)}

@@ -74,7 +74,17 @@ def lineage(
 def compare_with_previous(version: MemoryVersion) -> None:
     """Compare ``version`` with the version of its document numbered just before it, as
     ``lineage`` does (kept in this process, and shared where the cache is)."""
-    previous = (
+    previous = previous_blob_id(version)
+    if not previous or version.blob_id is None:  # none before, or a deletion
+        return
+    earlier = documents.same_text(documents.text(previous))
+    earlier_keys(earlier, documents.same_text(documents.text(version.blob_id)))
+
+
+def previous_blob_id(version: MemoryVersion) -> str | None:
+    """The text (blob) of the version of ``version``'s document numbered just before it;
+    None when there is none, or it records a deletion."""
+    return (
         MemoryVersion.objects.filter(
             layout_id=version.layout_id, document=version.document, number__lt=version.number
         )
@@ -82,7 +92,3 @@ def compare_with_previous(version: MemoryVersion) -> None:
         .values_list("blob_id", flat=True)
         .first()
     )
-    if not previous or version.blob_id is None:  # none before, or a deletion
-        return
-    earlier = documents.same_text(documents.text(previous))
-    earlier_keys(earlier, documents.same_text(documents.text(version.blob_id)))
