@@ -339,20 +339,25 @@ def test_the_readme_recipe_refuses_an_old_delivery():
         recipe["verify"]("s", headers, b"{}", set())
 
 
-def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(layout, dns):
+def add_in_the_admin(layout, url: str, events: str):  # type: ignore[no-untyped-def]
+    """A superuser's admin client, and its answer to adding a receiver at ``url``."""
     from django.contrib.auth import get_user_model  # noqa: PLC0415
 
-    dns["hooks.example.com"] = [PUBLIC]
     admin = Client()
     admin.force_login(get_user_model().objects.create_superuser("root", "", "pw-for-tests-9"))
     added = admin.post(
         reverse("admin:memoryui_webhook_add"),
-        {
-            "workspace": layout.workspace.pk,
-            "url": "https://hooks.example.com:8443/T0KEN-in-path/hook?key=s3cret",
-            "events": '["export.done", "proposal.ready"]',
-            "active": "on",
-        },
+        {"workspace": layout.workspace.pk, "url": url, "events": events, "active": "on"},
+    )
+    return admin, added
+
+
+def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(layout, dns):
+    dns["hooks.example.com"] = [PUBLIC]
+    admin, added = add_in_the_admin(
+        layout,
+        "https://hooks.example.com:8443/T0KEN-in-path/hook?key=s3cret",
+        '["export.done", "proposal.ready"]',
     )
     assert added.status_code == 302, added.context["adminform"].form.errors
     hook = Webhook.objects.get()
@@ -378,19 +383,7 @@ def test_the_django_admin_shows_a_webhooks_origin_never_its_secret_nor_query(lay
 
 
 def test_a_receiver_added_in_the_admin_without_a_scheme_is_taken_as_https(layout, dns):
-    from django.contrib.auth import get_user_model  # noqa: PLC0415
-
     dns["hooks.example.com"] = [PUBLIC]
-    admin = Client()
-    admin.force_login(get_user_model().objects.create_superuser("root", "", "pw-for-tests-9"))
-    added = admin.post(
-        reverse("admin:memoryui_webhook_add"),
-        {
-            "workspace": layout.workspace.pk,
-            "url": "hooks.example.com/hook",
-            "events": '["export.done"]',
-            "active": "on",
-        },
-    )
+    _, added = add_in_the_admin(layout, "hooks.example.com/hook", '["export.done"]')
     assert added.status_code == 302, added.context["adminform"].form.errors
     assert Webhook.objects.get().url == "https://hooks.example.com/hook"
