@@ -3,6 +3,7 @@
 ``COPY`` that fails half way must leave nothing, and a sandbox's persist that changed one
 file must write rows for that file, not for the whole workspace it is merged into."""
 
+import hashlib
 import io
 import json
 import os
@@ -525,3 +526,33 @@ def test_a_large_import_leaves_the_planner_statistics_of_the_tables_it_filled(
     assert after["memoryui_rollout"] == Rollout.objects.count() > 0
     assert after["memoryui_workspacefile"] == WorkspaceFile.objects.count()
     assert after["memoryui_memoryread"] == MemoryRead.objects.count() == 1
+
+
+@pytest.mark.sqlite
+def test_a_large_file_goes_into_sqlite_a_piece_at_a_time_byte_for_byte(
+    db, workspace_copy, monkeypatch
+):
+    """A file's contents past a mebibyte are written into their row a piece at a time
+    (SQLite otherwise holds two more copies of them while it writes); the stored bytes
+    are the file's, and a second workspace holding the same file shares its blob."""
+    ws = workspace_copy("small-a")
+    big = ws / "memories" / "MEMORY.md"
+    data = big.read_bytes() + b"- a long note\n" * 200_000  # 2.8 MB: three pieces
+    big.write_bytes(data)
+    pieces = []
+    real = bulk._insert_in_pieces
+    monkeypatch.setattr(
+        bulk, "_insert_in_pieces", lambda *args: (pieces.append(args[2][0]), real(*args))
+    )
+
+    first = import_workspace(ws, "first")
+    second = import_workspace(ws, "second")
+
+    digest = hashlib.sha256(data).hexdigest()
+    assert pieces == [digest, digest]  # the second found it stored: not zeroed, not written
+    assert not first.errors and not second.errors
+    assert bytes(Blob.objects.get(pk=digest).data) == data
+    assert Blob.objects.get(pk=digest).size == len(data)
+    for name in ("first", "second"):
+        row = WorkspaceFile.objects.get(workspace__name=name, path="memories/MEMORY.md")
+        assert row.blob_id == digest

@@ -313,6 +313,25 @@ def test_non_utf8_memory_file_is_stored_exactly_and_reported(workspace_copy):
     assert bytes(row.blob.data) == data
 
 
+def test_a_large_memory_file_is_checked_for_utf8_to_its_exact_bad_byte(workspace_copy):
+    # Past a mebibyte, the check goes a piece at a time: a character split across two
+    # pieces is valid, and a bad byte far in is reported at its own offset.
+    ws = workspace_copy("small-a")
+    head = (ws / "memories" / "MEMORY.md").read_bytes()
+    filler = b"x" * (1024 * 1024 - len(head) - 1)
+    valid = head + filler + "\u00e9 caf\u00e9\n".encode()  # the \u00e9 spans the boundary
+    assert valid[1024 * 1024 - 1 : 1024 * 1024 + 1] == "\u00e9".encode()
+    bad_at = len(valid) + len(b"- a ")
+    (ws / "memories" / "MEMORY.md").write_bytes(valid)
+    (ws / "memories" / "memory_summary.md").write_bytes(valid + b"- a \xe9 b\n" + filler)
+
+    result = import_workspace(ws, "a")
+
+    problems = errors_by_path(result)
+    assert "memories/MEMORY.md" not in problems
+    assert f"first bad byte at offset {bad_at})" in problems["memories/memory_summary.md"]
+
+
 def test_invalid_rollout_id_file_name_is_reported(workspace_copy):
     ws = workspace_copy("small-a")
     (ws / "sessions" / "-bad id!.jsonl").write_bytes(b'{"rollout_id":"x"}\n')

@@ -97,7 +97,14 @@ from .selection import (
     parse_selection,
     select_for_consolidation,
 )
-from .text import decode_text, header_value, read_header_block, read_headers, split_header_block
+from .text import (
+    decode_text,
+    header_value,
+    read_header_block,
+    read_headers,
+    split_header_block,
+    utf8_problem,
+)
 
 __all__ = [
     "ArchiveIndex",
@@ -175,4 +182,5 @@ __all__ = [
     "total_exceeded",
     "unpack_index",
     "updated_at_sort_key",
+    "utf8_problem",
 ]

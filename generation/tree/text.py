@@ -3,6 +3,7 @@ and lone UTF-16 surrogates in JSON (which no UTF-8 text holds)."""
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,6 +19,25 @@ def decode_text(data: bytes) -> tuple[str, str | None]:
             f"not valid UTF-8 (first bad byte at offset {exc.start}); "
             "shown with replacement characters, stored unchanged",
         )
+
+
+# How much of a text ``utf8_problem`` decodes at a time.
+_CHECKED_PIECE = 1024 * 1024
+
+
+def utf8_problem(data: bytes) -> str | None:
+    """What ``decode_text`` reports of ``data`` (None: valid UTF-8), found without
+    decoding it whole: a 27 MB ``MEMORY.md`` checked at import cost its 27 MB as text
+    besides its bytes. Decoded a piece at a time, each piece dropped once decoded."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for start in range(0, len(view), _CHECKED_PIECE):
+            end = start + _CHECKED_PIECE
+            decoder.decode(view[start:end], final=end >= len(view))
+    except UnicodeDecodeError:
+        return decode_text(data)[1]  # rare: the same words, from the whole decode
+    return None
 
 
 def header_value(data: bytes, key: str) -> str:

@@ -156,7 +156,7 @@ class ParsedRows:
                 FileKind.SKILL,
                 FileKind.RAW_MEMORIES_MERGED,
             ):
-                notes.append(tree.decode_text(item.data)[1] or "")
+                notes.append(tree.utf8_problem(item.data) or "")
             elif kind == FileKind.SELECTION:
                 notes.append(tree.parse_selection(item.data).problem or "")
             item.problem = "; ".join(filter(None, [item.problem, *notes]))

@@ -358,7 +358,9 @@ class WorkspaceSync(TreeReader):
         for item in items:
             if item.data is not None and item.digest is not None:
                 rows[item.digest] = (item.digest, len(item.data), item.data)
-        insert_many(Blob, ["sha256", "size", "data"], list(rows.values()), ignore="sha256")
+        insert_many(
+            Blob, ["sha256", "size", "data"], list(rows.values()), ignore="sha256", large="data"
+        )
 
     def _write_files(self, new: list[Item], changed: list[Item]) -> None:
         now = connection.ops.adapt_datetimefield_value(self.now)
