@@ -22,6 +22,7 @@ from memoryui.models import (
     ImportRun,
     Layout,
     MemoryVersion,
+    Proposal,
     RawMemory,
     Rollout,
     RolloutSummary,
@@ -185,6 +186,37 @@ def test_changed_memory_md_becomes_a_new_agent_version(workspace_copy):
     assert bytes(versions[1].blob.data).endswith(b"during a live update\n")
     assert versions[1].author_kind == MemoryVersion.Author.AGENT
     assert versions[1].reason == "changed on disk"
+
+
+def test_an_agent_change_found_on_disk_is_proposed_with_the_runs_that_came_with_it(
+    workspace_copy, monkeypatch
+):
+    """The runs an import stored become the inputs of the proposal it makes of an
+    agent's MEMORY.md: those new or changed since the last import, in every chunk
+    stored (the import lets go of the files themselves), and no other layout's."""
+    ws = workspace_copy("small-a")
+    import_workspace(ws, "a")
+    sessions = ws / "sessions" / "engineering"
+    old_run = sessions / "poll-billing-api-6d30c0.jsonl"
+    for name in ("later-run-1", "later-run-2", "later-run-3"):
+        shutil.copy(old_run, sessions / f"{name}.jsonl")
+    old_run.write_bytes(old_run.read_bytes() + old_run.read_bytes().splitlines(True)[-1])
+    (ws / "sessions" / "later-main-run.jsonl").write_bytes(old_run.read_bytes())
+    memory_md = ws / "memories" / "engineering" / "MEMORY.md"
+    memory_md.write_bytes(memory_md.read_bytes() + b"\n- learned from the later runs\n")
+    monkeypatch.setattr(syncing, "STORE_CHUNK", 2)
+
+    result = import_workspace(ws, "a")
+
+    assert (result.added, result.changed) == (4, 2)
+    (proposal,) = Proposal.objects.all()
+    assert proposal.layout.memories_dir == "memories/engineering"
+    assert proposal.inputs == [
+        "later-run-1",
+        "later-run-2",
+        "later-run-3",
+        "poll-billing-api-6d30c0",
+    ]
 
 
 def test_files_gone_from_disk_are_marked_not_deleted(workspace_copy):
@@ -761,13 +793,19 @@ def test_a_tree_larger_than_memory_holds_is_stored_as_in_one_go(
     monkeypatch.setattr(reading, "HELD_BYTES", held_at_most)
     monkeypatch.setattr(syncing, "STORE_CHUNK_BYTES", 50_000)
     most_held = []
-    real_load = reading.TreeReader.load
+    found = []  # every item read (the import lets go of each once stored)
+    real_sync, real_load = syncing.WorkspaceSync.sync_rows, reading.TreeReader.load
+
+    def sync_rows(self):
+        found.extend(self.items.values())
+        return real_sync(self)
 
     def load(self, items):
         loaded = real_load(self, items)
-        most_held.append(sum(len(i.data or b"") for i in self.items.values()))
+        most_held.append(sum(len(i.data or b"") for i in found))
         return loaded
 
+    monkeypatch.setattr(syncing.WorkspaceSync, "sync_rows", sync_rows)
     monkeypatch.setattr(reading.TreeReader, "load", load)
     result = import_workspace(path, "deferred")
 

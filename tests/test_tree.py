@@ -29,6 +29,9 @@ from generation.tree import (
     TreeError,
     classify,
     discover_layouts,
+    find_layouts,
+    header_value,
+    is_raw_memory_path,
     parse_raw_memory,
     parse_rollout,
     parse_rollout_summary,
@@ -36,6 +39,7 @@ from generation.tree import (
     read_archive,
     read_directory,
     read_source,
+    rollout_folder,
     sha256,
 )
 
@@ -306,6 +310,30 @@ def test_discover_layouts_pairs_memories_with_the_sessions_dir_named_in_rollout_
     )
 
     assert discover_layouts(entries) == [LayoutDirs("agent_mem", "transcripts/2026")]
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_layouts_found_from_the_headers_folders_alone_are_the_same(fixtures_dir, name):
+    """An import keeps only the folder of each raw memory's ``rollout_path`` header
+    (``rollout_folder``): the layouts found are those its whole headers give, odd
+    headers included (blank, spaced, a bare name, a way out of the tree)."""
+    entries, _ = split(read_directory(fixtures_dir / name / "workspace"))
+    files = [e.path for e in entries if not e.is_dir]
+    dirs = [e.path for e in entries if e.is_dir]
+    headers = {
+        e.path: header_value(e.data, "rollout_path")
+        for e in entries
+        if not e.is_dir and is_raw_memory_path(e.path)
+    }
+    assert headers, name
+    odd = ["", "  ", " elsewhere/a.jsonl ", "a.jsonl", "../out/a.jsonl", "x//y/a.jsonl", "/abs/a"]
+    for given in [headers, *({path: value for path in headers} for value in odd)]:
+        folders = {path: rollout_folder(value) for path, value in given.items()}
+        found = find_layouts(dirs, files, folders.items())
+        assert found == find_layouts(dirs, files, given.items()), given
+
+    folders = {path: rollout_folder(value) for path, value in headers.items()}
+    assert len(set(folders.values())) < len(folders)  # shared by a layout's raw memories
 
 
 def test_discover_layouts_header_beats_the_naming_convention():

@@ -58,6 +58,7 @@ from .layouts import (
     discover_layouts,
     find_layouts,
     is_raw_memory_path,
+    rollout_folder,
     skill_name,
 )
 from .raw_memories import (
@@ -173,6 +174,7 @@ __all__ = [
     "read_header_block",
     "read_headers",
     "read_source",
+    "rollout_folder",
     "rollout_search_text",
     "scan_directory",
     "select_for_consolidation",

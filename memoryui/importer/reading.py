@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import stat as stat_mode
+import sys
 import tarfile
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -43,7 +44,7 @@ Progress = Callable[[str, int, int], None]
 # version that import read; such files are always read again.
 RACY_WINDOW = timedelta(seconds=2)
 # File contents held between reading and storing; past this they stay in the source.
-HELD_BYTES = 8 * 1024 * 1024
+HELD_BYTES = 4 * 1024 * 1024
 CHANGED_WHILE_READ = "the archive changed while it was being imported; not imported"
 
 
@@ -70,8 +71,9 @@ class Item:
     # or from ``offset`` of a plain archive.
     deferred: bool = False
     offset: int = -1
-    # A raw memory's ``rollout_path`` header, taken when it was read (layouts need it).
-    rollout_path: str | None = None
+    # What the layouts need of a raw memory's ``rollout_path`` header, taken when it
+    # was read (``tree.rollout_folder``).
+    rollout_folder: str | None = None
 
     @property
     def scanned(self) -> tree.Stat | None:
@@ -175,6 +177,8 @@ class TreeReader:
         self.progress = progress
         self.now = started
         self.items: dict[str, Item] = {}
+        # Items let go once their rows were written (``WorkspaceSync.sync_rows``).
+        self.settled = 0
         self.problems: list[dict[str, str]] = []
         self.root: Path | None = None
         # A directory listed exactly as at the previous import (``listing_digest``): its
@@ -198,6 +202,11 @@ class TreeReader:
         # A merge of an upload older than one of the same sandbox merged already: the
         # files the workspace holds stay as they are (the later upload's), unread.
         self.fill_only = False
+
+    @property
+    def file_count(self) -> int:
+        """The files and directories the import found (its items, and those settled)."""
+        return len(self.items) + self.settled
 
     @cached_property
     def stored(self) -> dict[str, StoredFile]:
@@ -457,7 +466,10 @@ def _fill(item: Item, data: bytes) -> None:
     item.data, item.size, item.deferred = data, len(data), False
     item.digest = hashlib.sha256(data).hexdigest()
     if tree.is_raw_memory_path(item.path):
-        item.rollout_path = tree.header_value(data, "rollout_path")
+        # One string for all the raw memories of a folder of rollouts.
+        item.rollout_folder = sys.intern(
+            tree.rollout_folder(tree.header_value(data, "rollout_path"))
+        )
 
 
 def listing_digest(

@@ -12,7 +12,7 @@ from generation.kinds import FileKind
 from generation.tree import LayoutDirs
 
 from ..models import ImportRun, Workspace, WorkspaceFile
-from .reading import Item, TreeReader
+from .reading import TreeReader
 
 
 @dataclass
@@ -76,8 +76,8 @@ def record_run(
     reader: TreeReader,
     counts: dict[str, LayoutCounts],
     dirs: list[LayoutDirs],
-    new: list[Item],
-    changed: list[Item],
+    added: int,
+    changed: int,
     unchanged: int,
     missing: list[int],
     new_versions: list[str],
@@ -99,7 +99,7 @@ def record_run(
         # holds other sandboxes' (and earlier uploads').
         if not reader.merge or path in reader.items
     )
-    if not reader.items:
+    if not reader.file_count:
         status = ImportRun.Status.FAILED
     elif errors:
         status = ImportRun.Status.WITH_ERRORS
@@ -111,15 +111,15 @@ def record_run(
         "errors": errors,
         "new_versions": new_versions,
     }
-    if reader.listing and reader.complete and len(reader.items) == reader.listed:
+    if reader.listing and reader.complete and reader.file_count == reader.listed:
         report["listing"] = reader.listing
     run = ImportRun.objects.create(
         workspace=reader.workspace,
         started_at=reader.now,
         finished_at=timezone.now(),
         status=status,
-        added=len(new),
-        changed=len(changed),
+        added=added,
+        changed=changed,
         unchanged=unchanged,
         missing=len(missing),
         report=report,
@@ -133,11 +133,11 @@ def record_run(
         run=run,
         layouts=layout_counts,
         errors=errors,
-        added=len(new),
-        changed=len(changed),
+        added=added,
+        changed=changed,
         unchanged=unchanged,
         missing=len(missing),
-        files=len(reader.items),
+        files=reader.file_count,
         new_versions=new_versions,
         stopped=reader.stopped,
     )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 
 from generation import tree
@@ -57,8 +58,10 @@ class WorkspaceSync(TreeReader):
         merge: str = "",
     ) -> None:
         super().__init__(workspace, limits, progress, started, merge)
+        keep_large_buffers_apart()  # before reading: a 27 MB MEMORY.md is read for its digest
         self.versions = VersionRecorder(workspace, started, merge)
-        # The files found new or changed (their rows written).
+        # The files found new or changed (their rows written); past the store of an
+        # import that is not a merge, only those that get versions (``sync_rows``).
         self.touched: list[Item] = []
         self.found_reads = ReadSpool()
 
@@ -75,21 +78,23 @@ class WorkspaceSync(TreeReader):
         ):
             # Same paths and no file read again: the layouts are the stored ones.
             return self._stored_layout_dirs()
-        rollout_paths: dict[str, str] = {}
-        if any(i.trusted for i in self.items.values()):
-            rollout_paths.update(
+        stored: dict[str, str] = {}
+        if any(i.trusted for i in self.items.values()):  # not read: their stored headers
+            stored = dict(
                 RawMemory.objects.filter(file__workspace=self.workspace).values_list(
                     "file__path", "rollout_path"
                 )
             )
-        for path, item in self.items.items():
-            if item.rollout_path is not None:
-                rollout_paths[path] = item.rollout_path
-        rollout_paths = {p: v for p, v in rollout_paths.items() if p in self.items}
+        # Pairs as they come, where a dict of them was 5 MB at 100,000 rollouts.
+        headers = (
+            (path, item.rollout_folder if item.rollout_folder is not None else stored[path])
+            for path, item in self.items.items()
+            if item.rollout_folder is not None or path in stored
+        )
         return tree.find_layouts(
             (p for p, i in self.items.items() if i.is_dir),
             (p for p, i in self.items.items() if not i.is_dir),
-            rollout_paths,
+            headers,
         )
 
     def _stored_layout_dirs(self) -> list[LayoutDirs]:
@@ -139,19 +144,19 @@ class WorkspaceSync(TreeReader):
     ) -> tuple[
         dict[str, LayoutCounts],
         list[LayoutDirs],
-        list[Item],
-        list[Item],
+        int,
+        int,
         int,
         list[int],
         list[str],
     ]:
-        """Bring the rows to what was collected: layouts, files, parsed rows, versions."""
+        """Bring the rows to what was collected: layouts, files, parsed rows, versions.
+        Returns the layouts' counts, the layouts, the files added, changed and
+        unchanged, the ids of those gone, and the paths of the versions recorded."""
         if self.progress:
             self.progress("read", len(self.items), len(self.items))
         self._step(0)
         dirs = self._all_layout_dirs()
-        for item in self.items.values():
-            item.rollout_path = None  # a raw memory's header placed the layouts: done
         before = set(self.workspace.layouts.present().values_list("memories_dir", "sessions_dir"))
         layouts = self._sync_layouts(dirs)
         # With the same layouts, a file trusted by its stat keeps its stored placement.
@@ -162,7 +167,8 @@ class WorkspaceSync(TreeReader):
         changed: list[Item] = []
         stat_only: list[Item] = []
         unchanged = 0
-        for path, item in list(self.items.items()):
+        for path in list(self.items):  # its paths alone: pairs were 19 MB at 300,000 files
+            item = self.items[path]
             old = self.stored.get(path)
             if self.fill_only and old is not None and old.present:
                 # Kept as the later upload left it, placement and stat included.
@@ -210,32 +216,55 @@ class WorkspaceSync(TreeReader):
                     self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
 
         self._step(1)
-        lost = self._store(new, changed, stat_only)
+        added, rewritten = len(new), len(changed)
+        # The stored files this import did not find (and, below, any it lost): gone.
+        gone = [path for path, old in self.stored.items() if old.present and path not in self.items]
+        replaced = [(i.path, i.file_id) for i in changed if i.kind == FileKind.ROLLOUT]
+        work = new + changed
+        if self.merge:  # a merge goes through its files again: its proposal, its report
+            kept = list(work)
+        else:
+            # Past the store, an import needs its memory documents and skills, and of
+            # the rest their number, the rollouts' names and the rows written: every
+            # other file's item is freed once its chunk is stored (at 100,000 rollouts
+            # the items were the floor under the reads' mapping, bench/README.md).
+            kept = [i for i in work if i.kind in _KEPT_AFTER_STORE]
+            self.settled = len(self.items)
+            self.items = {}
+        del new, changed
+        stat_rows = [(i.mode, i.mtime_ns, i.file_id) for i in stat_only]
+        del stat_only
+        lost = self._store(work, stat_rows)
         if lost:  # gone (or the archive changed) before their bytes were read
             for item in lost.values():
                 if item.memories_dir is not None:
                     counts[item.memories_dir].count(item.kind, -1)
-            new = [i for i in new if id(i) not in lost]
-            changed = [i for i in changed if id(i) not in lost]
+                if item.file_id is None:
+                    added -= 1
+                else:
+                    rewritten -= 1
+                old = self.stored.get(item.path)
+                if old is not None and old.present:
+                    gone.append(item.path)
+            lost_paths = {i.path for i in lost.values()}
+            kept = [i for i in kept if i.path not in lost_paths]
+            replaced = [(path, pk) for path, pk in replaced if path not in lost_paths]
+            if not self.merge:
+                self.settled -= len(lost)
         self._step(4)
-        missing = [
-            old.file_id
-            for path, old in self.stored.items()
-            if old.present and path not in self.items and self.complete and not self.merge
-        ]
-        update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
-        self.touched = new + changed
-        new_versions = self.versions.record_documents(new + changed, layouts)
-        # After the versions: a read maps to the MEMORY.md the agent had then.
-        usage.record_reads(
-            self.found_reads,
-            [i.file_id for i in changed if i.kind == FileKind.ROLLOUT and i.file_id],
+        missing = (
+            [self.stored[path].file_id for path in gone] if self.complete and not self.merge else []
         )
+        update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        self.touched = kept
+        new_versions = self.versions.record_documents(kept, layouts)
+        # After the versions: a read maps to the MEMORY.md the agent had then.
+        usage.record_reads(self.found_reads, [pk for _, pk in replaced if pk])
         self.found_reads.close()
-        self.versions.record_skills(new + changed, missing, layouts, self.stored.items())
-        analyze_after(len(new) + len(changed))
+        self.versions.record_skills(kept, missing, layouts, self.stored.items())
+        analyze_after(added + rewritten)
         self._step(5)
-        return counts, dirs, new, changed, unchanged, missing, new_versions
+        return counts, dirs, added, rewritten, unchanged, missing, new_versions
 
     def _stat_moved(self, item: Item, old: StoredFile) -> bool:
         """Whether an unchanged file's row takes the stat it came with. A merge takes
@@ -311,19 +340,27 @@ class WorkspaceSync(TreeReader):
         )
 
     def _store(
-        self, new: list[Item], changed: list[Item], stat_only: list[Item]
+        self, work: list[Item], stat_rows: list[tuple[int, int, int | None]]
     ) -> dict[int, Item]:
-        """Parse and write new and changed files a chunk at a time, reading the bytes
-        left in the source when their chunk comes (``load``) and dropping each chunk's
-        once written: a large tree is never held in memory whole, nor twice (as bytes
-        and as parsed rows). Rollout summaries come last: their ids are settled by the
-        rollouts. Returns the files that could not be read then, by ``id``."""
-        keep_large_buffers_apart()
+        """Parse and write the new and changed files of ``work`` a chunk at a time,
+        reading the bytes left in the source when their chunk comes (``load``) and
+        dropping each chunk once written: a large tree is never held in memory whole,
+        nor twice (as bytes and as parsed rows). ``work`` is emptied: an item nothing
+        else holds is freed with its chunk. Rollout summaries come after the rollouts
+        that settle their ids, and the memory documents last, when the rest is freed
+        (a ``MEMORY.md`` of 27 MB at 100,000 rollouts). ``stat_rows``: (mode, mtime,
+        file id) of unchanged files whose stat moved. Returns the files that could not
+        be read then, by ``id``."""
         known = KnownIds()
         lost: dict[int, Item] = {}
-        last = [i for i in new + changed if i.kind == FileKind.ROLLOUT_SUMMARY]
-        first = [i for i in new + changed if i.kind != FileKind.ROLLOUT_SUMMARY]
-        for whole in (*_chunks(first), *_chunks(last)):
+        order = {FileKind.ROLLOUT_SUMMARY: 1, FileKind.MEMORY_INDEX: 2, FileKind.MEMORY_SUMMARY: 2}
+        runs: list[list[Item]] = []
+        for place in range(3):
+            runs.extend(_chunks([i for i in work if order.get(FileKind(i.kind), 0) == place]))
+        work.clear()
+        runs.reverse()
+        while runs:
+            whole = runs.pop()
             chunk = self.load(whole)
             if len(chunk) != len(whole):
                 kept = {id(i) for i in chunk}
@@ -334,6 +371,8 @@ class WorkspaceSync(TreeReader):
             chunk_changed = [i for i in chunk if i.file_id is not None]
             self._write_files(chunk_new, chunk_changed)
             parsed.write(chunk_new, chunk_changed)
+            if not self.merge:
+                self.versions.note_stored(chunk)
             for item in chunk:
                 if item.path in parsed.reads and item.file_id is not None:
                     reads, ends = parsed.reads[item.path]
@@ -344,13 +383,11 @@ class WorkspaceSync(TreeReader):
                 item.offset = -1  # stored: its place in the archive is not needed again
                 if not self.merge and item.kind in _DIGEST_NOT_NEEDED:
                     item.digest = None  # its row has it (113 bytes held per file otherwise)
+            del whole, chunk, chunk_new, chunk_changed, parsed
+            _forget_logged_queries()
             give_back_freed_memory()
         self._step(3)
-        update_many(
-            WorkspaceFile,
-            ["mode", "mtime_ns"],
-            [(i.mode, i.mtime_ns, i.file_id) for i in stat_only],
-        )
+        update_many(WorkspaceFile, ["mode", "mtime_ns"], stat_rows)
         return lost
 
     def _write_blobs(self, items: Sequence[Item]) -> None:
@@ -456,6 +493,12 @@ class WorkspaceSync(TreeReader):
         )
 
 
+# What a (non-merge) import keeps of its new and changed files past their store: the
+# files that get versions. The others (hundreds of thousands of rollouts, raw memories
+# and summaries at 100,000 rollouts) are freed with their chunk.
+_KEPT_AFTER_STORE = frozenset({FileKind.MEMORY_INDEX, FileKind.MEMORY_SUMMARY, FileKind.SKILL})
+
+
 # The kinds of which a tree holds hundreds of thousands: once such a file is stored,
 # an import needs its digest no more (a merge does: its sandbox's own files).
 _DIGEST_NOT_NEEDED = frozenset({FileKind.ROLLOUT, FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY})
@@ -474,6 +517,16 @@ def _chunks(items: list[Item]) -> Iterator[list[Item]]:
         size += item.size
     if run:
         yield run
+
+
+def _forget_logged_queries() -> None:
+    """With ``DEBUG`` on, Django logs every query (``connection.queries_log``, up to
+    9,000) until the next request begins. An import's thousands were allocated among
+    the files it let go of, whose pages they then held: 60 MB more at 100,000 rollouts
+    (bench/README.md). Cleared after each chunk, as a request's are when the next
+    begins; not while a test captures them (``force_debug_cursor``)."""
+    if settings.DEBUG and not connection.force_debug_cursor:
+        connection.queries_log.clear()
 
 
 @functools.cache

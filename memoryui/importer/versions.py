@@ -30,6 +30,8 @@ class VersionRecorder:
         self.agent_versions: dict[int, tuple[Layout, list[MemoryVersion]]] = {}
         # A merge of an upload older than one of the same sandbox merged already.
         self.fill_only = False
+        # The names of the rollouts an import stored, per layout (``note_stored``).
+        self._stored_rollouts: dict[int, list[str]] = {}
 
     def record_documents(self, items: list[Item], layouts: dict[str, Layout]) -> list[str]:
         """A version of each memory document in ``items`` whose text its layout's latest
@@ -69,11 +71,19 @@ class VersionRecorder:
                 self.agent_versions.setdefault(layout.pk, (layout, []))[1].append(version)
         return created
 
+    def note_stored(self, items: Iterable[Item]) -> None:
+        """The rollouts among ``items``, a chunk an import (not a merge) just stored:
+        its proposals' inputs. Kept by name, a chunk's names in one string per layout
+        (the import lets go of the items; 100,000 names apart held 9 MB)."""
+        for layout_id, names in rollouts_by_layout(items).items():
+            self._stored_rollouts.setdefault(layout_id, []).append("\n".join(names))
+
     def propose(self, run: ImportRun, items: dict[str, Item], touched: list[Item]) -> None:
         """Each layout's agent versions awaiting review become (or update) the proposal
         of the sandbox that wrote them (``agent_proposals``); its inputs are the
-        rollouts of the upload (of an import: those it found new or changed, ``touched``).
-        ``items``: every file the import found."""
+        rollouts of the upload (of an import: those it stored, ``note_stored``).
+        ``items``: every file a merge found; ``touched``: those it found new or
+        changed."""
         # What an older upload forgets or changes of its skills is stale: the sandbox's
         # later upload, merged already, told its current ones.
         forgotten = {} if self.fill_only else self._forgotten(items)
@@ -83,12 +93,14 @@ class VersionRecorder:
             return
         from .. import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
 
-        rollouts: dict[int, list[str]] = {}
-        for item in items.values() if self.merge else touched:
-            if item.kind == FileKind.ROLLOUT and item.layout_id is not None:
-                rollouts.setdefault(item.layout_id, []).append(
-                    file_name(item.path).removesuffix(".jsonl")
-                )
+        rollouts = (
+            rollouts_by_layout(items.values())
+            if self.merge
+            else {
+                pk: [name for part in parts for name in part.split("\n")]
+                for pk, parts in self._stored_rollouts.items()
+            }
+        )
         changed = {*self.agent_versions, *forgotten, *skill_changes}
         for layout in Layout.objects.filter(pk__in=changed):
             agent_proposals.record(
@@ -244,6 +256,15 @@ class VersionRecorder:
                 found.setdefault(old.layout_id, []).append((rel, None))
         if found:
             skills.record_import(found, now=self.now, uploaded_by=self.merge)
+
+
+def rollouts_by_layout(items: Iterable[Item]) -> dict[int, list[str]]:
+    """The ids of the rollouts among ``items``, per layout (a proposal's inputs)."""
+    names: dict[int, list[str]] = {}
+    for item in items:
+        if item.kind == FileKind.ROLLOUT and item.layout_id is not None:
+            names.setdefault(item.layout_id, []).append(file_name(item.path).removesuffix(".jsonl"))
+    return names
 
 
 def _text(digest: str | None) -> str | None:
