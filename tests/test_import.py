@@ -1,5 +1,6 @@
 """Importing SDK-written workspaces: counts, exact bytes, re-import, bad input."""
 
+import gc
 import io
 import json
 import os
@@ -15,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from generation import tree
-from memoryui import importer
+from memoryui import importer, usage
 from memoryui.importer import import_workspace, reading, syncing
 from memoryui.models import (
     Blob,
@@ -818,6 +819,40 @@ def test_a_tree_larger_than_memory_holds_is_stored_as_in_one_go(
         assert total > 50 * held_at_most
         # The held bytes, and a chunk of at most 50,000 bytes (or one larger file).
         assert max(most_held) <= held_at_most + max(50_000, sizes[-1]) < total * 0.2
+
+
+@pytest.mark.parametrize("source", ["directory", "tar"])
+def test_past_its_store_an_import_holds_only_the_files_that_get_versions(
+    source, fixtures_dir, tmp_path, monkeypatch
+):
+    """Once a chunk is stored, its files are let go: while the import records the
+    rollouts' memory reads, it holds none of the 900 files it read but its memory
+    documents (the floor under a 100,000-rollout import's memory, bench/README.md).
+    The run still counts every file."""
+    tree_dir = fixtures_dir / "medium-300" / "workspace"
+    path = tree_dir if source == "directory" else _as_tar(tree_dir, tmp_path / "m.tar")
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if type(o) is reading.Item}
+    held = []
+    real = usage.record_reads
+
+    def record_reads(*args, **kwargs):
+        gc.collect()
+        held.extend(o for o in gc.get_objects() if type(o) is reading.Item and id(o) not in before)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(usage, "record_reads", record_reads)
+    monkeypatch.setattr(syncing, "STORE_CHUNK", 50)
+    result = import_workspace(path, "m")
+
+    assert result.files > 900 and result.added == result.files
+    assert sorted(i.path for i in held) == [
+        "memories/MEMORY.md",
+        "memories/engineering/MEMORY.md",
+        "memories/engineering/memory_summary.md",
+        "memories/memory_summary.md",
+    ]
+    assert Rollout.objects.count() == 300
 
 
 def test_a_new_file_gone_before_its_bytes_were_read_is_a_problem_and_not_counted(

@@ -163,6 +163,70 @@ class WorkspaceSync(TreeReader):
         same_layouts = before == {(d.memories_dir, d.sessions_dir) for d in dirs}
         dirs_by_id = {layout.pk: m for m, layout in layouts.items()}
         counts = {d.memories_dir: LayoutCounts(d.memories_dir, d.sessions_dir) for d in dirs}
+        new, changed, stat_only, unchanged = self._sort_items(
+            dirs, layouts, counts, same_layouts, dirs_by_id
+        )
+        self._step(1)
+        added, rewritten = len(new), len(changed)
+        # The stored files this import did not find (and, below, any it lost): gone.
+        gone = [path for path, old in self.stored.items() if old.present and path not in self.items]
+        replaced = [(i.path, i.file_id) for i in changed if i.kind == FileKind.ROLLOUT]
+        work = new + changed
+        if self.merge:  # a merge goes through its files again: its proposal, its report
+            kept = list(work)
+        else:
+            # Past the store, an import needs its memory documents and skills, and of
+            # the rest their number, the rollouts' names and the rows written: every
+            # other file's item is freed once its chunk is stored (at 100,000 rollouts
+            # the items were the floor under the reads' mapping, bench/README.md).
+            kept = [i for i in work if i.kind in _KEPT_AFTER_STORE]
+            self.settled = len(self.items)
+            self.items = {}
+        del new, changed
+        stat_rows = [(i.mode, i.mtime_ns, i.file_id) for i in stat_only]
+        del stat_only
+        lost = self._store(work, stat_rows)
+        if lost:  # gone (or the archive changed) before their bytes were read
+            for item in lost.values():
+                if item.memories_dir is not None:
+                    counts[item.memories_dir].count(item.kind, -1)
+                if item.file_id is None:
+                    added -= 1
+                else:
+                    rewritten -= 1
+                old = self.stored.get(item.path)
+                if old is not None and old.present:
+                    gone.append(item.path)
+            lost_paths = {i.path for i in lost.values()}
+            kept = [i for i in kept if i.path not in lost_paths]
+            replaced = [(path, pk) for path, pk in replaced if path not in lost_paths]
+            if not self.merge:
+                self.settled -= len(lost)
+        self._step(4)
+        missing = (
+            [self.stored[path].file_id for path in gone] if self.complete and not self.merge else []
+        )
+        update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
+        self.touched = kept
+        new_versions = self.versions.record_documents(kept, layouts)
+        # After the versions: a read maps to the MEMORY.md the agent had then.
+        usage.record_reads(self.found_reads, [pk for _, pk in replaced if pk])
+        self.found_reads.close()
+        self.versions.record_skills(kept, missing, layouts, self.stored.items())
+        analyze_after(added + rewritten)
+        self._step(5)
+        return counts, dirs, added, rewritten, unchanged, missing, new_versions
+
+    def _sort_items(
+        self,
+        dirs: list[LayoutDirs],
+        layouts: dict[str, Layout],
+        counts: dict[str, LayoutCounts],
+        same_layouts: bool,
+        dirs_by_id: dict[int, str],
+    ) -> tuple[list[Item], list[Item], list[Item], int]:
+        """The items found new, changed, and unchanged but with a new stat, each placed
+        in its layout (counted there), and the number unchanged."""
         new: list[Item] = []
         changed: list[Item] = []
         stat_only: list[Item] = []
@@ -214,57 +278,7 @@ class WorkspaceSync(TreeReader):
                 changed.append(item)
                 if self.merge and kind == FileKind.ROLLOUT and old.present:
                     self.problems.append({"path": path, "error": ROLLOUT_REUPLOADED})
-
-        self._step(1)
-        added, rewritten = len(new), len(changed)
-        # The stored files this import did not find (and, below, any it lost): gone.
-        gone = [path for path, old in self.stored.items() if old.present and path not in self.items]
-        replaced = [(i.path, i.file_id) for i in changed if i.kind == FileKind.ROLLOUT]
-        work = new + changed
-        if self.merge:  # a merge goes through its files again: its proposal, its report
-            kept = list(work)
-        else:
-            # Past the store, an import needs its memory documents and skills, and of
-            # the rest their number, the rollouts' names and the rows written: every
-            # other file's item is freed once its chunk is stored (at 100,000 rollouts
-            # the items were the floor under the reads' mapping, bench/README.md).
-            kept = [i for i in work if i.kind in _KEPT_AFTER_STORE]
-            self.settled = len(self.items)
-            self.items = {}
-        del new, changed
-        stat_rows = [(i.mode, i.mtime_ns, i.file_id) for i in stat_only]
-        del stat_only
-        lost = self._store(work, stat_rows)
-        if lost:  # gone (or the archive changed) before their bytes were read
-            for item in lost.values():
-                if item.memories_dir is not None:
-                    counts[item.memories_dir].count(item.kind, -1)
-                if item.file_id is None:
-                    added -= 1
-                else:
-                    rewritten -= 1
-                old = self.stored.get(item.path)
-                if old is not None and old.present:
-                    gone.append(item.path)
-            lost_paths = {i.path for i in lost.values()}
-            kept = [i for i in kept if i.path not in lost_paths]
-            replaced = [(path, pk) for path, pk in replaced if path not in lost_paths]
-            if not self.merge:
-                self.settled -= len(lost)
-        self._step(4)
-        missing = (
-            [self.stored[path].file_id for path in gone] if self.complete and not self.merge else []
-        )
-        update_many(WorkspaceFile, "missing_since", [(self.now, pk) for pk in missing])
-        self.touched = kept
-        new_versions = self.versions.record_documents(kept, layouts)
-        # After the versions: a read maps to the MEMORY.md the agent had then.
-        usage.record_reads(self.found_reads, [pk for _, pk in replaced if pk])
-        self.found_reads.close()
-        self.versions.record_skills(kept, missing, layouts, self.stored.items())
-        analyze_after(added + rewritten)
-        self._step(5)
-        return counts, dirs, added, rewritten, unchanged, missing, new_versions
+        return new, changed, stat_only, unchanged
 
     def _stat_moved(self, item: Item, old: StoredFile) -> bool:
         """Whether an unchanged file's row takes the stat it came with. A merge takes
