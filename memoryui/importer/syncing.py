@@ -367,10 +367,7 @@ class WorkspaceSync(TreeReader):
         be read then, by ``id``."""
         known = KnownIds()
         lost: dict[int, Item] = {}
-        order = {FileKind.ROLLOUT_SUMMARY: 1, FileKind.MEMORY_INDEX: 2, FileKind.MEMORY_SUMMARY: 2}
-        runs: list[list[Item]] = []
-        for place in range(3):
-            runs.extend(_chunks([i for i in work if order.get(FileKind(i.kind), 0) == place]))
+        runs = [run for place in _in_store_order(work) for run in _chunks(place)]
         work.clear()
         runs.reverse()
         while runs:
@@ -395,8 +392,6 @@ class WorkspaceSync(TreeReader):
                     )
                 item.data = None
                 item.offset = -1  # stored: its place in the archive is not needed again
-                if not self.merge and item.kind in _DIGEST_NOT_NEEDED:
-                    item.digest = None  # its row has it (113 bytes held per file otherwise)
             del whole, chunk, chunk_new, chunk_changed, parsed
             _forget_logged_queries()
             give_back_freed_memory()
@@ -513,9 +508,21 @@ class WorkspaceSync(TreeReader):
 _KEPT_AFTER_STORE = frozenset({FileKind.MEMORY_INDEX, FileKind.MEMORY_SUMMARY, FileKind.SKILL})
 
 
-# The kinds of which a tree holds hundreds of thousands: once such a file is stored,
-# an import needs its digest no more (a merge does: its sandbox's own files).
-_DIGEST_NOT_NEEDED = frozenset({FileKind.ROLLOUT, FileKind.RAW_MEMORY, FileKind.ROLLOUT_SUMMARY})
+# Where a kind of file comes in the store: rollout summaries after the rollouts that
+# settle their ids, the memory documents last, when the rest is freed; others first.
+_STORE_PLACE: dict[str, int] = {
+    FileKind.ROLLOUT_SUMMARY: 1,
+    FileKind.MEMORY_INDEX: 2,
+    FileKind.MEMORY_SUMMARY: 2,
+}
+
+
+def _in_store_order(items: list[Item]) -> tuple[list[Item], ...]:
+    """``items`` by their place in the store (``_STORE_PLACE``), each in its order."""
+    places: tuple[list[Item], ...] = ([], [], [])
+    for item in items:
+        places[_STORE_PLACE.get(item.kind, 0)].append(item)
+    return places
 
 
 def _chunks(items: list[Item]) -> Iterator[list[Item]]:
