@@ -5,7 +5,8 @@
 
 Writes the tree as a tar (as the SDK's snapshots are: one member per file and directory)
 into a temp dir, then imports it in a fresh Python process into a fresh SQLite database
-(migrated by another process before, as a deployment's release step does) and prints
+or, with ``--database-url``, PostgreSQL (migrated by another process before, as a
+deployment's release step does) and prints
 that process's peak resident memory (``VmHWM``) before and after the import, and the
 CPU time of the import against the same import of the directory.
 Goal: peak at most 150 MB for 10,000 rollouts, 200 MB for 100,000 (``--goal-mb``).
@@ -101,13 +102,31 @@ print(json.dumps({"before_mb": before, "peak_mb": peak, "cpu_s": cpu,
 """
 
 
-def child(source: Path, workdir: Path, label: str, trace: bool = False) -> dict[str, Any]:
+def recreate_postgres(url: str) -> None:
+    """The database of ``url`` dropped and created again, empty."""
+    import psycopg
+    from psycopg import sql
+
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    admin = psycopg.conninfo.make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def child(
+    source: Path, workdir: Path, label: str, trace: bool = False, database_url: str = ""
+) -> dict[str, Any]:
     (workdir / label).mkdir()
+    if database_url:
+        recreate_postgres(database_url)
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="memoryui.settings",
         DEBUG=os.environ.get("DEBUG", "1"),  # development settings, as bin/start runs them
-        DATABASE_URL=f"sqlite:///{workdir / label / 'db.sqlite3'}",
+        DATABASE_URL=database_url or f"sqlite:///{workdir / label / 'db.sqlite3'}",
         MEMORYUI_VAR_DIR=str(workdir / label / "var"),
         LOG_LEVEL="WARNING",
     )
@@ -140,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sample the import's RSS every 50 ms and print the peak of each phase",
     )
     parser.add_argument("--tar-only", action="store_true", help="skip the directory import")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="a PostgreSQL database to import into (dropped and created again for each "
+        "import), e.g. postgres://postgres@127.0.0.1:5432/mui_bench_tar; default: SQLite",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="memoryui-tar-"))
@@ -152,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             for entry in sorted(tree.iterdir()):
                 tar.add(entry, arcname=entry.name)
         print(f"{archive.name}: {archive.stat().st_size / 1e6:.1f} MB", file=sys.stderr)
-        directory = None if args.tar_only else child(tree, workdir, "directory", args.trace)
-        snapshot = child(archive, workdir, "tar", args.trace)
+        directory = (
+            None
+            if args.tar_only
+            else child(tree, workdir, "directory", args.trace, args.database_url)
+        )
+        snapshot = child(archive, workdir, "tar", args.trace, args.database_url)
         print(f"{'import of':<12} {'files':>6} {'CPU s':>7} {'RSS before':>11} {'peak MB':>8}")
         for label, row in (("directory", directory), (archive.name, snapshot)):
             if row is None:
