@@ -19,7 +19,7 @@ from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memoryui import bulk, usage
+from memoryui import bulk, documents, usage
 from memoryui.importer import bulk as importer_bulk
 from memoryui.importer import import_workspace
 from memoryui.models import (
@@ -556,3 +556,20 @@ def test_a_large_file_goes_into_sqlite_a_piece_at_a_time_byte_for_byte(
     for name in ("first", "second"):
         row = WorkspaceFile.objects.get(workspace__name=name, path="memories/MEMORY.md")
         assert row.blob_id == digest
+
+
+def test_a_large_document_read_a_piece_at_a_time_is_the_text_read_whole(db, monkeypatch):
+    """``documents.text_once`` reads a document past its piece size a piece at a time
+    (an import's mapping of reads to a 27 MB MEMORY.md): characters split between two
+    pieces, and bytes that are not UTF-8, come out as the whole decode gives them."""
+    data = (
+        "caf\u00e9 \u2603 \U0001f600\n".encode() * 40
+        + b"bad \xe9\xff here\n"
+        + "\u00e9".encode() * 9
+    )
+    digest = hashlib.sha256(data).hexdigest()
+    Blob.objects.create(sha256=digest, size=len(data), data=data)
+    whole = data.decode("utf-8", "replace")
+    for piece in (1, 2, 3, 5, 7, 64, len(data) - 1):
+        monkeypatch.setattr(documents, "READ_PIECE", piece)
+        assert documents.text_once(digest) == whole, piece
