@@ -48,7 +48,7 @@ def insert_many(
     if connection.vendor == "postgresql":
         _copy_rows(model, columns, rows, ignore)
         return
-    if large:
+    if large and connection.vendor == "sqlite":
         at = columns.index(large)
         pieces = [row for row in rows if len(row[at]) >= LARGE_VALUE_BYTES]
         if pieces:

@@ -75,7 +75,7 @@ class VersionRecorder:
         """The rollouts among ``items``, a chunk an import (not a merge) just stored:
         its proposals' inputs. Kept by name, a chunk's names in one string per layout
         (the import lets go of the items; 100,000 names apart held 9 MB)."""
-        for layout_id, names in rollouts_by_layout(items).items():
+        for layout_id, names in _rollouts_by_layout(items).items():
             self._stored_rollouts.setdefault(layout_id, []).append("\n".join(names))
 
     def propose(self, run: ImportRun, items: dict[str, Item], touched: list[Item]) -> None:
@@ -94,7 +94,7 @@ class VersionRecorder:
         from .. import agent_proposals  # noqa: PLC0415 (deferred: curation loads the review machinery)
 
         rollouts = (
-            rollouts_by_layout(items.values())
+            _rollouts_by_layout(items.values())
             if self.merge
             else {
                 pk: [name for part in parts for name in part.split("\n")]
@@ -258,7 +258,7 @@ class VersionRecorder:
             skills.record_import(found, now=self.now, uploaded_by=self.merge)
 
 
-def rollouts_by_layout(items: Iterable[Item]) -> dict[int, list[str]]:
+def _rollouts_by_layout(items: Iterable[Item]) -> dict[int, list[str]]:
     """The ids of the rollouts among ``items``, per layout (a proposal's inputs)."""
     names: dict[int, list[str]] = {}
     for item in items:
