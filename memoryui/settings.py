@@ -415,6 +415,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60,
         "options": {"expires": 60},
     },
+    # Search vectors an import's own task did not compute (its message lost with a
+    # worker, the broker down at its commit); PostgreSQL only, a no-op elsewhere.
+    "index-search": {
+        "task": "memoryui.tasks.index_search",
+        "schedule": 60,
+        "options": {"expires": 60},
+    },
     "heartbeat": {
         "task": "memoryui.tasks.heartbeat",
         "schedule": MEMORYUI_HEARTBEAT_SECONDS,

@@ -25,6 +25,7 @@ from memoryui import (
     notifications,
     pipeline,
     recovery,
+    search,
     webhooks,
     workspaces,
     writeback,
@@ -118,6 +119,13 @@ def _lint_what_came(run: ImportRun) -> None:
     """An import that brought files queues the lint of the versions it recorded."""
     if run.added or run.changed:
         lint_workspace.delay(run.workspace_id)
+
+
+@app.task(name="memoryui.tasks.index_search", acks_late=True, ignore_result=True)
+def index_search(workspace_id: int | None = None) -> None:
+    """Give the documents an import wrote their search vectors (PostgreSQL), after its
+    commit; periodic (Celery beat) without a workspace, for those a lost task left."""
+    search.index_pending(workspace_id)
 
 
 @app.task(name="memoryui.tasks.lint_workspace", acks_late=True)

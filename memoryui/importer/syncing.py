@@ -23,7 +23,7 @@ from generation import tree
 from generation.kinds import FileKind
 from generation.tree import LayoutDirs
 
-from .. import usage
+from .. import search, usage
 from ..bulk import insert_many, update_many
 from ..models import Blob, Layout, RawMemory, Workspace, WorkspaceFile
 from .bulk import analyze_after
@@ -64,6 +64,7 @@ class WorkspaceSync(TreeReader):
         # import that is not a merge, only those that get versions (``sync_rows``).
         self.touched: list[Item] = []
         self.found_reads = ReadSpool()
+        self.search_queued = False  # the search vectors' task, sent once the import commits
 
     # -- layouts -----------------------------------------------------------------
     def _layout_dirs(self) -> list[LayoutDirs]:
@@ -382,6 +383,9 @@ class WorkspaceSync(TreeReader):
             chunk_changed = [i for i in chunk if i.file_id is not None]
             self._write_files(chunk_new, chunk_changed)
             parsed.write(chunk_new, chunk_changed)
+            if parsed.documents and not self.search_queued:
+                search.index_soon(self.workspace)  # the vectors, once this commits
+                self.search_queued = True
             if not self.merge:
                 self.versions.note_stored(chunk)
             for item in chunk:

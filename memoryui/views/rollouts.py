@@ -247,7 +247,10 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         .order_by("-sort_at", "-rollout_id")
     )
     kept = None
-    if not (form.is_valid() and form.cleaned_data["selection"]):
+    # Documents an import wrote a moment ago, still without their search vectors, are
+    # matched word for word until a worker has computed them (``memoryui.search``).
+    indexing = bool(query) and search.index_pending_in(layout)
+    if not (form.is_valid() and form.cleaned_data["selection"]) and not indexing:
         # What the filters and the search find changes only with an import (the
         # selection also with a write-back): the count, or a search's rollouts, are kept
         # until the next one, as the overview's figures are, instead of a count over
@@ -277,6 +280,7 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
         "paging": paging,
         "page": page,
         "query": query,
+        "indexing": indexing,
         "params": params.urlencode(),
         "states": tree.TERMINAL_STATES,
     }
