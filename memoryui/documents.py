@@ -46,12 +46,14 @@ def text(sha256: str) -> str:
 READ_PIECE = 4 * 1024 * 1024
 
 
-def text_once(sha256: str) -> str:
+def text_once(sha256: str, size: int | None = None) -> str:
     """A document's text, read for one use and left out of this process's caches (an
     import maps its reads to a large ``MEMORY.md`` once; ``text`` would keep it). A
     large one is read and decoded a piece at a time: read whole, PostgreSQL's answer
-    spelled its 27 MB in hex, held with its bytes and its text (~110 MB at once)."""
-    size = Blob.objects.values_list("size", flat=True).get(pk=sha256)
+    spelled its 27 MB in hex, held with its bytes and its text (~110 MB at once).
+    ``size``: its bytes, where the caller has read them already."""
+    if size is None:
+        size = Blob.objects.values_list("size", flat=True).get(pk=sha256)
     if size <= READ_PIECE:
         data = Blob.objects.values_list("data", flat=True).get(pk=sha256)
         return str(data, "utf-8", "replace")  # bytes or a memoryview: decoded without a copy

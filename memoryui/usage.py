@@ -239,7 +239,7 @@ def _entry_lines(
         # A text small enough is kept, with its entries' places, for the next import
         # of a workspace whose agents read it (the caches the pages use).
         keep = sizes.get(blob, 0) <= KEPT_TEXT_BYTES
-        text = documents.text(blob) if keep else documents.text_once(blob)
+        text = documents.text(blob) if keep else documents.text_once(blob, sizes[blob])
         lines_of[blob] = memory_entries.entry_lines(text, printed, keep=keep)
         del text
         printed.clear()
