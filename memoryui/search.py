@@ -43,7 +43,9 @@ def matching_documents(layout: Layout, query: str) -> QuerySet[SearchDocument]:
     documents = SearchDocument.objects.filter(layout=layout)
     if full_text():
         words = _words(query)
+        # No word (a query of quotes alone) matches nothing, as its vector query does.
         pending = " AND ".join(["search IS NULL", *["body ILIKE %s"] * len(words)])
+        pending = pending if words else "FALSE"
         return documents.extra(
             where=[f"(search @@ websearch_to_tsquery('english', %s) OR ({pending}))"],
             params=[query, *map(_like, words)],

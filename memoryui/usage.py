@@ -592,24 +592,26 @@ def reads_per_day(layout: Layout) -> dict[date | None, dict[str, int]]:
     return figures.cached(layout.workspace, f"reads-per-day:{layout.pk}", compute)
 
 
-def blocks_read(layout: Layout, version: MemoryVersion, which: str) -> frozenset[int]:
-    """The top-level blocks of ``version`` (by index) that no agent read (``never``),
-    or that a failing run read (``failing``): what the MEMORY.md page filters by,
-    decided from its entries' usage (a block was read when one of its entries was, by
-    a failing run when one of them was). Kept per import."""
+def blocks_read(layout: Layout, version: MemoryVersion, which: str) -> tuple[int, ...]:
+    """The top-level blocks of ``version`` (by index, in order) that no agent read
+    (``never``), or that a failing run read (``failing``): what the MEMORY.md page
+    filters by, decided from its entries' usage (a block was read when one of its
+    entries was, by a failing run when one of them was). Kept per import."""
 
-    def compute() -> frozenset[int]:
+    def compute() -> tuple[int, ...]:
         per_key = _totals(layout, version).entries
-        found = set()
+        found = []
         for index, keys in enumerate(_keys_per_block(version.blob_id)):
             used = [per_key[key] for key in keys if key in per_key]
             if which == "never" and not any(u.reads for u in used):
-                found.add(index)
+                found.append(index)
             elif which == "failing" and any(u.read_by_failing_runs for u in used):
-                found.add(index)
-        return frozenset(found)
+                found.append(index)
+        return tuple(found)
 
-    return figures.cached(layout.workspace, f"blocks-{which}:{layout.pk}:{version.pk}", compute)
+    # "in-order": a tuple, not the set kept under "blocks-" before (same import's stamp).
+    name = f"blocks-in-order-{which}:{layout.pk}:{version.pk}"
+    return figures.cached(layout.workspace, name, compute)
 
 
 def entries_by_reads(layout: Layout, version: MemoryVersion | None) -> Ranked:

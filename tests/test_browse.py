@@ -7,10 +7,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from memoryui import search
-from memoryui.documents import resolve_citations
+from memoryui import documents, search
+from memoryui.documents import resolve_citations, search_text
 from memoryui.importer import import_workspace
-from memoryui.models import Layout
+from memoryui.models import Layout, MemoryVersion
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -295,6 +295,16 @@ def test_memory_md_with_many_entries_is_paginated_and_findable(
 
     assert "2,000 top-level entries" in page and "Entries 1–20 of 2000" in page
     assert "group 1999" in found and "group 5\n" not in found
+
+    # A find lists every entry that holds the words, in order, each once, and never one
+    # made of the end of an entry and the start of the next.
+    version = MemoryVersion.objects.get(layout=layout, document="memory_md", number=1)
+    texts = [search_text(block) for block in documents.parsed(version.blob_id).children]
+    finding = documents.entry_search(version.blob_id)
+    for needle in ("kw1", "kw1999", "group", "s19", "t5", texts[0][-3:] + texts[1][:3], "nowhere"):
+        assert finding.matching(needle) == [i for i, t in enumerate(texts) if needle in t]
+    found = reviewer.get(url("memory_md", layout), {"q": "KW19", "page": 2}).content.decode()
+    assert "Entries 21–40 of 111" in found and "group 1919" in found  # kw19, kw190-199, 1900-1999
 
 
 def test_memory_summary_page_counts_tokens_against_the_cap(reviewer, small):

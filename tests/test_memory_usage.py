@@ -656,6 +656,10 @@ def test_the_memory_page_shows_each_entrys_reads_and_filters_never_read_and_fail
     assert "Task Group: databases" in never and "Task Group: deploys" not in never
     failing = client.get(url, {"usage": "failing"}).content.decode()
     assert "Task Group: deploys" in failing and "Task Group: databases" not in failing
+    found = client.get(url, {"usage": "never", "q": "DATABASES"}).content.decode()
+    assert "Task Group: databases" in found and "Task Group: deploys" not in found
+    found = client.get(url, {"usage": "never", "q": "deploys"}).content.decode()
+    assert "Task Group: databases" not in found and "Task Group: deploys" not in found
     assert client.get(url, {"usage": "sometimes"}).status_code == 400
 
 

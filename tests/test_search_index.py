@@ -67,6 +67,8 @@ def test_a_new_rollout_is_found_at_once_and_by_its_word_forms_once_indexed(
     assert unindexed("a") == SearchDocument.objects.filter(layout__workspace__name="a").count()
     assert rollouts_found(reviewer, layout, "zanzibarium")[:2] == (1, True)
     assert rollouts_found(reviewer, layout, "flakiness")[:2] == (0, True)  # no word forms yet
+    assert rollouts_found(reviewer, layout, "zanz%rium")[:2] == (0, True)  # as typed, no wildcard
+    assert rollouts_found(reviewer, layout, '""')[:2] == (0, True)
     assert rollouts_found(reviewer, layout, "zanzibarium")[2] == 1  # matched again: not kept
 
     for callback in after_commit:  # the import's commit sends the task; eager runs it here
