@@ -11,8 +11,10 @@ misses a new rollout; it may find a little more or less of one for those seconds
 stemming, no phrase), and ``index_pending_in`` lets a page say so.
 """
 
+from functools import partial
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
@@ -23,6 +25,8 @@ from .models import Layout, SearchDocument, Workspace
 # under a second, so an import that updates one of them waits little.
 INDEX_BATCH = 500
 ANALYZE_AFTER = 1000
+# How long a queued task stands for the imports after it (a lost one's mark lapses).
+QUEUED_SECONDS = 120
 
 
 def full_text() -> bool:
@@ -67,11 +71,29 @@ def index_pending_in(layout: Layout) -> bool:
     return SearchDocument.objects.filter(layout=layout).extra(where=["search IS NULL"]).exists()
 
 
+def _queued(workspace_id: int) -> str:
+    return f"memoryui:search-vectors-queued:{workspace_id}"
+
+
 def index_soon(workspace: Workspace) -> None:
     """Once the current transaction commits (an import's), have a worker give the
     documents it wrote their vectors. Nothing to do where search needs none."""
     if full_text():
-        task_queue.send_on_commit("memoryui.tasks.index_search", workspace.pk)
+        transaction.on_commit(partial(_queue, workspace.pk))
+
+
+def _queue(workspace_id: int) -> None:
+    # One task waits per workspace (where the cache is shared, as Redis is in
+    # production): it computes every vector missing when it starts, so 50 sandboxes
+    # persisting meanwhile add no task each. The mark lapses, and beat's sweep runs
+    # besides, should the task be lost.
+    if not cache.add(_queued(workspace_id), 1, QUEUED_SECONDS):
+        return
+    sent = task_queue.send_best_effort(
+        "memoryui.tasks.index_search", workspace_id, what="the search vectors of an import"
+    )
+    if not sent:
+        cache.delete(_queued(workspace_id))  # beat's sweep will do it
 
 
 def index_pending(workspace_id: int | None = None) -> int:
@@ -82,6 +104,8 @@ def index_pending(workspace_id: int | None = None) -> int:
     0043's trigger clears the vector)."""
     if not full_text():
         return 0
+    if workspace_id is not None:
+        cache.delete(_queued(workspace_id))  # what commits from now on queues a task again
     table = connection.ops.quote_name(SearchDocument._meta.db_table)
     layouts = connection.ops.quote_name(Layout._meta.db_table)
     scope, params = "", []

@@ -110,3 +110,29 @@ def test_the_vectors_a_lost_task_left_are_computed_by_the_beat(workspace_copy):
     app.tasks[entry["task"]]()
 
     assert unindexed("a") == 0
+
+
+def test_imports_committed_before_the_task_starts_share_one_task(
+    workspace_copy, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Sandboxes persisting every few seconds to one workspace queue one task between
+    them, not one a persist: the task computes every vector missing when it starts."""
+    sent = []
+    monkeypatch.setattr(app.tasks["memoryui.tasks.index_search"], "delay", sent.append)
+    ws, raw = workspace_copy("small-a"), RAW
+
+    def persist(line: str) -> None:
+        (ws / raw).write_text((ws / raw).read_text() + f"\n- {line}\n")
+        with django_capture_on_commit_callbacks(execute=True):
+            import_workspace(ws, "a")
+
+    persist("first")
+    workspace_id = engineering().workspace_id
+    persist("second")
+    persist("third")
+    assert sent == [workspace_id]
+
+    assert search.index_pending(workspace_id) > 0  # the task starts
+    persist("fourth")  # after its start: a task of its own
+    assert sent == [workspace_id, workspace_id]
+    assert unindexed("a") == 1
