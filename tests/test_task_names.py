@@ -31,6 +31,7 @@ NAMES = {
     "memoryui.tasks.send_notification",
     "memoryui.tasks.send_digests",
     "memoryui.tasks.judge_entries",
+    "memoryui.tasks.index_search",
     "memoryui.webhooks.deliver_webhook",
     # Former names, forwarded to the tasks above.
     "generation.tasks.reimport_workspace",
