@@ -407,6 +407,7 @@ class Breakdown:
         self._undo.append((owner, name, original))
 
     def __enter__(self) -> Breakdown:
+        from django.db.backends.base.base import BaseDatabaseWrapper
         from django.db.models import Model, QuerySet
 
         from generation import memory_entries, memory_reads, tree
@@ -443,6 +444,8 @@ class Breakdown:
         self.wrap(QuerySet, "bulk_create", lambda qs, *a, **k: f"bulk_create {qs.model.__name__}")
         self.wrap(QuerySet, "bulk_update", lambda qs, *a, **k: f"bulk_update {qs.model.__name__}")
         self.wrap(Model, "__init__", lambda obj, *a, **k: f"{type(obj).__name__}.__init__")
+        # The commit: where PostgreSQL checks the deferred foreign keys of every row added.
+        self.wrap(BaseDatabaseWrapper, "commit", "commit (deferred constraint checks)")
         return self
 
     def __exit__(self, *exc: object) -> None:
