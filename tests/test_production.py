@@ -296,6 +296,20 @@ def test_the_production_setup_serves_the_main_flow_and_reports_its_health(
     assert response.status_code == 200 and "small-a" in response.text, response.text[:500]
     assert "HttpOnly" in str(response.history[0].headers.get("Set-Cookie", ""))
 
+    # The search vectors of what the import wrote: the import's commit queued a worker's
+    # task. Until it ran, the search matches words as typed and says so; after it, word
+    # forms too ("promoting" is in no file; "promotion" is, with the same stem).
+    rollouts = f"{base}/w/small-a/layouts/{layout_pk}/rollouts/"
+
+    def found_by_word_form() -> bool:
+        html = s.get(rollouts, params={"q": "promoting"}).text
+        found = re.search(r"(\d+) rollouts? matching", html)
+        assert found, html[:500]
+        return int(found[1]) > 0 and 'id="search-indexing"' not in html
+
+    prod.wait_for(found_by_word_form, 60, "the search vectors, computed by a worker")
+    prod.step("searched")
+
     # The static file of the pages: hashed, compressed, cached for a year.
     css = re.search(r'href="(/static/memoryui/app\.[0-9a-f]{12}\.css)"', response.text).group(1)
     asset = s.get(base + css, headers={"Accept-Encoding": "gzip"})
