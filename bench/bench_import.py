@@ -281,6 +281,7 @@ def server_cpu() -> float | None:
 def run_import(root: Path, *, gc_off: bool = False) -> ImportNumbers:
     from memoryui.importer import import_workspace
 
+    forget_parses()
     gc.collect()  # start every import with the same heap, not a debt from the last one
     if gc_off:
         gc.disable()
@@ -301,6 +302,20 @@ def run_import(root: Path, *, gc_off: bool = False) -> ImportNumbers:
         len(result.errors),
         None if server_before is None or server_after is None else server_after - server_before,
     )
+
+
+def forget_parses() -> None:
+    """Empty this process's caches of parsed texts (the memory documents' entries,
+    kept per text): every round imports as a worker that has not seen these texts
+    does, not only the first (at 10,000 rollouts, a MEMORY.md parsed in an earlier
+    round was not parsed again; at 100,000 it is too large to keep)."""
+    from generation.review import comparison, document, repeated
+    from memoryui import documents
+
+    for module in (document, comparison, repeated, documents):
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
 
 
 def run_search_index() -> tuple[float, float | None]:
