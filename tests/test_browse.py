@@ -197,8 +197,12 @@ def test_rollout_list_htmx_request_gets_only_the_table(reviewer, medium):
         url("rollout_list", medium) + "?state=failed", headers={"HX-Request": "true"}
     )
     html = response.content.decode()
-    assert html.lstrip().startswith('<section id="rollout-table">')
-    assert "<html" not in html and "10 rollouts" in html
+    # The count for the page's live region (out of band, its content only), then the table.
+    status, table = html.split("</div>", 1)
+    assert status.lstrip().startswith('<div id="rollout-status" hx-swap-oob="innerHTML">')
+    assert "10 rollouts" in status
+    assert table.lstrip().startswith('<section id="rollout-table">')
+    assert "<html" not in html and "rollout-status" not in table
 
 
 def test_bad_filter_values_are_explained_not_a_500(reviewer, medium):

@@ -137,11 +137,19 @@ def test_reviewer_browses_layout_rollout_memory_citation_and_search(
     rows = page.locator("#rollouts tbody tr").all_inner_texts()
     assert len(rows) == 1 and "deploy-auth-proxy-dc4ee6" in rows[0]
     assert "q=deployctl" in page.url  # htmx pushed a real, shareable URL
+    # The count is in the page's one live region, which screen readers announce, and
+    # the keyboard stays in the search box.
+    status = page.locator("#rollout-status")
+    assert status.count() == 1 and status.get_attribute("role") == "status"
+    assert status.inner_text().startswith("1 rollout matching “deployctl”")
+    assert page.evaluate("document.activeElement.name") == "q"
     page.reload()
     assert page.locator("#rollouts tbody tr").count() == 1
+    assert page.locator("#rollout-status").inner_text().startswith("1 rollout matching")
     page.go_back()
     page.wait_for_selector("#rollouts")
     assert page.locator("#rollouts tbody tr").count() == 3
+    assert page.locator("#rollout-status").inner_text().startswith("3 rollouts")
 
 
 def test_memory_payloads_never_execute_in_the_browser(page, live_server, workspace_copy):

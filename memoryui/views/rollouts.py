@@ -287,6 +287,7 @@ def rollout_list(request: HtmxHttpRequest, name: str, layout_pk: int) -> HttpRes
     template = "memoryui/rollout_list.html"
     if request.htmx and not request.htmx.history_restore_request:
         template += "#rollout-table"
+        context["fragment"] = True  # the count and notice go to the page's live region
     # Invalid filters (or page number) are shown with their messages, over the unfiltered
     # list (its first page).
     status = 400 if (form.is_bound and not form.is_valid()) or paging.errors else 200
