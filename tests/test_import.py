@@ -126,6 +126,25 @@ def test_import_records_rollouts_raw_memories_and_summaries_per_layout(fixtures_
     assert summary_ids <= set(Rollout.objects.values_list("rollout_id", flat=True))
 
 
+def test_a_deleted_layout_takes_its_rollouts_memories_summaries_and_texts_along(fixtures_dir):
+    """Their layout is a copy of their file's, which the database does not check: Django's
+    cascade deletes them with the layout (as the admin does), and the other layout's
+    rows and the files stay."""
+    import_workspace(fixtures_dir / "small-a" / "workspace", "a")
+    gone, kept = Layout.objects.filter(workspace__name="a").order_by("memories_dir")[:2]
+    tables = (Rollout, RawMemory, RolloutSummary, SearchDocument)
+    assert all(model.objects.filter(layout=gone).exists() for model in tables)
+    left = {model: model.objects.filter(layout=kept).count() for model in tables}
+    files = WorkspaceFile.objects.count()
+
+    gone.delete()
+
+    connection.check_constraints()
+    assert not any(model.objects.filter(layout_id=gone.pk).exists() for model in tables)
+    assert {model: model.objects.filter(layout=kept).count() for model in tables} == left
+    assert WorkspaceFile.objects.count() == files  # kept, no longer in a layout
+
+
 def test_multi_segment_rollout_takes_last_segment_state(fixtures_dir):
     import_workspace(fixtures_dir / "small-a" / "workspace", "a")
     rollout = Rollout.objects.get(rollout_id="gtm-pipeline-65f53e")

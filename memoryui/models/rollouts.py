@@ -18,10 +18,9 @@ class Rollout(models.Model):
     # These tables index (layout, rollout_id) or more; an index of the layout alone
     # would repeat that index's first column and cost every import. Their layout is
     # their file's (copied for those indexes): a row goes with its file, whose key the
-    # database checks, and Django's own cascade deletes it with its layout. The
-    # database checks the copy's key of none of these four tables: each check is a
-    # look-up per row when an import commits (0.14 s of a 10,000-rollout import,
-    # bench/README.md).
+    # database checks, and Django's own cascade deletes it with its layout. In these
+    # four tables the database does not check the copy: each check is a look-up per
+    # row when an import commits (0.14 s of a 10,000-rollout import, bench/README.md).
     layout = models.ForeignKey(
         Layout,
         on_delete=models.CASCADE,
