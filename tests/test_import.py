@@ -753,6 +753,25 @@ def test_import_that_stops_at_the_size_limit_marks_nothing_missing(workspace_cop
     assert not WorkspaceFile.objects.filter(missing_since__isnull=False).exists()
 
 
+def test_an_import_stopped_at_the_size_limit_reports_what_it_met_before_and_where_it_stopped(
+    workspace_copy, settings
+):
+    """The report lists the problems met before the limit, in the order met, then where
+    reading stopped; what comes after was not looked at and is not reported."""
+    ws = workspace_copy("small-a")
+    (ws / "aaa-link").symlink_to(ws / "README.md")  # listed first
+    (ws / "tests" / "zzz-link").symlink_to(ws / "README.md")  # listed last
+    settings.MEMORYUI_MAX_IMPORT_BYTES = 5_000
+
+    result = import_workspace(ws, "a")
+
+    paths = [e["path"] for e in result.errors]
+    assert paths[0] == "aaa-link" and "symbolic link" in result.errors[0]["error"]
+    assert "expands past" in result.errors[-1]["error"]
+    assert "tests/zzz-link" not in paths
+    assert len(paths) == 2
+
+
 def _stored(name: str) -> list[list[tuple]]:
     files = WorkspaceFile.objects.filter(workspace__name=name)
     by_file = {"file__workspace__name": name}

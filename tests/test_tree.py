@@ -1228,3 +1228,26 @@ def test_a_tar_with_a_windows_drive_member_skips_it_and_reads_the_rest(tmp_path)
     assert [e.path for e in found if isinstance(e, Entry)] == ["memories/notes.md"]
     [problem] = [e for e in found if isinstance(e, Problem)]
     assert problem.path == "C:owned.txt" and "Windows path" in problem.error
+
+
+def test_a_scan_as_columns_lists_what_the_scan_yields_with_its_problems_in_place(tmp_path):
+    """What the importer reads (``scan_listing``) is what ``scan_directory`` yields: the
+    same entries, and each problem where the scan met it."""
+    ws = make_workspace(tmp_path / "ws")
+    (ws / "aaa-link").symlink_to(ws / "memories")
+    (ws / "memories" / "zz-link").symlink_to(ws / "memories")
+    (ws / "sessions" / "zz-fifo").parent.mkdir(exist_ok=True)
+    os.mkfifo(ws / "sessions" / "zz-fifo")
+
+    listing = tree.scan_listing(ws)
+    scanned = list(tree.scan_directory(ws))
+
+    assert list(listing.in_order()) == scanned
+    assert [p.path for _, p in listing.problems] == [
+        "aaa-link",
+        "memories/zz-link",
+        "sessions/zz-fifo",
+    ]
+    assert len(listing) == len([s for s in scanned if isinstance(s, tree.Stat)])
+    newest = max(s.mtime_ns for s in scanned if isinstance(s, tree.Stat) and not s.is_dir)
+    assert listing.newest_file() == newest

@@ -36,7 +36,15 @@ from .archive_index import (
     pack_index,
     unpack_index,
 )
-from .directory import Stat, read_directory, read_file, read_source, scan_directory
+from .directory import (
+    Listing,
+    Stat,
+    read_directory,
+    read_file,
+    read_source,
+    scan_directory,
+    scan_listing,
+)
 from .entries import (
     Entry,
     Limits,
@@ -119,6 +127,7 @@ __all__ = [
     "LayoutDirs",
     "Limits",
     "Link",
+    "Listing",
     "MAX_EXTENDED_HEADERS",
     "MAX_JSON_DEPTH",
     "Member",
@@ -177,6 +186,7 @@ __all__ = [
     "rollout_folder",
     "rollout_search_text",
     "scan_directory",
+    "scan_listing",
     "select_for_consolidation",
     "sha256",
     "skill_name",

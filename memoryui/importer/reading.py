@@ -231,56 +231,56 @@ class TreeReader:
         self.root = root
         previous = self.workspace.imports.order_by("-started_at", "-pk").first()
         racy_from = int((previous.started_at - RACY_WINDOW).timestamp() * 1e9) if previous else 0
-        scanned = list(tree.scan_directory(root, self.limits))
-        stats = [s for s in scanned if type(s) is tree.Stat]
-        self.listed = len(stats)
+        listing = tree.scan_listing(root, self.limits)
+        self.listed = len(listing)
         if not self.merge:
-            self.listing = listing_digest(root, self.limits, scanned, stats)
+            self.listing = listing_digest(root, self.limits, listing)
             if (
                 previous is not None
                 and previous.report.get("listing") == self.listing
-                and all(s.is_dir or s.mtime_ns < racy_from for s in stats)
+                and listing.newest_file() < racy_from
             ):
                 # Every path, size, mtime and mode as the previous import saw them, and
                 # the importer is the only writer of the rows: nothing to read or write.
                 self.same_as = previous
                 return
         total = 0
-        del stats
-        scanned.reverse()  # each scan result dropped once its item is made: popped
-        while scanned:
-            stat = scanned.pop()
-            if isinstance(stat, Problem):
-                self.problems.append({"path": stat.path, "error": stat.error})
+        stopped_at = len(listing)  # reading stopped before this entry
+        for i, (path, is_dir, size, mtime_ns, mode, device, inode) in enumerate(listing.rows()):
+            item = Item(path, bool(is_dir), size, mode, mtime_ns)
+            item.inode = pack_inode(device, inode)
+            self.items[path] = item
+            if is_dir:
                 continue
-            item = Item(stat.path, stat.is_dir, stat.size, stat.mode, stat.mtime_ns)
-            item.inode = pack_inode(*stat.inode)
-            self.items[stat.path] = item
-            if stat.is_dir:
-                continue
-            old = self.stored.get(stat.path)
+            old = self.stored.get(path)
             if (
                 old is not None
                 and old.present
                 and old.blob_id is not None
-                and (old.size, old.mtime_ns) == (stat.size, stat.mtime_ns)
-                and stat.mtime_ns < racy_from
+                and (old.size, old.mtime_ns) == (size, mtime_ns)
+                and mtime_ns < racy_from
             ):
                 item.digest = old.blob_id  # trusted: unchanged since the last import
                 continue
-            total += stat.size
+            total += size
             if total > self.limits.max_total_bytes:
-                self.problems.append({"path": stat.path, "error": tree.total_exceeded(self.limits)})
-                del self.items[stat.path]
+                del self.items[path]
                 self.complete = False
                 self.stopped = tree.total_exceeded(self.limits)
+                stopped_at = i
                 break
-            if old is None and not self._room_for(stat.size, stat.path):
+            if old is None and not self._room_for(size, path):
                 item.deferred = True  # new: nothing to compare, read when stored
             else:
                 self.read_item(item)
             if self.progress and len(self.items) % 500 == 0:
                 self.progress("read", len(self.items), 0)
+        # What the scan met before where reading stopped, in the order met.
+        self.problems.extend(
+            {"path": p.path, "error": p.error} for at, p in listing.problems if at <= stopped_at
+        )
+        if stopped_at < len(listing):
+            self.problems.append({"path": listing.paths[stopped_at], "error": self.stopped})
 
     def _room_for(self, size: int, path: str) -> bool:
         """Whether a file's bytes can be held until stored; a raw memory is read now
@@ -472,25 +472,21 @@ def _fill(item: Item, data: bytes) -> None:
         )
 
 
-def listing_digest(
-    root: Path, limits: tree.Limits, scanned: list[tree.Stat | Problem], stats: list[tree.Stat]
-) -> str:
+def listing_digest(root: Path, limits: tree.Limits, listing: tree.Listing) -> str:
     """A digest of what a scan of ``root`` saw (every path with its size, mtime, mode
-    and inode, every problem) under these limits: equal digests, same directory.
-    ``stats``: the ``Stat`` items of ``scanned``."""
+    and inode, every problem) under these limits: equal digests, same directory."""
     digest = hashlib.sha256(repr((os.fspath(root), limits)).encode())
-    # Columns of machine integers rather than a repr per entry: half the CPU, and a
-    # re-import of an unchanged tree is mostly the scan and this.
-    digest.update("\0".join([s.path for s in stats]).encode("utf-8", "surrogateescape"))
-    digest.update(array("b", [s.is_dir for s in stats]))
+    # Columns of machine integers rather than a repr per entry: a re-import of an
+    # unchanged tree is mostly the scan and this.
+    digest.update("\0".join(listing.paths).encode("utf-8", "surrogateescape"))
+    digest.update(listing.dirs)
     try:
-        digest.update(array("q", [s.size for s in stats]))
-        digest.update(array("q", [s.mtime_ns for s in stats]))
-        digest.update(array("q", [s.mode for s in stats]))
-        digest.update(array("Q", [s.inode[0] for s in stats]))
-        digest.update(array("Q", [s.inode[1] for s in stats]))
+        for column in (listing.sizes, listing.mtimes, listing.modes):
+            digest.update(array("q", column))
+        digest.update(array("Q", listing.devices))
+        digest.update(array("Q", listing.inodes))
     except OverflowError:  # a date after 2262, say: the exact, slower form
-        digest.update(repr(stats).encode("utf-8", "surrogateescape"))
-    problems = [s for s in scanned if type(s) is not tree.Stat]
+        digest.update(repr(list(listing.rows())).encode("utf-8", "surrogateescape"))
+    problems = [problem for _, problem in listing.problems]
     digest.update(repr(problems).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
