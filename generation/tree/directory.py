@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -93,8 +94,10 @@ class Listing:
         self.sizes: list[int] = []
         self.mtimes: list[int] = []
         self.modes: list[int] = []
-        self.devices: list[int] = []
-        self.inodes: list[int] = []
+        # Machine integers: an int object each would be 32 bytes a file, held until the
+        # import's items are made (which pack the two into one).
+        self.devices = array("Q")
+        self.inodes = array("Q")
         self.problems: list[tuple[int, Problem]] = []
 
     def __len__(self) -> int:
@@ -141,8 +144,9 @@ class Listing:
     def clear(self) -> None:
         self.paths.clear()
         self.dirs.clear()
-        for column in (self.sizes, self.mtimes, self.modes, self.devices, self.inodes):
+        for column in (self.sizes, self.mtimes, self.modes):
             column.clear()
+        del self.devices[:], self.inodes[:]
         self.problems.clear()
 
 

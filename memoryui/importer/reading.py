@@ -483,8 +483,8 @@ def listing_digest(root: Path, limits: tree.Limits, listing: tree.Listing) -> st
     try:
         for column in (listing.sizes, listing.mtimes, listing.modes):
             digest.update(array("q", column))
-        digest.update(array("Q", listing.devices))
-        digest.update(array("Q", listing.inodes))
+        digest.update(listing.devices)
+        digest.update(listing.inodes)
     except OverflowError:  # a date after 2262, say: the exact, slower form
         digest.update(repr(list(listing.rows())).encode("utf-8", "surrogateescape"))
     problems = [problem for _, problem in listing.problems]
