@@ -256,6 +256,65 @@ def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_deci
     assert (decision.decision, decision.user.username) == ("accept", "ada")
 
 
+def test_a_late_live_refresh_never_sets_the_progress_bar_back(
+    browser,  # noqa: F811
+    live_server,
+    review_layout,  # noqa: F811
+):
+    """Bob accepts a card; ada's page fetches it to show his decision, and that answer
+    is slow. Meanwhile ada accepts another card: her bar says 2 of 4. The late answer,
+    whose bar said 1 of 4 when the server made it, never sets her bar back; his accept
+    shows on the card."""
+    proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
+        browser, live_server, review_layout, 4
+    )
+    held = []  # ada's first card fetch: the server's answer, given to the page later
+
+    def hold_the_first(route) -> None:  # type: ignore[no-untyped-def]
+        if held:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))
+
+    ada.route("**/live/card/?*", hold_the_first)
+    try:
+        log_in(ada, live_server, "ada")
+        log_in(bob, live_server, "bob")
+        ada.goto(url)
+        bob.goto(url)
+        bobs, adas = (ada.locator("article[data-entry]").nth(i).get_attribute("id") for i in (1, 2))
+
+        bob.keyboard.press("j")
+        bob.keyboard.press("j")
+        assert bob.evaluate("document.activeElement.id") == bobs
+        bob.keyboard.press("a")
+        bob.wait_for_selector(f"#{bobs}[data-decided='accept']")
+        deadline = time.monotonic() + 5
+        while not held:
+            assert time.monotonic() < deadline, "ada's page never fetched bob's card"
+            ada.wait_for_timeout(50)
+
+        ada.click(f"#{adas} button.decide.accept")
+        ada.wait_for_selector(f"#{adas}[data-decided='accept']")
+        assert "2 of 4 decided" in ada.inner_text("#review-progress")
+        route, answer = held[0]
+        assert "1 of 4 decided" in answer.text()  # made before ada's accept
+        route.fulfill(response=answer)
+        shown = []  # what her bar says over the next 1.5 s
+        for _ in range(15):
+            ada.wait_for_timeout(100)
+            shown.append(ada.inner_text("#review-progress").split(" · ")[0])
+        assert set(shown) == {"2 of 4 decided"}
+        assert ada.get_attribute(f"#{bobs}", "data-decided") == "accept"
+    finally:
+        ada_context.close()
+        bob_context.close()
+    assert set(proposal.decisions.values_list("user__username", "decision")) == {
+        ("bob", "accept"),
+        ("ada", "accept"),
+    }
+
+
 def test_a_fold_read_open_stays_open_with_its_body_when_another_persons_decision_redraws_the_card(
     browser,  # noqa: F811
     live_server,

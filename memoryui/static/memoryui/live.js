@@ -127,9 +127,11 @@
   }
 
   function fetchCard(change) {
-    // The card as this fetch begins: an answer of the person's own action swapped in
-    // meanwhile may be newer than what this fetch brings, so it is fetched again.
+    // The card and the progress bar as this fetch begins: an answer of the person's
+    // own action swapped in meanwhile may be newer than what this fetch brings (the
+    // bar counts every entry), so it is fetched again.
     var drawn = document.getElementById(change.card);
+    var bar = document.getElementById("review-progress");
     var params = new URLSearchParams(window.location.search);
     params.set("document", change.document);
     params.set("key", change.key);
@@ -146,7 +148,9 @@
           window.setTimeout(function () { fetchCard(change); }, 500);
           return;
         }
-        if (old !== drawn) return fetchCard(change); // answered meanwhile: maybe newer
+        if (old !== drawn || document.getElementById("review-progress") !== bar) {
+          return fetchCard(change); // answered meanwhile: maybe newer
+        }
         var template = document.createElement("template");
         template.innerHTML = html;
         var fresh = template.content.querySelector("[data-entry]");
