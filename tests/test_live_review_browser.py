@@ -43,6 +43,43 @@ def ada_and_bob(browser, live_server, layout, entries: int):  # type: ignore[no-
     return proposal, review_url(live_server, proposal), ada_context, ada, bob_context, bob
 
 
+class FirstCardFetch:
+    """A page's first live card fetch, held: the server's answer is taken when the page
+    asks and given to the page later (``give``); later fetches go through. Routed
+    before the page loads (Chromium may let a request pass a route added later)."""
+
+    def __init__(self, page) -> None:  # type: ignore[no-untyped-def]
+        self.page = page
+        self.held: list = []  # type: ignore[type-arg]
+        page.route("**/live/card/?*", self._route)
+
+    def _route(self, route) -> None:  # type: ignore[no-untyped-def]
+        if self.held:
+            route.continue_()
+            return
+        self.held.append((route, route.fetch()))
+
+    def wait(self, what: str) -> str:
+        """Until the page has asked; the answer the server made then."""
+        deadline = time.monotonic() + 5
+        while not self.held:
+            assert time.monotonic() < deadline, f"the page never fetched {what}"
+            self.page.wait_for_timeout(50)
+        return self.held[0][1].text()
+
+    def give(self) -> None:
+        route, answer = self.held[0]
+        route.fulfill(response=answer)
+
+
+def both_on(url, live_server, ada, bob) -> None:  # type: ignore[no-untyped-def]
+    """Ada and bob logged in, each on ``url``."""
+    log_in(ada, live_server, "ada")
+    log_in(bob, live_server, "bob")
+    ada.goto(url)
+    bob.goto(url)
+
+
 @pytest.mark.parametrize("quick", [False, True], ids=["full-path", "quick-304"])
 def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_edit(
     browser,  # noqa: F811
@@ -68,10 +105,7 @@ def test_a_decision_reaches_the_other_page_in_two_seconds_and_keeps_its_typed_ed
         browser, live_server, review_layout, 12
     )
     try:
-        log_in(ada, live_server, "ada")
-        log_in(bob, live_server, "bob")
-        ada.goto(url)
-        bob.goto(url)
+        both_on(url, live_server, ada, bob)
         cards = ada.locator("article[data-entry]")
         first, edited, looked_at = (cards.nth(i).get_attribute("id") for i in (0, 3, 6))
 
@@ -208,21 +242,9 @@ def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_deci
     proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
         browser, live_server, review_layout, 4
     )
-    held = []  # ada's first card fetch: the server's answer, given to the page later
-
-    def hold_the_first(route) -> None:  # type: ignore[no-untyped-def]
-        if held:
-            route.continue_()
-            return
-        held.append((route, route.fetch()))
-
-    # Routed before the page loads (Chromium may let a request pass a route added later).
-    ada.route("**/live/card/?*", hold_the_first)
+    fetch = FirstCardFetch(ada)
     try:
-        log_in(ada, live_server, "ada")
-        log_in(bob, live_server, "bob")
-        ada.goto(url)
-        bob.goto(url)
+        both_on(url, live_server, ada, bob)
         card = ada.locator("article[data-entry]").nth(1).get_attribute("id")
         assert ada.get_attribute("#live-review", "data-card-url").endswith("/live/card/")
 
@@ -233,16 +255,12 @@ def test_a_card_decided_while_a_live_refresh_of_it_was_on_its_way_keeps_the_deci
         bob.keyboard.type("Is this still true?")
         bob.keyboard.press("Control+Enter")
         bob.wait_for_selector(f"#{card} :text('Is this still true?')")
-        deadline = time.monotonic() + 5
-        while not held:
-            assert time.monotonic() < deadline, "ada's page never fetched the card"
-            ada.wait_for_timeout(50)
+        answer = fetch.wait("the card")
 
         ada.click(f"#{card} button.decide.accept")
         ada.wait_for_selector(f"#{card}[data-decided='accept']")
-        route, answer = held[0]
-        assert "Is this still true?" in answer.text()
-        route.fulfill(response=answer)  # the late answer: undecided, with bob's comment
+        assert "Is this still true?" in answer
+        fetch.give()  # the late answer: undecided, with bob's comment
         shown = []  # what her card says over the next 1.5 s
         for _ in range(15):
             ada.wait_for_timeout(100)
@@ -268,20 +286,9 @@ def test_a_late_live_refresh_never_sets_the_progress_bar_back(
     proposal, url, ada_context, ada, bob_context, bob = ada_and_bob(
         browser, live_server, review_layout, 4
     )
-    held = []  # ada's first card fetch: the server's answer, given to the page later
-
-    def hold_the_first(route) -> None:  # type: ignore[no-untyped-def]
-        if held:
-            route.continue_()
-            return
-        held.append((route, route.fetch()))
-
-    ada.route("**/live/card/?*", hold_the_first)
+    fetch = FirstCardFetch(ada)
     try:
-        log_in(ada, live_server, "ada")
-        log_in(bob, live_server, "bob")
-        ada.goto(url)
-        bob.goto(url)
+        both_on(url, live_server, ada, bob)
         bobs, adas = (ada.locator("article[data-entry]").nth(i).get_attribute("id") for i in (1, 2))
 
         bob.keyboard.press("j")
@@ -289,17 +296,13 @@ def test_a_late_live_refresh_never_sets_the_progress_bar_back(
         assert bob.evaluate("document.activeElement.id") == bobs
         bob.keyboard.press("a")
         bob.wait_for_selector(f"#{bobs}[data-decided='accept']")
-        deadline = time.monotonic() + 5
-        while not held:
-            assert time.monotonic() < deadline, "ada's page never fetched bob's card"
-            ada.wait_for_timeout(50)
+        answer = fetch.wait("bob's card")
 
         ada.click(f"#{adas} button.decide.accept")
         ada.wait_for_selector(f"#{adas}[data-decided='accept']")
         assert "2 of 4 decided" in ada.inner_text("#review-progress")
-        route, answer = held[0]
-        assert "1 of 4 decided" in answer.text()  # made before ada's accept
-        route.fulfill(response=answer)
+        assert "1 of 4 decided" in answer  # made before ada's accept
+        fetch.give()
         shown = []  # what her bar says over the next 1.5 s
         for _ in range(15):
             ada.wait_for_timeout(100)
@@ -324,10 +327,7 @@ def test_a_fold_read_open_stays_open_with_its_body_when_another_persons_decision
         browser, live_server, review_layout, 3
     )
     try:
-        log_in(ada, live_server, "ada")
-        log_in(bob, live_server, "bob")
-        ada.goto(url)
-        bob.goto(url)
+        both_on(url, live_server, ada, bob)
         card = bob.locator("article[data-entry]").first.get_attribute("id")
         rendered = f"#{card} details.rendered"
         bob.click(f"{rendered} summary")  # its body loads when opened
